@@ -1,0 +1,5 @@
+import sys
+
+from normbench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,24 @@
+"""The `normbench_vit` entrypoint in timm's model registry: `timm.create_model("normbench_vit", layer=...)`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from timm.models import generate_default_cfgs, register_model
+
+# No weights are published; the cfg tells timm's data helpers the input the template expects by default.
+default_cfgs = generate_default_cfgs({
+    "normbench_vit": {
+        "url": "", "num_classes": 1000, "input_size": (3, 224, 224), "crop_pct": 0.9, "interpolation": "bicubic",
+        "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "first_conv": "patch_embed.proj",
+        "classifier": "head",
+    },
+})
+
+
+@register_model
+def normbench_vit(pretrained: bool = False, **kwargs: Any):  # type: ignore[no-untyped-def]
+    """The deep-ViT template with any registered layer: `layer="layerscale"`, `"learnable_scaler+layerscale"`."""
+    from normbench.model import build_normbench_vit
+
+    return build_normbench_vit(pretrained=pretrained, **kwargs)

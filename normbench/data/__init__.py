@@ -1,0 +1,9 @@
+"""Data sets for the benchmark: `build_data(DataConfig(...), batch_size=..., device=...)` gives train/val loaders."""
+
+from __future__ import annotations
+
+from normbench.data.build import DATASETS, build_data
+from normbench.data.bundle import DataBundle, Loader
+from normbench.data.config import DataConfig
+
+__all__ = ["DATASETS", "DataBundle", "DataConfig", "Loader", "build_data"]

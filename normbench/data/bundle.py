@@ -1,0 +1,44 @@
+"""What `build_data` returns: two loaders and the shape facts a model needs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from torch import Tensor
+
+
+class Loader(Protocol):
+    """Yields `(x, y)` on the target device: x float32 (B, C, H, W) normalized, y int64 (B,)."""
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]: ...
+
+    def __len__(self) -> int: ...
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+
+@dataclass
+class DataBundle:
+    """Train and validation loaders plus the facts needed to build a model for them.
+
+    Attributes:
+        num_classes: Number of labels.
+        in_chans: Image channels C.
+        img_size: Image side H = W after any resizing.
+        num_train: Training samples (before drop_last).
+        num_val: Validation samples.
+        train: Shuffled, augmented loader that drops the last partial batch; call `set_epoch` every epoch.
+        val: Ordered, unaugmented loader that keeps the last partial batch.
+        name: Data set name, e.g. "cifar10".
+    """
+
+    num_classes: int
+    in_chans: int
+    img_size: int
+    num_train: int
+    num_val: int
+    train: Loader
+    val: Loader
+    name: str

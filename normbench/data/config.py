@@ -1,0 +1,35 @@
+"""The `dataset:` section of a suite, one field per accepted key."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class DataConfig:
+    """Which data set to train on and how to augment it.
+
+    A suite's `dataset:` mapping is applied key by key; every accepted key is a field below (with its default).
+    Per-dataset defaults (None) are resolved by `build_data`:
+    crop_padding: cifar 4, digits 1, synthetic 0 (scaled with img_size / native size); flip: cifar and imagefolder
+    True, digits and synthetic False.
+    """
+
+    name: str = "digits"  # one of digits, synthetic, cifar10, cifar100, imagefolder
+    root: str | None = None  # folder holding the files (`~` expanded); digits and synthetic ignore it
+    download: bool = False  # fetch CIFAR from the internet when `root` lacks it
+    crop_padding: int | None = None  # zero padding for random crops, in pixels; None = dataset default
+    flip: bool | None = None  # random horizontal flips; None = dataset default
+    randaugment: str | None = None  # timm auto-augment string such as "rand-m9-mstd0.5"; imagefolder only
+    num_workers: int = 4  # DataLoader worker processes (imagefolder only)
+    num_classes: int = 10  # synthetic only: number of classes
+    synthetic_size: int = 16  # synthetic only: image side in pixels
+    synthetic_channels: int = 3  # synthetic only: image channels
+    train_size: int = 2048  # synthetic only: training samples
+    val_size: int = 512  # synthetic only: validation samples
+
+    def root_path(self) -> Path | None:
+        """`root` with `~` expanded, or None when unset."""
+        return None if self.root is None else Path(os.path.expanduser(str(self.root)))

@@ -1,0 +1,201 @@
+"""Which cells exist, who runs them, which finished: an Optuna storage, one trial per cell.
+
+Locally the ledger is a journal file in the output folder (safe for many processes on one machine); with
+`--storage postgresql://...` it is a shared database for workers on many machines. A cell is a WAITING trial until
+a worker claims it (atomically: Optuna's WAITING -> RUNNING transition), then COMPLETE (or PRUNED). A worker that
+dies mid-cell is noticed two ways: on the same host its pid is gone; anywhere, its heartbeat stops for longer than
+the grace period. Either way the trial is failed and a WAITING copy is queued, so the cell runs again.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import FrozenTrial, TrialState
+
+from normbench.errors import ServerUnreachableError
+
+WORKER_ATTRS = ("worker_host", "worker_pid", "mlflow_run_id")
+UNFINISHED = (TrialState.WAITING, TrialState.RUNNING)
+LIVE = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+    return url
+
+
+class Ledger:
+    """The record of cells. `url=None` keeps it in `<out_dir>/ledger.journal`."""
+
+    def __init__(self, url: str | None, out_dir: Path, *, heartbeat_interval: int = 10,
+                 grace_period: int = 60) -> None:
+        self.url = url or str(Path(out_dir) / "ledger.journal")
+        self.heartbeat_interval = heartbeat_interval
+        self._stale: list[FrozenTrial] = []
+        if url is None or "://" not in url:
+            Path(self.url).parent.mkdir(parents=True, exist_ok=True)
+            backend = optuna.storages.journal.JournalFileBackend(self.url)
+            self.storage: optuna.storages.BaseStorage = optuna.storages.JournalStorage(backend)
+            self.heartbeats = False
+            return
+        try:
+            self.storage = optuna.storages.RDBStorage(
+                url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
+                heartbeat_stale_trial_callback=self._on_stale, engine_kwargs={"pool_pre_ping": True})
+        except Exception as e:  # sqlalchemy raises many types; all mean "cannot use this URL"
+            raise ServerUnreachableError(
+                f"cannot open the ledger database {redact(url)}: {type(e).__name__}: {str(e).splitlines()[0]}\n"
+                "Check that the server is running and reachable, and the user, password and database exist "
+                "(e.g. `createdb normbench`). Nothing finished is lost: results already in the ledger stay there."
+            ) from None
+        self.heartbeats = True
+
+    # ------------------------------------------------------------------------------------------------ studies
+
+    def study(self, name: str, **kwargs: Any) -> optuna.Study:
+        return optuna.create_study(study_name=name, storage=self.storage, load_if_exists=True,
+                                   direction="maximize", **kwargs)
+
+    def study_names(self) -> list[str]:
+        return [s.study_name for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)]
+
+    def enqueue(self, study: optuna.Study, items: dict[str, dict[str, Any]]) -> int:
+        """Queue each `cell_id -> params` that has no live trial yet; returns how many were queued."""
+        present = {t.user_attrs.get("cell_id") for t in study.get_trials(deepcopy=False, states=LIVE)}
+        missing = {cid: params for cid, params in items.items() if cid not in present}
+        for cid, params in missing.items():
+            study.enqueue_trial(params, user_attrs={"cell_id": cid})
+        return len(missing)
+
+    # ---------------------------------------------------------------------------------------------- claiming
+
+    def claim(self, study: optuna.Study) -> optuna.Trial | None:
+        """Take one WAITING trial for this process, or None when none is left."""
+        for frozen in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            try:
+                if not self.storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING):
+                    continue  # another worker took it first
+            except UpdateFinishedTrialError:
+                continue
+            trial = optuna.Trial(study, frozen._trial_id)
+            trial.set_user_attr("worker_host", socket.gethostname())
+            trial.set_user_attr("worker_pid", os.getpid())
+            if self._duplicate(study, frozen):
+                study.tell(trial, state=TrialState.FAIL)
+                continue
+            return trial
+        return None
+
+    def _duplicate(self, study: optuna.Study, claimed: FrozenTrial) -> bool:
+        """Two workers can queue the same cell at once; the second copy is dropped when claimed."""
+        cid = claimed.user_attrs.get("cell_id")
+        return cid is not None and any(
+            t.user_attrs.get("cell_id") == cid and t.number != claimed.number
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.COMPLETE,
+                                                              TrialState.PRUNED)))
+
+    def reclaim(self, study: optuna.Study) -> list[FrozenTrial]:
+        """Fail and re-queue the trials of dead workers; returns them (so their MLflow runs can be closed)."""
+        failed: list[FrozenTrial] = []
+        host = socket.gethostname()
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            pid = t.user_attrs.get("worker_pid")
+            if t.user_attrs.get("worker_host") == host and pid is not None and not pid_alive(pid):
+                if self._fail(t._trial_id):
+                    requeue(study, t)
+                    failed.append(t)
+        if self.heartbeats:
+            self._stale = []
+            optuna.storages.fail_stale_trials(study)  # calls _on_stale for each
+            failed += self._stale
+        return failed
+
+    def _on_stale(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        requeue(study, trial)
+        self._stale.append(trial)
+
+    def _fail(self, trial_id: int) -> bool:
+        try:
+            return self.storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+        except UpdateFinishedTrialError:
+            return False  # someone else already finished or failed it
+
+    def release(self, study: optuna.Study, trial: optuna.Trial) -> None:
+        """Give a claimed trial back (Ctrl-C): failed here, queued again for the next run."""
+        if self._fail(trial._trial_id):
+            requeue(study, study._storage.get_trial(trial._trial_id))
+
+    @contextmanager
+    def heartbeat(self, trial: optuna.Trial) -> Iterator[None]:
+        """Beat while a cell trains, so other machines can tell a live worker from a lost one."""
+        if not self.heartbeats:
+            yield
+            return
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.is_set():
+                self.storage.record_heartbeat(trial._trial_id)  # type: ignore[attr-defined]
+                stop.wait(self.heartbeat_interval)
+
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    # ---------------------------------------------------------------------------------------------- finishing
+
+    def finish(self, study: optuna.Study, trial: optuna.Trial, result: dict[str, Any]) -> None:
+        """Store the metrics on the trial, then mark it COMPLETE (or PRUNED)."""
+        summary = {k: _json_safe(v) for k, v in result.items() if k != "history"}
+        trial.set_user_attr("result", summary)
+        trial.set_user_attr("history", [{k: _json_safe(v) for k, v in h.items()} for h in result["history"]])
+        if result["status"] == "pruned":
+            study.tell(trial, state=TrialState.PRUNED)
+        else:
+            study.tell(trial, result["best_val_top1"])
+
+
+def requeue(study: optuna.Study, failed: FrozenTrial) -> None:
+    """Queue a WAITING copy of a failed trial: same params and cell, no worker."""
+    user_attrs = {k: v for k, v in failed.user_attrs.items() if k not in WORKER_ATTRS}
+    history = [*failed.system_attrs.get("retry_history", []), failed.number]
+    study.add_trial(optuna.create_trial(
+        state=TrialState.WAITING, params=failed.params, distributions=failed.distributions, user_attrs=user_attrs,
+        system_attrs={**failed.system_attrs, "failed_trial": history[0], "retry_history": history}))
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed child its parent has not reaped yet is a zombie: dead for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _json_safe(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value

@@ -1,0 +1,132 @@
+"""`normbench run` and `normbench worker`: the matrix of a suite, end to end, resumable.
+
+Running the same command again after a crash, kill -9 or Ctrl-C resumes: finished cells are skipped, cut-off ones
+run again. `--workers N` starts N local worker processes on the same ledger; `normbench worker` joins a suite
+from another machine through a shared `--storage`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from normbench.errors import SuiteError
+from normbench.ledger import Ledger
+from normbench.progress import Progress
+from normbench.suite import Suite
+from normbench.tracking import Tracker
+from normbench.worker import Job, WorkSummary, work
+
+
+def run_study_name(suite: Suite) -> str:
+    return f"run:{suite.name}"
+
+
+def open_run_study(ledger: Ledger, suite: Suite) -> optuna.Study:
+    """The suite's run study, refusing to resume a ledger trained with a different recipe."""
+    study = ledger.study(run_study_name(suite))
+    recipe = study.user_attrs.get("recipe")
+    if recipe is None:
+        study.set_user_attr("recipe", suite.recipe_hash())
+    elif recipe != suite.recipe_hash():
+        raise SuiteError(f"{suite.path}: its dataset/model/train sections changed since the cells in this ledger "
+                         f"({ledger.url}) were trained; resuming would mix recipes. Use another --out (or "
+                         "--storage), or delete the old results. Changing only the matrix is fine.")
+    return study
+
+
+def run_job(suite: Suite, study: optuna.Study) -> Job:
+    def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
+        axes = dict(trial.system_attrs.get("fixed_params") or trial.params)
+        for axis, value in axes.items():  # record the axes as the trial's params (optuna-dashboard shows them)
+            if axis in suite.matrix and value in suite.matrix[axis]:
+                trial.suggest_categorical(axis, suite.matrix[axis])
+        cell = suite.cell(axes)
+        return cell.cell_id, {**axes, **cell.config.flat()}, cell.config
+
+    return Job(study=study, cell_for=cell_for)
+
+
+def check_data(suite: Suite) -> None:
+    """Load the dataset once before any cell starts, so a missing dataset fails fast with its message."""
+    from normbench.data import build_data
+
+    build_data(suite.dataset, batch_size=1, device="cpu", seed=0)
+
+
+def run_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, device: str | None = None,
+              workers: int | None = None, quiet: bool = False) -> WorkSummary:
+    """Train every unfinished cell of the suite, then write the leaderboard."""
+    device = device or suite.device
+    check_data(suite)
+    ledger = Ledger(storage, out_dir)
+    tracker = Tracker(out_dir, suite.name)
+    study = open_run_study(ledger, suite)
+    cells = suite.cells()
+    ledger.enqueue(study, {c.cell_id: c.axes for c in cells})
+    done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    progress = Progress(total=len(cells), done=done, quiet=quiet)
+    progress.note(f"suite {suite.name}: {len(cells)} cells, {done} already finished; output in {out_dir}")
+    workers = workers or default_workers(device)
+    if workers > 1:
+        summary = spawn_workers(suite, out_dir, storage=storage, device=device, workers=workers, progress=progress,
+                                study=study)
+    else:
+        summary = work(lambda: [run_job(suite, study)], ledger, tracker, device, progress, suite.name)
+    from normbench.leaderboard import write_leaderboard
+
+    write_leaderboard(out_dir, suite=suite, storage=storage, tracker=tracker)
+    progress.note(f"leaderboard: {out_dir / 'leaderboard.md'}")
+    return summary
+
+
+def default_workers(device: str) -> int:
+    """One worker per visible GPU on a GPU machine; one on a CPU (which its threads already fill)."""
+    if device.startswith("cuda") or device == "auto":
+        import torch
+
+        if torch.cuda.is_available() and ":" not in device:
+            return torch.cuda.device_count()
+    return 1
+
+
+def spawn_workers(suite: Suite, out_dir: Path, *, storage: str | None, device: str, workers: int,
+                  progress: Progress, study: optuna.Study, command: str = "worker") -> WorkSummary:
+    """Start `workers` local `normbench worker` processes (each on its own GPU when there are GPUs) and wait."""
+    import torch
+
+    gpus = torch.cuda.device_count() if device in ("auto", "cuda") and torch.cuda.is_available() else 0
+    procs = []
+    for i in range(workers):
+        env = dict(os.environ)
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = str(i % gpus)
+        elif device == "cpu" or not gpus:  # share the cores instead of oversubscribing them
+            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+        args = [sys.executable, "-m", "normbench", command, str(suite.path), "--out", str(out_dir),
+                "--device", device, "--quiet"]
+        if storage:
+            args += ["--storage", storage]
+        procs.append(subprocess.Popen(args, env=env))
+    try:
+        while any(p.poll() is None for p in procs):
+            time.sleep(2.0)
+            done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+            if done != progress.done:
+                progress.done = done
+                progress.note(f"[{done}/{progress.total}] cells finished ({workers} workers)")
+    except KeyboardInterrupt:
+        for p in procs:
+            p.wait()  # each worker got the Ctrl-C too and gives its cell back
+        raise
+    failed = [p.returncode for p in procs if p.returncode]
+    if failed:
+        progress.note(f"{len(failed)} worker(s) exited with {failed}; their cells went back to the queue")
+    return WorkSummary(cells_run=progress.done, errors=len(failed))

@@ -1,0 +1,150 @@
+"""MLflow: one experiment per suite, one run per cell. The only module that imports mlflow.
+
+The tracking URI is MLFLOW_TRACKING_URI when set, else a SQLite store in the suite's output folder (never MLflow's
+default `./mlflow.db`). Per-epoch metrics are buffered and written with `log_batch` at most every few seconds, so
+logging stays a small fraction of a cell's time.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from normbench.errors import ServerUnreachableError
+
+# Fail fast on an unreachable server instead of MLflow's minutes of retries; users may override either.
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+EPOCH_METRICS = ("train_loss", "val_top1", "lr", "grad_norm", "images_per_sec")
+FLUSH_SECONDS = 5.0
+
+
+def tracking_uri(out_dir: Path) -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(out_dir).resolve() / 'mlflow.db'}"
+
+
+class Tracker:
+    """Writes cells to MLflow. Construct once per process; it checks the server is reachable."""
+
+    def __init__(self, out_dir: Path, experiment: str) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.uri = tracking_uri(out_dir)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        self.client = MlflowClient(tracking_uri=self.uri)
+        try:
+            found = self.client.get_experiment_by_name(experiment)
+            if found is not None:
+                self.experiment_id = found.experiment_id
+            else:
+                local = self.uri.startswith("sqlite:")
+                artifacts = (Path(out_dir).resolve() / "mlartifacts").as_uri() if local else None
+                self.experiment_id = self._create(experiment, artifacts)
+        except Exception as e:  # MlflowException, requests' errors, sqlalchemy's: all mean "cannot track"
+            raise ServerUnreachableError(
+                f"cannot reach the MLflow tracking store {self.uri}: {type(e).__name__}: {str(e).splitlines()[0]}\n"
+                "Start it (`mlflow server --host 0.0.0.0 --port 5000 --backend-store-uri ...`) or unset "
+                "MLFLOW_TRACKING_URI to log to the output folder. Nothing finished is lost."
+            ) from None
+        self._buffer: dict[str, list[Any]] = {}
+        self._last_flush: dict[str, float] = {}
+
+    def _create(self, name: str, artifacts: str | None) -> str:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.client.create_experiment(name, artifact_location=artifacts)
+        except MlflowException:  # another worker created it a moment ago
+            return self.client.get_experiment_by_name(name).experiment_id  # type: ignore[union-attr]
+
+    def start(self, cell_id: str, params: dict[str, Any], tags: dict[str, str]) -> str:
+        """Open a run for a cell, with every axis and recipe value as a param; returns the run id."""
+        from mlflow.entities import Param, RunTag
+
+        run = self.client.create_run(self.experiment_id, run_name=cell_id,
+                                     tags={**default_tags(), **tags, "cell_id": cell_id})
+        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        for i in range(0, len(items), 100):  # MLflow caps a batch at 100 params
+            self.client.log_batch(run.info.run_id, params=items[i:i + 100], tags=[RunTag("status", "running")])
+        return run.info.run_id
+
+    def log_epoch(self, run_id: str, record: dict[str, Any]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self._buffer.setdefault(run_id, []).extend(
+            Metric(k, float(record[k]), now, int(record["epoch"])) for k in EPOCH_METRICS if k in record)
+        if time.monotonic() - self._last_flush.get(run_id, 0.0) > FLUSH_SECONDS:
+            self.flush(run_id)
+
+    def flush(self, run_id: str) -> None:
+        metrics = self._buffer.pop(run_id, [])
+        for i in range(0, len(metrics), 1000):  # MLflow caps a batch at 1000 metrics
+            self.client.log_batch(run_id, metrics=metrics[i:i + 1000])
+        self._last_flush[run_id] = time.monotonic()
+
+    def summarize(self, run_id: str, result: dict[str, Any]) -> None:
+        """Summary metrics that sort in the UI's table and the status tag; `close` marks the run FINISHED after
+        the ledger has the cell, so a crash in between is repaired (not duplicated) by the next run."""
+        from mlflow.entities import Metric, RunTag
+
+        self.flush(run_id)
+        now = int(time.time() * 1000)
+        summary = {"best_val_top1": result["best_val_top1"], "final_val_top1": result["final_val_top1"],
+                   "diverged": float(result["status"] == "diverged"), "epochs_run": result["epochs_run"],
+                   "images_per_sec_mean": result["images_per_sec"], "params": result["params"],
+                   "cell_seconds": result["seconds"]}
+        self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in summary.items()],
+                              tags=[RunTag("status", result["status"])])
+
+    def close(self, run_id: str) -> None:
+        self.client.set_terminated(run_id, "FINISHED")
+
+    def fail(self, run_id: str, status: str = "FAILED") -> None:
+        """End a run that will not finish (crash, lost worker, Ctrl-C) so it never stays RUNNING."""
+        from mlflow.entities import RunTag
+
+        try:
+            self.client.log_batch(run_id, tags=[RunTag("status", status.lower())])
+            self.client.set_terminated(run_id, status)
+        except Exception:  # a run that no longer exists needs no closing
+            pass
+
+    def run_status(self, run_id: str) -> str | None:
+        try:
+            return self.client.get_run(run_id).info.status
+        except Exception:
+            return None
+
+    def log_artifacts(self, run_name: str, folder: Path) -> None:
+        """Leaderboard files as artifacts of a `leaderboard` run in the suite's experiment."""
+        runs = self.client.search_runs([self.experiment_id], f"tags.mlflow.runName = '{run_name}'", max_results=1)
+        run_id = runs[0].info.run_id if runs else self.client.create_run(self.experiment_id, run_name=run_name,
+                                                                         tags={"kind": "leaderboard"}).info.run_id
+        for path in sorted(Path(folder).glob("*")):
+            if path.suffix in (".md", ".csv", ".png"):
+                self.client.log_artifact(run_id, str(path))
+        self.client.set_terminated(run_id, "FINISHED")
+
+
+def default_tags() -> dict[str, str]:
+    import timm
+    import torch
+
+    import normbench
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu"
+    return {"normbench_version": normbench.__version__, "torch_version": torch.__version__,
+            "timm_version": timm.__version__, "device": device, "host": socket.gethostname()}
+
+
+def running_run_ids(tracker: Tracker) -> list[str]:
+    """Runs of this experiment still marked RUNNING (to be reconciled with the ledger)."""
+    runs = tracker.client.search_runs([tracker.experiment_id], "attributes.status = 'RUNNING'", max_results=10000)
+    return [r.info.run_id for r in runs]

@@ -1,0 +1,151 @@
+"""One cell of training: build -> fit -> metrics dict. Knows nothing of MLflow, Optuna or the suite.
+
+The step loop has no host syncs except every `log_interval` steps and at the end of an epoch (one `.item()` for
+the epoch's loss); a divergent loss ends the cell with status "diverged" instead of raising.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import asdict
+from typing import Any
+
+import torch
+from timm.data import Mixup
+from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+from timm.optim import create_optimizer_v2
+from torch import nn
+
+from normbench.config import CellConfig
+from normbench.data import DataBundle, build_data
+from normbench.model import NormbenchViT
+from normbench.schedule import warmup_cosine
+
+EpochCallback = Callable[[dict[str, Any]], bool | None]  # gets the epoch's record; True stops the cell (pruning)
+
+
+def build_model(cell: CellConfig, data: DataBundle) -> NormbenchViT:
+    m = asdict(cell.model)
+    m.pop("img_size")
+    return NormbenchViT(img_size=data.img_size, in_chans=data.in_chans, num_classes=data.num_classes, **m)
+
+
+def _resolve_device(device: str | torch.device) -> torch.device:
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: EpochCallback | None = None,
+               data: DataBundle | None = None) -> dict[str, Any]:
+    """Train one cell and return its metrics.
+
+    Returns:
+        status ("ok", "diverged" or "pruned"), best_val_top1 and final_val_top1 (percent), train_loss (last epoch),
+        epochs_run, images_per_sec (training steps only), params, seconds, and `history`: one dict per epoch
+        (epoch, train_loss, val_top1, lr, grad_norm, images_per_sec).
+    """
+    t_start = time.perf_counter()
+    tc, dev = cell.train, _resolve_device(device)
+    on_cuda = dev.type == "cuda"
+    torch.manual_seed(tc.seed)
+    if on_cuda:
+        torch.set_float32_matmul_precision("high")
+    data = data or build_data(cell.data, batch_size=tc.batch_size, device=dev, seed=tc.seed,
+                              img_size=cell.model.img_size)
+    model = build_model(cell, data).to(dev)
+    params = sum(p.numel() for p in model.parameters())
+    opt_kwargs = {"fused": True} if on_cuda and tc.optimizer == "adamw" else {}
+    optimizer = create_optimizer_v2(model, tc.optimizer, lr=tc.lr, weight_decay=tc.weight_decay, **opt_kwargs)
+    forward = torch.compile(model) if tc.compile == "on" or (tc.compile == "auto" and on_cuda) else model
+    amp = tc.amp == "bf16" or (tc.amp == "auto" and on_cuda)
+    autocast = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if amp else nullcontext
+
+    mixup = (Mixup(mixup_alpha=tc.mixup, cutmix_alpha=tc.cutmix, label_smoothing=tc.label_smoothing,
+                   num_classes=data.num_classes) if tc.mixup > 0 or tc.cutmix > 0 else None)
+    loss_fn: nn.Module = (SoftTargetCrossEntropy() if mixup else LabelSmoothingCrossEntropy(tc.label_smoothing)
+                          if tc.label_smoothing > 0 else nn.CrossEntropyLoss())
+    max_loss = tc.max_loss if tc.max_loss is not None else 10.0 * math.log(data.num_classes)
+    steps_per_epoch = max(1, len(data.train) // tc.grad_accum_steps)
+    total_steps = steps_per_epoch * tc.epochs
+    warmup_steps = round(tc.warmup_epochs * steps_per_epoch)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+
+    history: list[dict[str, Any]] = []
+    status, step, train_seconds, images_seen = "ok", 0, 0.0, 0
+    for epoch in range(tc.epochs):
+        model.train()
+        data.train.set_epoch(epoch)
+        loss_sum = torch.zeros((), device=dev)
+        grad_norm_sum = torch.zeros((), device=dev)
+        micro, optimizer_steps, epoch_images = 0, 0, 0
+        lr = tc.lr
+        t0 = time.perf_counter()
+        for x, y in data.train:
+            if mixup is not None:
+                x, y = mixup(x, y)
+            with autocast():
+                loss = loss_fn(forward(x), y)
+            (loss / tc.grad_accum_steps).backward()
+            loss_sum += loss.detach()
+            micro += 1
+            epoch_images += x.shape[0]
+            if micro % tc.grad_accum_steps:
+                continue
+            lr = warmup_cosine(step, total_steps=total_steps, warmup_steps=warmup_steps, lr=tc.lr,
+                               warmup_lr=tc.warmup_lr, min_lr=tc.min_lr)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            grad_norm_sum += nn.utils.clip_grad_norm_(trainable, tc.clip_grad or math.inf)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            optimizer_steps += 1
+            if step % tc.log_interval == 0 and not math.isfinite(loss_sum.item()):  # the periodic sync
+                break
+        train_loss = loss_sum.item() / max(1, micro)  # the epoch's sync; also waits for the device
+        epoch_seconds = time.perf_counter() - t0
+        train_seconds += epoch_seconds
+        images_seen += epoch_images
+        if not math.isfinite(train_loss) or train_loss > max_loss:
+            status = "diverged"
+            history.append({"epoch": epoch, "train_loss": train_loss, "val_top1": float("nan"), "lr": lr,
+                            "grad_norm": float("nan"), "images_per_sec": epoch_images / epoch_seconds})
+            break
+        record = {"epoch": epoch, "train_loss": train_loss, "val_top1": evaluate(model, forward, data, autocast, dev),
+                  "lr": lr, "grad_norm": grad_norm_sum.item() / max(1, optimizer_steps),
+                  "images_per_sec": epoch_images / epoch_seconds}
+        history.append(record)
+        if on_epoch is not None and on_epoch(record):
+            status = "pruned"
+            break
+
+    val = [h["val_top1"] for h in history if math.isfinite(h["val_top1"])]
+    return {
+        "status": status,
+        "best_val_top1": max(val, default=0.0),
+        "final_val_top1": val[-1] if val else 0.0,
+        "train_loss": history[-1]["train_loss"] if history else float("nan"),
+        "epochs_run": len(history),
+        "images_per_sec": images_seen / train_seconds if train_seconds else 0.0,
+        "params": params,
+        "seconds": time.perf_counter() - t_start,
+        "history": history,
+    }
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor], data: DataBundle,
+             autocast: Callable, device: torch.device) -> float:
+    """Top-1 accuracy in percent on the validation split; one host sync at the end. Leaves the model in eval."""
+    model.eval()
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    total = 0
+    for x, y in data.val:
+        with autocast():
+            correct += (forward(x).argmax(dim=-1) == y).sum()
+        total += y.shape[0]
+    return 100.0 * correct.item() / max(1, total)

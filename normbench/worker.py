@@ -1,0 +1,118 @@
+"""The worker loop shared by `run`, `tune` and `worker`: claim a cell from the ledger, train it, log it, finish it.
+
+Order matters for exactly-once results: metrics go to MLflow first, then the ledger marks the cell COMPLETE, then
+the MLflow run is closed. A crash before COMPLETE re-runs the cell (its MLflow run is closed as FAILED); a crash
+after it only leaves a run to close, which `close_orphans` does on the next start.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from normbench.config import CellConfig
+from normbench.errors import NormbenchError
+from normbench.ledger import Ledger
+from normbench.progress import Progress
+from normbench.tracking import Tracker, running_run_ids
+from normbench.train import train_cell
+
+POLL_SECONDS = 2.0
+
+
+@dataclass
+class Job:
+    """One study's cells and how to turn a claimed trial into a recipe."""
+
+    study: optuna.Study
+    cell_for: Callable[[optuna.Trial], tuple[str, dict[str, Any], CellConfig]]  # -> cell_id, params, recipe
+    report: bool = False  # feed per-epoch val accuracy to the study's pruner
+
+
+@dataclass
+class WorkSummary:
+    cells_run: int = 0
+    errors: int = 0
+
+
+def work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
+         suite_name: str, max_cells: int | None = None) -> WorkSummary:
+    """Run cells until every study of `jobs()` is finished. `jobs` is re-read when the current ones run dry, so
+    tuning can add its re-runs of the best configurations once the searches end."""
+    summary = WorkSummary()
+    current = jobs()
+    while max_cells is None or summary.cells_run < max_cells:
+        for job in current:
+            close_orphans(ledger, job.study, tracker)
+        claimed = next(((job, t) for job in current if (t := ledger.claim(job.study)) is not None), None)
+        if claimed is not None:
+            ok = run_cell(*claimed, ledger=ledger, tracker=tracker, device=device, progress=progress,
+                          suite_name=suite_name)
+            summary.cells_run += 1
+            summary.errors += not ok
+            continue
+        if any(job.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+               for job in current):
+            time.sleep(POLL_SECONDS)  # others are training; if one dies, its cell comes back to the queue
+            continue
+        refreshed = jobs()
+        if [j.study.study_name for j in refreshed] == [j.study.study_name for j in current]:
+            return summary
+        current = refreshed
+    return summary
+
+
+def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
+             suite_name: str) -> bool:
+    """Train one claimed cell. Returns False if it raised (recorded as a failed trial, retried on the next run)."""
+    cell_id, params, config = job.cell_for(trial)
+    run_id = tracker.start(cell_id, params, tags={"suite": suite_name, "study": job.study.study_name,
+                                                  "trial": str(trial.number)})
+    trial.set_user_attr("mlflow_run_id", run_id)
+    progress.start_cell(cell_id, config.train.epochs)
+
+    def on_epoch(record: dict[str, Any]) -> bool:
+        tracker.log_epoch(run_id, record)
+        progress.epoch(record)
+        if not job.report:
+            return False
+        trial.report(record["val_top1"], record["epoch"])
+        return trial.should_prune()
+
+    try:
+        with ledger.heartbeat(trial):
+            result = train_cell(config, device=device, on_epoch=on_epoch)
+    except (KeyboardInterrupt, NormbenchError):  # stop the suite; the cell goes back to the queue
+        tracker.fail(run_id, "KILLED")
+        ledger.release(job.study, trial)
+        raise
+    except Exception as e:  # a crash in one cell must not take the suite down
+        tracker.fail(run_id)
+        trial.set_user_attr("error", f"{type(e).__name__}: {e}"[:1000])
+        job.study.tell(trial, state=TrialState.FAIL)
+        progress.note(f"cell {cell_id} failed: {type(e).__name__}: {e} (it is retried on the next run)")
+        return False
+    tracker.summarize(run_id, result)
+    ledger.finish(job.study, trial, result)
+    tracker.close(run_id)
+    progress.end_cell(result)
+    return True
+
+
+def close_orphans(ledger: Ledger, study: optuna.Study, tracker: Tracker) -> None:
+    """Reconcile MLflow with the ledger: no run stays RUNNING once its trial is finished or its worker is dead."""
+    for failed in ledger.reclaim(study):
+        if run_id := failed.user_attrs.get("mlflow_run_id"):
+            tracker.fail(run_id)
+    running = set(running_run_ids(tracker))
+    if not running:
+        return
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
+        run_id = t.user_attrs.get("mlflow_run_id")
+        if run_id in running:
+            tracker.close(run_id) if t.state != TrialState.FAIL else tracker.fail(run_id)

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from normbench.data import DataConfig, build_data
+from normbench.data.digits import DIGITS_MEAN, DIGITS_STD, digits_split_indices, load_digits_splits
+
+
+def test_shapes_and_classes() -> None:
+    bundle = build_data(DataConfig(name="digits"), batch_size=64, device="cpu")
+    assert (bundle.num_classes, bundle.in_chans, bundle.img_size) == (10, 1, 8)
+    assert (bundle.num_train, bundle.num_val) == (1437, 360)
+    x, y = next(iter(bundle.train))
+    assert x.shape == (64, 1, 8, 8) and x.dtype == torch.float32
+    assert y.shape == (64,) and y.dtype == torch.int64
+    labels = torch.cat([y for _, y in bundle.val])
+    assert sorted(labels.unique().tolist()) == list(range(10))
+
+
+def test_split_is_fixed_disjoint_and_stratified() -> None:
+    train_idx, val_idx = digits_split_indices()
+    assert len(np.intersect1d(train_idx, val_idx)) == 0
+    assert len(np.union1d(train_idx, val_idx)) == 1797
+    counts = np.bincount(load_digits_splits().val_y.numpy(), minlength=10)
+    assert counts.min() >= 35 and counts.max() <= 37  # stratified: ~36 per class
+
+    # the run seed changes the order of training batches, never which images are in which split
+    a = build_data(DataConfig(name="digits"), batch_size=64, device="cpu", seed=0)
+    b = build_data(DataConfig(name="digits"), batch_size=64, device="cpu", seed=1)
+    assert torch.equal(a.train.images, b.train.images)
+    for (xa, ya), (xb, yb) in zip(a.val, b.val, strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert not torch.equal(next(iter(a.train))[1], next(iter(b.train))[1])
+
+
+def test_normalization_constants_match_the_training_split() -> None:
+    splits = load_digits_splits()
+    assert abs(splits.train_x.mean().item() - DIGITS_MEAN[0]) < 1e-3
+    assert abs(splits.train_x.std().item() - DIGITS_STD[0]) < 1e-3
+    assert splits.train_x.min() == 0 and splits.train_x.max() == 1
+
+    bundle = build_data(DataConfig(name="digits"), batch_size=400, device="cpu")
+    x = torch.cat([x for x, _ in bundle.val])
+    assert abs(x.mean().item()) < 0.1 and abs(x.std().item() - 1) < 0.1
+
+
+def test_defaults_are_crop_one_pixel_and_no_flip() -> None:
+    bundle = build_data(DataConfig(name="digits"), batch_size=64, device="cpu")
+    assert bundle.train.crop_padding == 1 and bundle.train.flip is False

@@ -25,14 +25,20 @@ class _AfterTimmImport(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
         if fullname != "timm":
             return None
-        sys.meta_path.remove(self)  # one shot, and lets find_spec below use the normal finders
-        spec = importlib.util.find_spec(fullname)
+        index = sys.meta_path.index(self)
+        sys.meta_path.remove(self)  # so that find_spec below asks the normal finders
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:  # stay until timm's body really runs: a bare `find_spec("timm")` probe must not disarm us
+            sys.meta_path.insert(index, self)
         if spec is None or spec.loader is None:
             return spec
         exec_timm = spec.loader.exec_module
 
         def exec_module(module: ModuleType) -> None:
             exec_timm(module)
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
             _register()
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]

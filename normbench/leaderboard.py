@@ -29,10 +29,10 @@ def cells_frame(ledger: Ledger, study_name: str) -> pd.DataFrame:
     study = ledger.study(study_name)
     rows = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-        axes = dict(t.system_attrs.get("fixed_params") or {}) or dict(t.params)
+        axes = dict(t.user_attrs.get("axes") or t.params)
         result = t.user_attrs.get("result", {})
-        rows.append({"cell_id": t.user_attrs.get("cell_id"), **axes, **t.user_attrs.get("overrides", {}),
-                     **{k: v for k, v in result.items()}, "trial": t.number})
+        rows.append({"cell_id": t.user_attrs.get("cell_id"), **axes, **result, "trial": t.number,
+                     "tuned_params": t.user_attrs.get("overrides")})
     frame = pd.DataFrame(rows)
     if not frame.empty:
         frame["score"] = frame["best_val_top1"].where(frame["status"] != "diverged", 0.0)
@@ -88,8 +88,8 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     out_dir = Path(out_dir)
     ledger = Ledger(storage, out_dir)
     name = suite.name if suite else _single_suite_name(ledger)
-    cells = cells_frame(ledger, f"run:{name}")
-    tuned = cells_frame(ledger, f"tuned:{name}")
+    cells = _with_fixed_axes(cells_frame(ledger, f"run:{name}"), suite)
+    tuned = _with_fixed_axes(cells_frame(ledger, f"tuned:{name}"), suite)
     if not cells.empty:
         cells.drop(columns=["history"], errors="ignore").to_csv(out_dir / "results.csv", index=False)
     lines = header(suite, cells)
@@ -109,6 +109,7 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
         lines += [f"![{p.stem}]({p.name})" for p in plot_files] + [""]
     if not tuned.empty:
         lines += tuned_section(tuned)
+    lines += budget_section(ledger, name)
     path = out_dir / "leaderboard.md"
     path.write_text("\n".join(lines))
     if tracker is not None:
@@ -131,6 +132,25 @@ def tuned_section(tuned: pd.DataFrame) -> list[str]:
     table = pd.DataFrame(rows).sort_values("val top-1 (%)", ascending=False)
     return ["## tuned (equal Optuna budget per layer and depth, best config re-run over seeds)", "",
             tabulate(table, headers="keys", tablefmt="github", showindex=False), ""]
+
+
+def budget_section(ledger: Ledger, suite_name: str) -> list[str]:
+    """Trials per tuning study by outcome: the evidence that every layer got the same budget."""
+    from tabulate import tabulate
+
+    prefix = f"tune:{suite_name}:"
+    rows = []
+    for name in sorted(n for n in ledger.study_names() if n.startswith(prefix)):
+        trials = ledger.study(name).get_trials(deepcopy=False)
+        spent = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+        rows.append({"study": name[len(prefix):], "trials": len(spent),
+                     "pruned": sum(t.state == TrialState.PRUNED for t in spent),
+                     "diverged": sum(t.user_attrs.get("result", {}).get("status") == "diverged" for t in spent),
+                     "lost workers (re-run)": sum(t.state == TrialState.FAIL for t in trials),
+                     "best val top-1 (%)": max((t.value for t in spent if t.value is not None), default=float("nan"))})
+    if not rows:
+        return []
+    return ["## tuning budget (trials per study)", "", tabulate(rows, headers="keys", tablefmt="github"), ""]
 
 
 def mean_std(values: pd.Series) -> str:
@@ -168,6 +188,19 @@ def write_plots(cells: pd.DataFrame, out_dir: Path) -> list[Path]:
     fig.savefig(paths[-1], dpi=110)
     plt.close("all")
     return paths
+
+
+def _with_fixed_axes(cells: pd.DataFrame, suite: Suite | None) -> pd.DataFrame:
+    """Axes the matrix does not vary still get a column, from the base recipe (the tables group by them)."""
+    if cells.empty:
+        return cells
+    base = suite.cell({}).config if suite else None
+    fixed = {"depth": base.model.depth if base else 12, "layer": base.model.layer if base else "layernorm",
+             "lr": base.train.lr if base else float("nan"), "seed": base.train.seed if base else 0}
+    for axis, value in fixed.items():
+        if axis not in cells:
+            cells[axis] = value
+    return cells
 
 
 def _single_suite_name(ledger: Ledger) -> str:

@@ -31,6 +31,15 @@ LIVE = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+def worker_host() -> str:
+    """This machine's name in the ledger; NORMBENCH_HOST overrides it (containers that share a hostname)."""
+    return os.environ.get("NORMBENCH_HOST") or socket.gethostname()
+
+
+def _env_seconds(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
 def redact(url: str) -> str:
     """The URL without its password, for messages."""
     if "@" in url and "://" in url:
@@ -43,8 +52,12 @@ def redact(url: str) -> str:
 class Ledger:
     """The record of cells. `url=None` keeps it in `<out_dir>/ledger.journal`."""
 
-    def __init__(self, url: str | None, out_dir: Path, *, heartbeat_interval: int = 10,
-                 grace_period: int = 60) -> None:
+    def __init__(self, url: str | None, out_dir: Path, *, heartbeat_interval: int | None = None,
+                 grace_period: int | None = None) -> None:
+        """Heartbeat every `heartbeat_interval` s (NORMBENCH_HEARTBEAT_INTERVAL, default 10); a shared-database
+        worker silent for `grace_period` s (NORMBENCH_HEARTBEAT_GRACE, default 60) is taken for lost."""
+        heartbeat_interval = heartbeat_interval or _env_seconds("NORMBENCH_HEARTBEAT_INTERVAL", 10)
+        grace_period = grace_period or _env_seconds("NORMBENCH_HEARTBEAT_GRACE", 60)
         self.url = url or str(Path(out_dir) / "ledger.journal")
         self.heartbeat_interval = heartbeat_interval
         self._stale: list[FrozenTrial] = []
@@ -75,12 +88,14 @@ class Ledger:
     def study_names(self) -> list[str]:
         return [s.study_name for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)]
 
-    def enqueue(self, study: optuna.Study, items: dict[str, dict[str, Any]]) -> int:
-        """Queue each `cell_id -> params` that has no live trial yet; returns how many were queued."""
+    def enqueue(self, study: optuna.Study, items: dict[str, dict[str, Any]],
+                extra: dict[str, dict[str, Any]] | None = None) -> int:
+        """Queue each `cell_id -> axes` that has no live trial yet (with `extra[cell_id]` as further user attrs);
+        returns how many were queued."""
         present = {t.user_attrs.get("cell_id") for t in study.get_trials(deepcopy=False, states=LIVE)}
-        missing = {cid: params for cid, params in items.items() if cid not in present}
-        for cid, params in missing.items():
-            study.enqueue_trial(params, user_attrs={"cell_id": cid})
+        missing = {cid: axes for cid, axes in items.items() if cid not in present}
+        for cid, axes in missing.items():
+            study.enqueue_trial(axes, user_attrs={"cell_id": cid, "axes": axes, **(extra or {}).get(cid, {})})
         return len(missing)
 
     # ---------------------------------------------------------------------------------------------- claiming
@@ -94,7 +109,7 @@ class Ledger:
             except UpdateFinishedTrialError:
                 continue
             trial = optuna.Trial(study, frozen._trial_id)
-            trial.set_user_attr("worker_host", socket.gethostname())
+            trial.set_user_attr("worker_host", worker_host())
             trial.set_user_attr("worker_pid", os.getpid())
             if self._duplicate(study, frozen):
                 study.tell(trial, state=TrialState.FAIL)
@@ -113,7 +128,7 @@ class Ledger:
     def reclaim(self, study: optuna.Study) -> list[FrozenTrial]:
         """Fail and re-queue the trials of dead workers; returns them (so their MLflow runs can be closed)."""
         failed: list[FrozenTrial] = []
-        host = socket.gethostname()
+        host = worker_host()
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             pid = t.user_attrs.get("worker_pid")
             if t.user_attrs.get("worker_host") == host and pid is not None and not pid_alive(pid):

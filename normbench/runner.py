@@ -44,7 +44,7 @@ def open_run_study(ledger: Ledger, suite: Suite) -> optuna.Study:
 
 def run_job(suite: Suite, study: optuna.Study) -> Job:
     def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
-        axes = dict(trial.system_attrs.get("fixed_params") or trial.params)
+        axes = dict(trial.user_attrs["axes"])
         for axis, value in axes.items():  # record the axes as the trial's params (optuna-dashboard shows them)
             if axis in suite.matrix and value in suite.matrix[axis]:
                 trial.suggest_categorical(axis, suite.matrix[axis])
@@ -75,16 +75,26 @@ def run_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, device
     progress = Progress(total=len(cells), done=done, quiet=quiet)
     progress.note(f"suite {suite.name}: {len(cells)} cells, {done} already finished; output in {out_dir}")
     workers = workers or default_workers(device)
+    jobs = lambda: [run_job(suite, study)]  # noqa: E731
+    summary = WorkSummary()
     if workers > 1:
         summary = spawn_workers(suite, out_dir, storage=storage, device=device, workers=workers, progress=progress,
-                                study=study)
-    else:
-        summary = work(lambda: [run_job(suite, study)], ledger, tracker, device, progress, suite.name)
+                                study_names=[study.study_name], ledger=ledger)
+    # with workers: finishes whatever a dead worker left behind (usually nothing)
+    leftover = work(jobs, ledger, tracker, device, progress, suite.name)
+    summary.cells_run += leftover.cells_run
+    summary.errors += leftover.errors
     from normbench.leaderboard import write_leaderboard
 
     write_leaderboard(out_dir, suite=suite, storage=storage, tracker=tracker)
     progress.note(f"leaderboard: {out_dir / 'leaderboard.md'}")
     return summary
+
+
+def count_finished(ledger: Ledger, study_names: list[str]) -> int:
+    existing = set(ledger.study_names())
+    return sum(len(ledger.study(n).get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+               for n in study_names if n in existing)
 
 
 def default_workers(device: str) -> int:
@@ -98,7 +108,7 @@ def default_workers(device: str) -> int:
 
 
 def spawn_workers(suite: Suite, out_dir: Path, *, storage: str | None, device: str, workers: int,
-                  progress: Progress, study: optuna.Study, command: str = "worker") -> WorkSummary:
+                  progress: Progress, study_names: list[str], ledger: Ledger, mode: str = "run") -> WorkSummary:
     """Start `workers` local `normbench worker` processes (each on its own GPU when there are GPUs) and wait."""
     import torch
 
@@ -110,15 +120,15 @@ def spawn_workers(suite: Suite, out_dir: Path, *, storage: str | None, device: s
             env["CUDA_VISIBLE_DEVICES"] = str(i % gpus)
         elif device == "cpu" or not gpus:  # share the cores instead of oversubscribing them
             env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
-        args = [sys.executable, "-m", "normbench", command, str(suite.path), "--out", str(out_dir),
-                "--device", device, "--quiet"]
+        args = [sys.executable, "-m", "normbench", "worker", str(suite.path), "--out", str(out_dir),
+                "--device", device, "--mode", mode, "--quiet"]
         if storage:
             args += ["--storage", storage]
         procs.append(subprocess.Popen(args, env=env))
     try:
         while any(p.poll() is None for p in procs):
             time.sleep(2.0)
-            done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+            done = count_finished(ledger, study_names)
             if done != progress.done:
                 progress.done = done
                 progress.note(f"[{done}/{progress.total}] cells finished ({workers} workers)")

@@ -204,8 +204,6 @@ def _tune(raw: Any, suite: Suite, where: str) -> TuneConfig | None:
         if not ok:
             raise SuiteError(f"{where}: tune.space.{key}: expected {{low: a, high: b, log: bool}} with a < b, "
                              f"or {{choices: [...]}}, got {dist!r}")
-        if key in suite.matrix and key not in ("layer", "depth"):
-            suite.matrix.pop(key)  # the space replaces the grid for tuned keys
     for key in ("sampler", "pruner"):
         options = {"sampler": ("tpe", "random"), "pruner": ("median", "none")}[key]
         if key in raw and raw[key] not in options:

@@ -13,7 +13,7 @@ class DataConfig:
 
     A suite's `dataset:` mapping is applied key by key; every accepted key is a field below (with its default).
     Per-dataset defaults (None) are resolved by `build_data`:
-    crop_padding: cifar 4, digits 1, synthetic 0 (scaled with img_size / native size); flip: cifar and imagefolder
+    crop_padding: cifar 4, digits 0, synthetic 0 (scaled with img_size / native size); flip: cifar and imagefolder
     True, digits and synthetic False.
     """
 

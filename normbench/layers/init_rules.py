@@ -66,6 +66,7 @@ def tfixup_init(model: nn.Module) -> None:
         for linear in (block.attn.qkv, block.attn.proj, block.mlp.fc1, block.mlp.fc2):
             nn.init.xavier_uniform_(linear.weight)
         _, _, v = _qkv_slices(block.attn.qkv)
+        nn.init.xavier_uniform_(v)  # Xavier on v's own (C, C) matrix, not the fused (3C, C) one: √2 larger
         v.mul_(scale)
         for linear in (block.attn.proj, block.mlp.fc1, block.mlp.fc2):
             linear.weight.mul_(scale)

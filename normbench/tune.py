@@ -1,0 +1,131 @@
+"""`normbench tune`: the same Optuna budget for every (layer, depth), then the best configuration over seeds.
+
+One study per point of the matrix without its seed and tuned axes, named `tune:<suite>:depth=12,layer=layerscale`.
+Each study gets exactly `tune.trials` trial slots queued up front, so the budget is equal however many workers
+share it; pruned and diverged trials spend budget like any other. When every search is over, the best config of
+each study is re-run for every seed of the matrix in the study `tuned:<suite>`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from normbench.ledger import Ledger
+from normbench.progress import Progress
+from normbench.runner import check_data, spawn_workers
+from normbench.suite import Suite, TuneConfig, cell_id, with_overrides
+from normbench.tracking import Tracker
+from normbench.worker import Job, WorkSummary, work
+
+
+def search_keys(suite: Suite) -> list[dict[str, Any]]:
+    """The matrix points that get their own study: every axis except seed and the tuned keys."""
+    assert suite.tune is not None
+    axes = {k: v for k, v in suite.matrix.items() if k != "seed" and k not in suite.tune.space}
+    return [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
+
+
+def seeds(suite: Suite) -> list[int]:
+    return list(suite.matrix.get("seed", [suite.train.get("seed", 0)]))
+
+
+def suggest(trial: optuna.Trial, key: str, dist: dict[str, Any]) -> Any:
+    if "choices" in dist:
+        return trial.suggest_categorical(key, dist["choices"])
+    if isinstance(dist["low"], int) and isinstance(dist["high"], int) and not dist.get("log"):
+        return trial.suggest_int(key, dist["low"], dist["high"], step=dist.get("step", 1))
+    return trial.suggest_float(key, dist["low"], dist["high"], log=bool(dist.get("log", False)))
+
+
+def _sampler_and_pruner(tune: TuneConfig) -> dict[str, Any]:
+    sampler = (optuna.samplers.TPESampler(n_startup_trials=tune.startup_trials, seed=0) if tune.sampler == "tpe"
+               else optuna.samplers.RandomSampler(seed=0))
+    pruner = (optuna.pruners.MedianPruner(n_startup_trials=tune.startup_trials, n_warmup_steps=1)
+              if tune.pruner == "median" else optuna.pruners.NopPruner())
+    return {"sampler": sampler, "pruner": pruner}
+
+
+def tune_context(suite: Suite, out_dir: Path, storage: str | None) -> tuple[Ledger, Tracker, Callable[[], list[Job]]]:
+    """Open the ledger, queue the budget, and return the job list a worker loop consumes."""
+    if suite.tune is None:
+        from normbench.errors import SuiteError
+
+        raise SuiteError(f"{suite.path}: has no `tune:` section; add one with `trials:` and `space:` "
+                         "(see suites/smoke.yaml)")
+    tune = suite.tune
+    ledger, tracker = Ledger(storage, out_dir), Tracker(out_dir, suite.name)
+    studies = []
+    for key in search_keys(suite):
+        study = ledger.study(f"tune:{suite.name}:{cell_id(key)}", **_sampler_and_pruner(tune))
+        ledger.enqueue(study, {f"slot-{i}": {} for i in range(tune.trials)})
+        studies.append((key, study))
+
+    def search_job(key: dict[str, Any], study: optuna.Study) -> Job:
+        def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
+            axes = {**key, "seed": seeds(suite)[0]}
+            sampled = {k: suggest(trial, k, d) for k, d in tune.space.items()}
+            config = with_overrides(suite.cell(axes), sampled, suite.axis_section)
+            return f"{cell_id(key)},trial={trial.number}", {**axes, **config.flat()}, config
+
+        return Job(study=study, cell_for=cell_for, report=True)
+
+    def rerun_job(study: optuna.Study) -> Job:
+        def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
+            axes, overrides = trial.user_attrs["axes"], trial.user_attrs["overrides"]
+            config = with_overrides(suite.cell(axes), overrides, suite.axis_section)
+            return cell_id(axes), {**axes, **config.flat()}, config
+
+        return Job(study=study, cell_for=cell_for)
+
+    def jobs() -> list[Job]:
+        current = [search_job(key, study) for key, study in studies]
+        if any(study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
+               for _, study in studies):
+            return current
+        tuned = ledger.study(f"tuned:{suite.name}")
+        items, extra = {}, {}
+        for key, study in studies:
+            complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if not complete:
+                continue  # every trial pruned: nothing to re-run
+            best = max(complete, key=lambda t: t.value if t.value is not None else -1.0)
+            for seed in seeds(suite):
+                axes = {**key, "seed": seed}
+                items[cell_id(axes)], extra[cell_id(axes)] = axes, {"overrides": best.params}
+        ledger.enqueue(tuned, items, extra)
+        return [*current, rerun_job(tuned)]
+
+    return ledger, tracker, jobs
+
+
+def tune_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, device: str | None = None,
+               workers: int | None = None, quiet: bool = False) -> WorkSummary:
+    from normbench.leaderboard import write_leaderboard
+    from normbench.runner import default_workers
+
+    device = device or suite.device
+    check_data(suite)
+    ledger, tracker, jobs = tune_context(suite, out_dir, storage)
+    assert suite.tune is not None
+    keys = search_keys(suite)
+    progress = Progress(total=len(keys) * (suite.tune.trials + len(seeds(suite))), quiet=quiet)
+    progress.note(f"tune {suite.name}: {len(keys)} studies x {suite.tune.trials} trials, then the best of each "
+                  f"over {len(seeds(suite))} seed(s); output in {out_dir}")
+    workers = workers or default_workers(device)
+    summary = WorkSummary()
+    if workers > 1:
+        names = [f"tune:{suite.name}:{cell_id(k)}" for k in keys] + [f"tuned:{suite.name}"]
+        summary = spawn_workers(suite, out_dir, storage=storage, device=device, workers=workers, progress=progress,
+                                study_names=names, ledger=ledger, mode="tune")
+    leftover = work(jobs, ledger, tracker, device, progress, suite.name)
+    summary.cells_run += leftover.cells_run
+    summary.errors += leftover.errors
+    write_leaderboard(out_dir, suite=suite, storage=storage, tracker=tracker)
+    progress.note(f"leaderboard: {out_dir / 'leaderboard.md'}")
+    return summary

@@ -1,0 +1,42 @@
+"""Shared fixtures: tiny suites, an isolated MLflow, and the PostgreSQL server fixtures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.postgres_server import fresh_postgres_url, postgres_url  # noqa: F401  (fixtures)
+
+os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+os.environ.pop("MLFLOW_TRACKING_URI", None)  # every test logs into its own output folder
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY = {
+    "name": "tiny",
+    "dataset": {"name": "digits"},
+    "model": {"embed_dim": 16, "num_heads": 2, "patch_size": 4},
+    "train": {"epochs": 1, "batch_size": 256, "warmup_epochs": 0},
+    "matrix": {"depth": [1], "layer": ["layernorm", "layerscale"], "lr": [1.0e-3], "seed": [0]},
+}
+
+
+@pytest.fixture
+def write_suite(tmp_path: Path):
+    """Write a suite YAML from TINY plus overrides (`None` deletes a key); returns its path."""
+
+    def write(name: str = "tiny", **overrides) -> Path:
+        suite = {**TINY, "name": name}
+        for key, value in overrides.items():
+            if value is None:
+                suite.pop(key, None)
+            else:
+                suite[key] = value
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(suite, sort_keys=False))
+        return path
+
+    return write

@@ -1,0 +1,166 @@
+"""`normbench run` end to end: every cell once in the ledger, results.csv and MLflow; resumable; divergence is a
+result; the MLflow UI serves the runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+
+from normbench.cli import main
+from normbench.ledger import Ledger
+from tests.conftest import REPO
+
+LAYERS = ["layernorm", "rmsnorm", "learnable_scaler", "layerscale", "rezero", "fixup"]
+
+
+def mlflow_runs(out: Path, experiment: str) -> list:
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    return [r for r in runs if r.data.tags.get("kind") != "leaderboard"]
+
+
+def ledger_cells(out: Path, name: str) -> list:
+    return Ledger(None, out).study(f"run:{name}").get_trials(deepcopy=False)
+
+
+def assert_each_cell_once(out: Path, name: str, n_cells: int) -> None:
+    trials = ledger_cells(out, name)
+    complete = [t.user_attrs["cell_id"] for t in trials if t.state == TrialState.COMPLETE]
+    assert len(complete) == len(set(complete)) == n_cells
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    csv = pd.read_csv(out / "results.csv")
+    assert sorted(csv["cell_id"]) == sorted(complete)
+    runs = mlflow_runs(out, name)
+    finished = [r.data.tags["cell_id"] for r in runs if r.info.status == "FINISHED"]
+    assert sorted(finished) == sorted(complete)
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+
+
+def test_run_writes_leaderboard_csv_and_one_mlflow_run_per_cell(write_suite, tmp_path):
+    path = write_suite(matrix={"depth": [1], "layer": LAYERS, "lr": [1e-3], "seed": [0]})
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    board = (out / "leaderboard.md").read_text()
+    for layer in LAYERS:
+        assert f"| {layer} " in board
+    assert (out / "accuracy_vs_depth.png").stat().st_size > 0 and (out / "accuracy_vs_lr.png").exists()
+    assert_each_cell_once(out, "tiny", len(LAYERS))
+    run = mlflow_runs(out, "tiny")[0]
+    assert {"depth", "layer", "lr", "seed", "train.epochs", "model.embed_dim"} <= set(run.data.params)
+    assert {"best_val_top1", "diverged", "val_top1", "train_loss", "lr", "grad_norm"} <= set(run.data.metrics)
+    assert {"suite", "cell_id", "status", "torch_version", "timm_version", "device"} <= set(run.data.tags)
+
+    # the same command again trains nothing
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    assert len(mlflow_runs(out, "tiny")) == len(LAYERS)
+    # and the leaderboard regenerates from the ledger alone
+    (out / "leaderboard.md").unlink()
+    assert main(["leaderboard", str(out)]) == 0 and "rezero" in (out / "leaderboard.md").read_text()
+
+
+def test_lr_50_diverges_is_recorded_and_exits_0(write_suite, tmp_path):
+    path = write_suite(name="boom", train={"epochs": 2, "batch_size": 64, "warmup_epochs": 0, "clip_grad": None},
+                       matrix={"depth": [2], "layer": ["layernorm", "rezero"], "lr": [50.0], "seed": [0]})
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    csv = pd.read_csv(out / "results.csv")
+    assert set(csv["status"]) == {"diverged"}
+    board = (out / "leaderboard.md").read_text()
+    assert "1/1" in board and "layernorm" in board
+    assert {r.data.metrics["diverged"] for r in mlflow_runs(out, "boom")} == {1.0}
+
+
+def test_changed_recipe_refuses_to_resume(write_suite, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", str(write_suite(matrix={"depth": [1], "layer": "layernorm"})), "--out", str(out),
+                 "--quiet"]) == 0
+    changed = write_suite(matrix={"depth": [1], "layer": "layernorm"}, train={"epochs": 2})
+    assert main(["run", str(changed), "--out", str(out), "--quiet"]) == 2
+    assert "changed since the cells in this ledger" in capsys.readouterr().err
+
+
+def _normbench(*args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "normbench", *args], cwd=REPO, **kwargs)
+
+
+def test_kill_9_mid_suite_then_resume_runs_every_cell_exactly_once(write_suite, tmp_path):
+    layers = ["layernorm", "layerscale", "rezero", "rmsnorm"]
+    path = write_suite(name="crash", train={"epochs": 3, "batch_size": 64, "warmup_epochs": 0},
+                       matrix={"depth": [4], "layer": layers, "lr": [1e-3], "seed": [0]})
+    out = tmp_path / "out"
+    proc = _normbench("run", str(path), "--out", str(out), "--quiet")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait for one finished cell and one in flight
+        time.sleep(0.5)
+        if not (out / "ledger.journal").exists():
+            continue
+        states = [t.state for t in ledger_cells(out, "crash")]
+        if TrialState.COMPLETE in states and TrialState.RUNNING in states:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    states = [t.state for t in ledger_cells(out, "crash")]
+    assert TrialState.RUNNING in states and states.count(TrialState.COMPLETE) < len(layers)
+    assert _normbench("run", str(path), "--out", str(out), "--quiet").wait(timeout=300) == 0
+    assert_each_cell_once(out, "crash", len(layers))
+    runs = mlflow_runs(out, "crash")
+    assert [r.info.status for r in runs].count("FAILED") == 1  # the cut-off cell's first run, closed as failed
+
+
+def test_two_local_workers_run_every_cell_exactly_once(write_suite, tmp_path):
+    layers = ["layernorm", "layerscale", "rezero", "rmsnorm", "dyt", "fixup"]
+    path = write_suite(name="pair", matrix={"depth": [1], "layer": layers, "lr": [1e-3], "seed": [0]})
+    out = tmp_path / "out"
+    assert _normbench("run", str(path), "--out", str(out), "--workers", "2", "--quiet").wait(timeout=300) == 0
+    assert_each_cell_once(out, "pair", len(layers))
+    pids = {t.user_attrs["worker_pid"] for t in ledger_cells(out, "pair") if t.state == TrialState.COMPLETE}
+    assert len(pids) == 2  # both workers took cells
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ui_serves_the_suite_runs_over_mlflow_rest_api(write_suite, tmp_path):
+    out = tmp_path / "out"
+    assert main(["run", str(write_suite()), "--out", str(out), "--quiet"]) == 0
+    port = _free_port()
+    ui = _normbench("ui", str(out), "--port", str(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}/api/2.0/mlflow"
+        deadline, body = time.monotonic() + 90, None
+        while time.monotonic() < deadline and body is None:
+            try:
+                with urllib.request.urlopen(f"{base}/experiments/get-by-name?experiment_name=tiny", timeout=5) as r:
+                    body = json.load(r)
+            except OSError:
+                time.sleep(1)
+        assert body is not None, "the MLflow UI did not come up"
+        request = urllib.request.Request(
+            f"{base}/runs/search", method="POST", headers={"Content-Type": "application/json"},
+            data=json.dumps({"experiment_ids": [body["experiment"]["experiment_id"]],
+                             "filter": "attributes.status = 'FINISHED'"}).encode())
+        with urllib.request.urlopen(request, timeout=10) as r:
+            runs = json.load(r)["runs"]
+        cells = {run["info"]["run_name"] for run in runs if run["info"]["run_name"] != "leaderboard"}
+        assert cells == {"depth=1,layer=layernorm,lr=0.001,seed=0", "depth=1,layer=layerscale,lr=0.001,seed=0"}
+    finally:
+        ui.send_signal(signal.SIGINT)
+        try:
+            ui.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            ui.kill()

@@ -13,6 +13,7 @@ import math
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -67,15 +68,25 @@ class Ledger:
             self.storage: optuna.storages.BaseStorage = optuna.storages.JournalStorage(backend)
             self.heartbeats = False
             return
-        try:
-            self.storage = optuna.storages.RDBStorage(
-                url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
-                heartbeat_stale_trial_callback=self._on_stale, engine_kwargs={"pool_pre_ping": True})
-        except Exception as e:  # sqlalchemy raises many types; all mean "cannot use this URL"
+        error: Exception | None = None
+        for attempt in range(3):
+            try:
+                self.storage = optuna.storages.RDBStorage(
+                    url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
+                    heartbeat_stale_trial_callback=self._on_stale, engine_kwargs={"pool_pre_ping": True})
+                error = None
+                break
+            except Exception as e:  # sqlalchemy raises many types; all mean "cannot use this URL"
+                error = e
+                if "already exists" not in str(e):
+                    break
+                time.sleep(1.0 + attempt)  # workers racing to create the schema on a new database: retry
+        if error is not None:
             raise ServerUnreachableError(
-                f"cannot open the ledger database {redact(url)}: {type(e).__name__}: {str(e).splitlines()[0]}\n"
-                "Check that the server is running and reachable, and the user, password and database exist "
-                "(e.g. `createdb normbench`). Nothing finished is lost: results already in the ledger stay there."
+                f"cannot open the ledger database {redact(url)}: {type(error).__name__}: "
+                f"{str(error).splitlines()[0]}\nCheck that the server is running and reachable, and the user, "
+                "password and database exist (e.g. `createdb normbench`). Nothing finished is lost: results already "
+                "in the ledger stay there."
             ) from None
         self.heartbeats = True
 

@@ -40,7 +40,7 @@ def test_bad_batch_size() -> None:
 
 def test_img_size_resizes_and_scales_default_padding() -> None:
     bundle = build_data(DataConfig(name="digits"), batch_size=32, device=torch.device("cpu"), img_size=16)
-    assert bundle.img_size == 16 and bundle.train.crop_padding == 2
+    assert bundle.img_size == 16 and bundle.train.crop_padding == 0  # digits default 0 scales to 0
     x, _ = next(iter(bundle.train))
     assert x.shape == (32, 1, 16, 16)
     explicit = build_data(

@@ -45,6 +45,6 @@ def test_normalization_constants_match_the_training_split() -> None:
     assert abs(x.mean().item()) < 0.1 and abs(x.std().item() - 1) < 0.1
 
 
-def test_defaults_are_crop_one_pixel_and_no_flip() -> None:
+def test_defaults_are_no_crop_and_no_flip() -> None:
     bundle = build_data(DataConfig(name="digits"), batch_size=64, device="cpu")
-    assert bundle.train.crop_padding == 1 and bundle.train.flip is False
+    assert bundle.train.crop_padding == 0 and bundle.train.flip is False

@@ -68,6 +68,9 @@ class Ledger:
             self.storage: optuna.storages.BaseStorage = optuna.storages.JournalStorage(backend)
             self.heartbeats = False
             return
+        if url.startswith(("postgresql://", "postgres://")):
+            # SQLAlchemy 2.1 maps a bare postgresql:// to psycopg 3; normbench ships psycopg2-binary
+            url = "postgresql+psycopg2://" + url.split("://", 1)[1]
         error: Exception | None = None
         for attempt in range(3):
             try:

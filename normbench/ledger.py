@@ -9,6 +9,7 @@ the grace period. Either way the trial is failed and a WAITING copy is queued, s
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import socket
@@ -145,7 +146,8 @@ class Ledger:
         host = worker_host()
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             pid = t.user_attrs.get("worker_pid")
-            if t.user_attrs.get("worker_host") == host and pid is not None and not pid_alive(pid):
+            mine_and_dead = t.user_attrs.get("worker_host") == host and pid is not None and not pid_alive(pid)
+            if mine_and_dead or _never_owned(t):
                 if self._fail(t._trial_id):
                     requeue(study, t)
                     failed.append(t)
@@ -224,6 +226,13 @@ def pid_alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def _never_owned(trial: FrozenTrial, grace_seconds: float = 60.0) -> bool:
+    """A worker killed between claiming a trial and writing its pid leaves a RUNNING trial nobody owns."""
+    if "worker_pid" in trial.user_attrs or trial.datetime_start is None:
+        return False
+    return (datetime.datetime.now() - trial.datetime_start).total_seconds() > grace_seconds
 
 
 def _json_safe(value: Any) -> Any:

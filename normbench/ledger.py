@@ -87,7 +87,7 @@ class Ledger:
                 time.sleep(1.0 + attempt)  # workers racing to create the schema on a new database: retry
         if error is not None:
             raise ServerUnreachableError(
-                f"cannot open the ledger database {redact(url)}: {type(error).__name__}: "
+                f"cannot open the ledger database {redact(self.url)}: {type(error).__name__}: "
                 f"{str(error).splitlines()[0]}\nCheck that the server is running and reachable, and the user, "
                 "password and database exist (e.g. `createdb normbench`). Nothing finished is lost: results already "
                 "in the ledger stay there."

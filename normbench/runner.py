@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,24 +72,40 @@ def run_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, device
     study = open_run_study(ledger, suite)
     cells = suite.cells()
     ledger.enqueue(study, {c.cell_id: c.axes for c in cells})
-    done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-    progress = Progress(total=len(cells), done=done, quiet=quiet)
+    finished = {t.user_attrs.get("cell_id") for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    done = len(finished)
+    costs = {c.cell_id: c.config.model.depth * c.config.train.epochs for c in cells if c.cell_id not in finished}
+    progress = Progress(total=len(cells), done=done, quiet=quiet, costs=costs)
     progress.note(f"suite {suite.name}: {len(cells)} cells, {done} already finished; output in {out_dir}")
+    summary = work_everywhere(suite, out_dir, jobs=lambda: [run_job(suite, study)], study_names=[study.study_name],
+                              ledger=ledger, tracker=tracker, storage=storage, device=device, workers=workers,
+                              progress=progress, mode="run")
+    finish_suite(suite, out_dir, storage=storage, tracker=tracker, progress=progress, summary=summary)
+    return summary
+
+
+def work_everywhere(suite: Suite, out_dir: Path, *, jobs: Callable[[], list[Job]], study_names: list[str],
+                    ledger: Ledger, tracker: Tracker, storage: str | None, device: str, workers: int | None,
+                    progress: Progress, mode: str) -> WorkSummary:
+    """Run the studies' cells in `workers` local worker processes (when more than one), then in this process:
+    alone that is all the work; after workers it finishes whatever a dead worker left behind (usually nothing)."""
     workers = workers or default_workers(device)
-    jobs = lambda: [run_job(suite, study)]  # noqa: E731
     summary = WorkSummary()
     if workers > 1:
         summary = spawn_workers(suite, out_dir, storage=storage, device=device, workers=workers, progress=progress,
-                                study_names=[study.study_name], ledger=ledger)
-    # with workers: finishes whatever a dead worker left behind (usually nothing)
-    leftover = work(jobs, ledger, tracker, device, progress, suite.name)
-    summary.cells_run += leftover.cells_run
-    summary.errors += leftover.errors
+                                study_names=study_names, ledger=ledger, mode=mode)
+    summary.add(work(jobs, ledger, tracker, device, progress, suite.name))
+    return summary
+
+
+def finish_suite(suite: Suite, out_dir: Path, *, storage: str | None, tracker: Tracker, progress: Progress,
+                 summary: WorkSummary) -> None:
     from normbench.leaderboard import write_leaderboard
 
     write_leaderboard(out_dir, suite=suite, storage=storage, tracker=tracker)
+    if summary.bookkeeping():
+        progress.note(summary.bookkeeping())
     progress.note(f"leaderboard: {out_dir / 'leaderboard.md'}")
-    return summary
 
 
 def count_finished(ledger: Ledger, study_names: list[str]) -> int:

@@ -18,10 +18,10 @@ from optuna.trial import TrialState
 
 from normbench.ledger import Ledger
 from normbench.progress import Progress
-from normbench.runner import check_data, spawn_workers
+from normbench.runner import check_data, finish_suite, work_everywhere
 from normbench.suite import Suite, TuneConfig, cell_id, with_overrides
 from normbench.tracking import Tracker
-from normbench.worker import Job, WorkSummary, work
+from normbench.worker import Job, WorkSummary
 
 
 def search_keys(suite: Suite) -> list[dict[str, Any]]:
@@ -106,9 +106,6 @@ def tune_context(suite: Suite, out_dir: Path, storage: str | None) -> tuple[Ledg
 
 def tune_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, device: str | None = None,
                workers: int | None = None, quiet: bool = False) -> WorkSummary:
-    from normbench.leaderboard import write_leaderboard
-    from normbench.runner import default_workers
-
     device = device or suite.device
     check_data(suite)
     ledger, tracker, jobs = tune_context(suite, out_dir, storage)
@@ -117,15 +114,8 @@ def tune_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, devic
     progress = Progress(total=len(keys) * (suite.tune.trials + len(seeds(suite))), quiet=quiet)
     progress.note(f"tune {suite.name}: {len(keys)} studies x {suite.tune.trials} trials, then the best of each "
                   f"over {len(seeds(suite))} seed(s); output in {out_dir}")
-    workers = workers or default_workers(device)
-    summary = WorkSummary()
-    if workers > 1:
-        names = [f"tune:{suite.name}:{cell_id(k)}" for k in keys] + [f"tuned:{suite.name}"]
-        summary = spawn_workers(suite, out_dir, storage=storage, device=device, workers=workers, progress=progress,
-                                study_names=names, ledger=ledger, mode="tune")
-    leftover = work(jobs, ledger, tracker, device, progress, suite.name)
-    summary.cells_run += leftover.cells_run
-    summary.errors += leftover.errors
-    write_leaderboard(out_dir, suite=suite, storage=storage, tracker=tracker)
-    progress.note(f"leaderboard: {out_dir / 'leaderboard.md'}")
+    names = [f"tune:{suite.name}:{cell_id(k)}" for k in keys] + [f"tuned:{suite.name}"]
+    summary = work_everywhere(suite, out_dir, jobs=jobs, study_names=names, ledger=ledger, tracker=tracker,
+                              storage=storage, device=device, workers=workers, progress=progress, mode="tune")
+    finish_suite(suite, out_dir, storage=storage, tracker=tracker, progress=progress, summary=summary)
     return summary

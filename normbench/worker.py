@@ -36,8 +36,26 @@ class Job:
 
 @dataclass
 class WorkSummary:
+    """What a worker did. `busy_seconds` is the wall time of its turns that ran a cell (claim, train, log, finish);
+    `train_seconds` the part spent training. The rest is the ledger's and MLflow's bookkeeping."""
+
     cells_run: int = 0
     errors: int = 0
+    busy_seconds: float = 0.0
+    train_seconds: float = 0.0
+
+    def add(self, other: WorkSummary) -> None:
+        self.cells_run += other.cells_run
+        self.errors += other.errors
+        self.busy_seconds += other.busy_seconds
+        self.train_seconds += other.train_seconds
+
+    def bookkeeping(self) -> str:
+        """'ledger + MLflow: 1.2 s of 80.0 s (1.5%)', or '' when this process ran no cell."""
+        if not self.busy_seconds:
+            return ""
+        spent = self.busy_seconds - self.train_seconds
+        return f"ledger + MLflow: {spent:.1f} s of {self.busy_seconds:.1f} s ({100 * spent / self.busy_seconds:.1f}%)"
 
 
 def work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
@@ -47,14 +65,17 @@ def work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device
     summary = WorkSummary()
     current = jobs()
     while max_cells is None or summary.cells_run < max_cells:
+        turn_started = time.perf_counter()
         for job in current:
             close_orphans(ledger, job.study, tracker)
         claimed = next(((job, t) for job in current if (t := ledger.claim(job.study)) is not None), None)
         if claimed is not None:
-            ok = run_cell(*claimed, ledger=ledger, tracker=tracker, device=device, progress=progress,
-                          suite_name=suite_name)
+            ok, trained = run_cell(*claimed, ledger=ledger, tracker=tracker, device=device, progress=progress,
+                                   suite_name=suite_name)
             summary.cells_run += 1
             summary.errors += not ok
+            summary.train_seconds += trained
+            summary.busy_seconds += time.perf_counter() - turn_started
             continue
         if any(job.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
                for job in current):
@@ -68,22 +89,29 @@ def work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device
 
 
 def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
-             suite_name: str) -> bool:
-    """Train one claimed cell. Returns False if it raised (recorded as a failed trial, retried on the next run)."""
+             suite_name: str) -> tuple[bool, float]:
+    """Train one claimed cell. Returns (False, ...) if it raised (recorded as a failed trial, retried on the next
+    run), and the seconds spent training, not counting the logging and pruning calls made between epochs."""
     cell_id, params, config = job.cell_for(trial)
     run_id = tracker.start(cell_id, params, tags={"suite": suite_name, "study": job.study.study_name,
                                                   "trial": str(trial.number)})
     trial.set_user_attr("mlflow_run_id", run_id)
     progress.start_cell(cell_id, config.train.epochs)
+    between_epochs = 0.0
 
     def on_epoch(record: dict[str, Any]) -> bool:
+        nonlocal between_epochs
+        started = time.perf_counter()
         tracker.log_epoch(run_id, record)
         progress.epoch(record)
-        if not job.report:
-            return False
-        trial.report(record["val_top1"], record["epoch"])
-        return trial.should_prune()
+        prune = False
+        if job.report:
+            trial.report(record["val_top1"], record["epoch"])
+            prune = trial.should_prune()
+        between_epochs += time.perf_counter() - started
+        return prune
 
+    train_started = time.perf_counter()
     try:
         with ledger.heartbeat(trial):
             result = train_cell(config, device=device, on_epoch=on_epoch)
@@ -96,12 +124,13 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
         trial.set_user_attr("error", f"{type(e).__name__}: {e}"[:1000])
         job.study.tell(trial, state=TrialState.FAIL)
         progress.note(f"cell {cell_id} failed: {type(e).__name__}: {e} (it is retried on the next run)")
-        return False
+        return False, 0.0
+    trained = time.perf_counter() - train_started - between_epochs
     tracker.summarize(run_id, result)
     ledger.finish(job.study, trial, result)
     tracker.close(run_id)
     progress.end_cell(result)
-    return True
+    return True, trained
 
 
 def close_orphans(ledger: Ledger, study: optuna.Study, tracker: Tracker) -> None:

@@ -186,6 +186,28 @@ def test_learnable_scaler_formula():
     torch.testing.assert_close(scaler(x), scaler.a[None, None, :] * x + scaler.b[None, None, :])
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_learnable_scaler_gradients_match_the_formula(layout):
+    # the op runs through batch_norm's inference kernel; its dx, da and db must be those of a ⊙ x + b
+    scaler = LearnableScaler(16)
+    with torch.no_grad():
+        scaler.b.copy_(torch.randn(16))
+    x = torch.randn(3, 16, 5).transpose(1, 2) if layout == "transposed" else torch.randn(3, 5, 16)
+    x.requires_grad_(True)
+    g = torch.randn(3, 5, 16)
+    got = torch.autograd.grad(scaler(x), [x, scaler.a, scaler.b], g)
+    want = torch.autograd.grad(scaler.a * x + scaler.b, [x, scaler.a, scaler.b], g)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_learnable_scaler_checkpoint_holds_only_a_and_b():
+    scaler = LearnableScaler(8).to(torch.float64)
+    assert set(scaler.state_dict()) == {"a", "b"}
+    x = torch.randn(2, 8, dtype=torch.float64)
+    torch.testing.assert_close(scaler(x), scaler.a * x + scaler.b)
+
+
 def test_learnable_scaler_default_a_is_drawn_from_a_standard_normal():
     # the source writes `nn.init.normal_(torch.ones(C))`, which overwrites the ones with N(0, 1) draws
     torch.manual_seed(0)

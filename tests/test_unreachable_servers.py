@@ -1,0 +1,44 @@
+"""An unreachable ledger database or MLflow server: exit 3, a message naming the URL, and nothing finished lost."""
+
+from __future__ import annotations
+
+import socket
+
+import pandas as pd
+
+from normbench.cli import main
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_database_exits_3_naming_the_url(write_suite, tmp_path, capsys):
+    path = write_suite(tune={"trials": 2, "space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}})
+    url = f"postgresql://normbench:secret@127.0.0.1:{closed_port()}/normbench"
+    for command in (["run", str(path)], ["tune", str(path)], ["worker", str(path)]):
+        assert main([*command, "--out", str(tmp_path / "out"), "--storage", url, "--quiet"]) == 3
+        err = capsys.readouterr().err
+        assert url.replace("secret", "***") in err
+        assert "secret" not in err and "Traceback" not in err
+
+
+def test_unreachable_tracking_server_exits_3_and_keeps_finished_cells(write_suite, tmp_path, capsys, monkeypatch):
+    path = write_suite(matrix={"depth": [1], "layer": ["layernorm", "layerscale"], "lr": [1e-3], "seed": [0]})
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    before = pd.read_csv(out / "results.csv")
+
+    uri = f"http://127.0.0.1:{closed_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 3
+    err = capsys.readouterr().err
+    assert uri in err and "MLFLOW_TRACKING_URI" in err
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    pd.testing.assert_frame_equal(pd.read_csv(out / "results.csv"), before)
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0  # resumes: nothing left to train
+    assert len(pd.read_csv(out / "results.csv")) == 2

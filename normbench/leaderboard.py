@@ -51,7 +51,7 @@ def layer_table(cells: pd.DataFrame, row_keys: list[str]) -> pd.DataFrame:
         for k, v in zip(row_keys, key, strict=True):
             mine = mine[mine[k] == v]
         rows.append({**dict(zip(row_keys, key, strict=True)),
-                     "val top-1 (%)": f"{best['mean']:.2f} ± {0.0 if pd.isna(best['std']) else best['std']:.2f}",
+                     "val top-1 (%)": format_mean_std(best["mean"], best["std"], best["seeds"]),
                      "mean": best["mean"],
                      "best lr": f"{best['lr']:g}",
                      "lr within 1pt": f"{int((group['mean'] >= best['mean'] - ROBUST_POINTS).sum())}/{len(group)}",
@@ -76,14 +76,14 @@ def header(suite: Suite | None, cells: pd.DataFrame) -> list[str]:
     lines += [f"- machine: {platform.node()}, {device}; normbench {normbench.__version__}, torch {torch.__version__}, "
               f"timm {timm.__version__}; written {datetime.datetime.now():%Y-%m-%d %H:%M}",
               f"- {len(cells)} cells; score = best val top-1 (%), a diverged cell scores 0; mean ± std over seeds at "
-              f"each row's best lr; 'lr within 1pt' = lrs whose mean is within {ROBUST_POINTS:g} point of the best", ""]
+              f"each row's best lr (no ± with one seed); 'lr within 1pt' = lrs whose mean is within "
+              f"{ROBUST_POINTS:g} point of the best", ""]
     return lines
 
 
 def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None = None,
                       tracker: Any = None) -> Path:
     """Write results.csv, leaderboard.md and the plots into `out_dir`; log them to MLflow when a tracker is given."""
-    from tabulate import tabulate
 
     out_dir = Path(out_dir)
     ledger = Ledger(storage, out_dir)
@@ -100,11 +100,11 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
         overall = layer_table(cells, ["layer", *extra, "depth"])
         for depth in sorted(cells["depth"].unique()):
             table = layer_table(cells[cells["depth"] == depth], ["layer", *extra])
-            lines += [f"## depth {depth}", "", tabulate(table, headers="keys", tablefmt="github", showindex=False), ""]
+            lines += [f"## depth {depth}", "", markdown_table(table), ""]
         pivot = overall.pivot_table(index=["layer", *extra], columns="depth", values="val top-1 (%)", aggfunc="first")
         pivot.columns = [f"depth {d}" for d in pivot.columns]
         lines += ["## all depths (val top-1 % at each depth's best lr)", "",
-                  tabulate(pivot.reset_index(), headers="keys", tablefmt="github", showindex=False), ""]
+                  markdown_table(pivot.reset_index()), ""]
         plot_files = write_plots(cells, out_dir)
         lines += [f"![{p.stem}]({p.name})" for p in plot_files] + [""]
     if not tuned.empty:
@@ -118,7 +118,6 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
 
 
 def tuned_section(tuned: pd.DataFrame) -> list[str]:
-    from tabulate import tabulate
 
     keys = [c for c in ("layer", "depth") if c in tuned]
     rows = []
@@ -131,7 +130,7 @@ def tuned_section(tuned: pd.DataFrame) -> list[str]:
                                               for k, v in (config or {}).items())})
     table = pd.DataFrame(rows).sort_values("mean", ascending=False).drop(columns="mean")  # "9.5" > "85.1" as text
     return ["## tuned (equal Optuna budget per layer and depth, best config re-run over seeds)", "",
-            tabulate(table, headers="keys", tablefmt="github", showindex=False), ""]
+            markdown_table(table), ""]
 
 
 def budget_section(ledger: Ledger, suite_name: str) -> list[str]:
@@ -153,9 +152,20 @@ def budget_section(ledger: Ledger, suite_name: str) -> list[str]:
     return ["## tuning budget (trials per study)", "", tabulate(rows, headers="keys", tablefmt="github"), ""]
 
 
+def markdown_table(frame: pd.DataFrame) -> str:
+    from tabulate import tabulate
+
+    # cells are preformatted text: without disable_numparse, tabulate would turn "65.00" back into "65"
+    return tabulate(frame, headers="keys", tablefmt="github", showindex=False, disable_numparse=True)
+
+
 def mean_std(values: pd.Series) -> str:
-    std = values.std(ddof=1) if len(values) > 1 else 0.0
-    return f"{values.mean():.2f} ± {std:.2f}"
+    return format_mean_std(values.mean(), values.std(ddof=1), len(values))
+
+
+def format_mean_std(mean: float, std: float, seeds: int) -> str:
+    """'81.00 ± 1.41' over several seeds; a single seed has no spread to report, so just '81.00'."""
+    return f"{mean:.2f} ± {std:.2f}" if seeds > 1 else f"{mean:.2f}"
 
 
 def write_plots(cells: pd.DataFrame, out_dir: Path) -> list[Path]:

@@ -179,8 +179,8 @@ def op_times(layer: str, shape: tuple[int, int, int], depth: int, dev: torch.dev
     fns = {"layernorm_op_ms": fwd_bwd(ref, x, g), "norm_op_ms": fwd_bwd(norm, x, g)}
     if gate is not None:
         fns["gate_op_ms"] = fwd_bwd(gate, x, g)
-    for fn in fns.values():
-        for _ in range(max(it.warmup, 3)):
+    for fn in fns.values():  # one untimed block each: on CPU the first few hundred calls still fault in pages
+        for _ in range(max(it.warmup, it.op_iters)):
             fn()
     times = time_interleaved(fns, dev, it.op_iters, it.repeats)
     times["op_ms"] = times["norm_op_ms"] + times.get("gate_op_ms", 0.0)

@@ -127,9 +127,23 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     suite, out = _load(args)
-    from normbench.progress import Progress
-    from normbench.worker import work
+    from normbench.distributed import from_env, shutdown
 
+    dist = from_env()  # launched by torchrun: one cell over all of this node's processes
+    try:
+        return _worker(args, suite, out, dist)
+    finally:
+        shutdown(dist)
+
+
+def _worker(args: argparse.Namespace, suite, out: Path, dist) -> int:  # type: ignore[no-untyped-def]
+    from normbench.progress import Progress
+    from normbench.worker import follow, work
+
+    device = args.device or suite.device
+    if dist is not None and not dist.is_main:
+        follow(device, dist)
+        return 0
     if args.mode == "tune":
         from normbench.tune import tune_context
 
@@ -147,7 +161,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
             return [run_job(suite, study)]
 
     progress = Progress(total=len(suite.cells()), quiet=args.quiet)
-    summary = work(jobs, ledger, tracker, args.device or suite.device, progress, suite.name)
+    summary = work(jobs, ledger, tracker, device, progress, suite.name, dist=dist)
+    if summary.bookkeeping():
+        progress.note(summary.bookkeeping())
     return 1 if summary.errors else 0
 
 

@@ -135,9 +135,8 @@ def tuned_section(tuned: pd.DataFrame) -> list[str]:
 
 def budget_section(ledger: Ledger, suite_name: str) -> list[str]:
     """Trials per tuning study by outcome: the evidence that every layer got the same budget."""
-    from tabulate import tabulate
 
-    prefix = f"tune:{suite_name}:"
+    prefix, nan = f"tune:{suite_name}:", float("nan")
     rows = []
     for name in sorted(n for n in ledger.study_names() if n.startswith(prefix)):
         trials = ledger.study(name).get_trials(deepcopy=False)
@@ -146,10 +145,10 @@ def budget_section(ledger: Ledger, suite_name: str) -> list[str]:
                      "pruned": sum(t.state == TrialState.PRUNED for t in spent),
                      "diverged": sum(t.user_attrs.get("result", {}).get("status") == "diverged" for t in spent),
                      "lost workers (re-run)": sum(t.state == TrialState.FAIL for t in trials),
-                     "best val top-1 (%)": max((t.value for t in spent if t.value is not None), default=float("nan"))})
+                     "best val top-1 (%)": f"{max((t.value for t in spent if t.value is not None), default=nan):.2f}"})
     if not rows:
         return []
-    return ["## tuning budget (trials per study)", "", tabulate(rows, headers="keys", tablefmt="github"), ""]
+    return ["## tuning budget (trials per study)", "", markdown_table(pd.DataFrame(rows)), ""]
 
 
 def markdown_table(frame: pd.DataFrame) -> str:

@@ -21,6 +21,7 @@ from torch import nn
 
 from normbench.config import CellConfig
 from normbench.data import DataBundle, build_data
+from normbench.distributed import Dist, all_sum, broadcast
 from normbench.model import NormbenchViT
 from normbench.schedule import warmup_cosine
 
@@ -40,8 +41,12 @@ def _resolve_device(device: str | torch.device) -> torch.device:
 
 
 def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: EpochCallback | None = None,
-               data: DataBundle | None = None) -> dict[str, Any]:
+               data: DataBundle | None = None, dist: Dist | None = None) -> dict[str, Any]:
     """Train one cell and return its metrics.
+
+    With `dist` (torchrun, normbench/distributed.py) every rank calls this with the same cell: each trains on its
+    slice of every global batch under DistributedDataParallel, metrics are summed over ranks, and only rank 0's
+    `on_epoch` runs (its pruning decision is sent to the others).
 
     Returns:
         status ("ok", "diverged" or "pruned"), best_val_top1 and final_val_top1 (percent), train_loss (last epoch),
@@ -49,18 +54,22 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         (epoch, train_loss, val_top1, lr, grad_norm, images_per_sec).
     """
     t_start = time.perf_counter()
-    tc, dev = cell.train, _resolve_device(device)
+    tc = cell.train
+    dev = dist.device(device) if dist else _resolve_device(device)
     on_cuda = dev.type == "cuda"
     torch.manual_seed(tc.seed)
     if on_cuda:
         torch.set_float32_matmul_precision("high")
+    shard = (dist.rank, dist.world) if dist else (0, 1)
     data = data or build_data(cell.data, batch_size=tc.batch_size, device=dev, seed=tc.seed,
-                              img_size=cell.model.img_size)
+                              img_size=cell.model.img_size, shard=shard)
     model = build_model(cell, data).to(dev)
     params = sum(p.numel() for p in model.parameters())
     opt_kwargs = {"fused": True} if on_cuda and tc.optimizer == "adamw" else {}
     optimizer = create_optimizer_v2(model, tc.optimizer, lr=tc.lr, weight_decay=tc.weight_decay, **opt_kwargs)
-    forward = torch.compile(model) if tc.compile == "on" or (tc.compile == "auto" and on_cuda) else model
+    parallel = model if dist is None else nn.parallel.DistributedDataParallel(
+        model, device_ids=[dev.index] if on_cuda else None, broadcast_buffers=False)  # no buffer changes in training
+    forward = torch.compile(parallel) if tc.compile == "on" or (tc.compile == "auto" and on_cuda) else parallel
     amp = tc.amp == "bf16" or (tc.amp == "auto" and on_cuda)
     autocast = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if amp else nullcontext
 
@@ -104,9 +113,12 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
             optimizer.zero_grad(set_to_none=True)
             step += 1
             optimizer_steps += 1
-            if step % tc.log_interval == 0 and not math.isfinite(loss_sum.item()):  # the periodic sync
+            # the periodic sync; summed over ranks so that all of them stop together
+            if step % tc.log_interval == 0 and not math.isfinite(all_sum(loss_sum.clone(), dist).item()):
                 break
-        train_loss = loss_sum.item() / max(1, micro)  # the epoch's sync; also waits for the device
+        world = dist.world if dist else 1
+        train_loss = all_sum(loss_sum, dist).item() / world / max(1, micro)  # the epoch's sync
+        epoch_images *= world
         epoch_seconds = time.perf_counter() - t0
         train_seconds += epoch_seconds
         images_seen += epoch_images
@@ -115,11 +127,13 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
             history.append({"epoch": epoch, "train_loss": train_loss, "val_top1": float("nan"), "lr": lr,
                             "grad_norm": float("nan"), "images_per_sec": epoch_images / epoch_seconds})
             break
-        record = {"epoch": epoch, "train_loss": train_loss, "val_top1": evaluate(model, forward, data, autocast, dev),
+        record = {"epoch": epoch, "train_loss": train_loss,
+                  "val_top1": evaluate(model, forward, data, autocast, dev, dist),
                   "lr": lr, "grad_norm": grad_norm_sum.item() / max(1, optimizer_steps),
                   "images_per_sec": epoch_images / epoch_seconds}
         history.append(record)
-        if on_epoch is not None and on_epoch(record):
+        stop = on_epoch(record) if on_epoch is not None and (dist is None or dist.is_main) else False
+        if broadcast(bool(stop), dist):
             status = "pruned"
             break
 
@@ -139,13 +153,14 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor], data: DataBundle,
-             autocast: Callable, device: torch.device) -> float:
-    """Top-1 accuracy in percent on the validation split; one host sync at the end. Leaves the model in eval."""
+             autocast: Callable, device: torch.device, dist: Dist | None = None) -> float:
+    """Top-1 accuracy in percent on the validation split (summed over ranks); one host sync at the end. Leaves the
+    model in eval."""
     model.eval()
-    correct = torch.zeros((), dtype=torch.long, device=device)
-    total = 0
+    counts = torch.zeros(2, dtype=torch.long, device=device)  # correct, total
     for x, y in data.val:
         with autocast():
-            correct += (forward(x).argmax(dim=-1) == y).sum()
-        total += y.shape[0]
-    return 100.0 * correct.item() / max(1, total)
+            counts[0] += (forward(x).argmax(dim=-1) == y).sum()
+        counts[1] += y.shape[0]
+    correct, total = all_sum(counts, dist).tolist()
+    return 100.0 * correct / max(1, total)

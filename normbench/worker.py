@@ -16,6 +16,7 @@ import optuna
 from optuna.trial import TrialState
 
 from normbench.config import CellConfig
+from normbench.distributed import Dist, broadcast
 from normbench.errors import NormbenchError
 from normbench.ledger import Ledger
 from normbench.progress import Progress
@@ -59,9 +60,26 @@ class WorkSummary:
 
 
 def work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
-         suite_name: str, max_cells: int | None = None) -> WorkSummary:
+         suite_name: str, max_cells: int | None = None, dist: Dist | None = None) -> WorkSummary:
     """Run cells until every study of `jobs()` is finished. `jobs` is re-read when the current ones run dry, so
-    tuning can add its re-runs of the best configurations once the searches end."""
+    tuning can add its re-runs of the best configurations once the searches end. Under torchrun this is rank 0;
+    the other ranks `follow` it."""
+    summary = _work(jobs, ledger, tracker, device, progress, suite_name, max_cells, dist)
+    broadcast(None, dist)  # no more cells: the following ranks return
+    return summary
+
+
+def follow(device: str, dist: Dist) -> int:
+    """Ranks other than 0 under torchrun: train each cell rank 0 sends, with it, until it sends None."""
+    cells = 0
+    while (config := broadcast(None, dist)) is not None:
+        train_cell(config, device=device, dist=dist)
+        cells += 1
+    return cells
+
+
+def _work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
+          suite_name: str, max_cells: int | None, dist: Dist | None) -> WorkSummary:
     summary = WorkSummary()
     current = jobs()
     while max_cells is None or summary.cells_run < max_cells:
@@ -71,7 +89,7 @@ def work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device
         claimed = next(((job, t) for job in current if (t := ledger.claim(job.study)) is not None), None)
         if claimed is not None:
             ok, trained = run_cell(*claimed, ledger=ledger, tracker=tracker, device=device, progress=progress,
-                                   suite_name=suite_name)
+                                   suite_name=suite_name, dist=dist)
             summary.cells_run += 1
             summary.errors += not ok
             summary.train_seconds += trained
@@ -89,7 +107,7 @@ def work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device
 
 
 def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
-             suite_name: str) -> tuple[bool, float]:
+             suite_name: str, dist: Dist | None = None) -> tuple[bool, float]:
     """Train one claimed cell. Returns (False, ...) if it raised (recorded as a failed trial, retried on the next
     run), and the seconds spent training, not counting the logging and pruning calls made between epochs."""
     cell_id, params, config = job.cell_for(trial)
@@ -114,7 +132,8 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
     train_started = time.perf_counter()
     try:
         with ledger.heartbeat(trial):
-            result = train_cell(config, device=device, on_epoch=on_epoch)
+            broadcast(config, dist)  # the other ranks train the same cell
+            result = train_cell(config, device=device, on_epoch=on_epoch, dist=dist)
     except (KeyboardInterrupt, NormbenchError):  # stop the suite; the cell goes back to the queue
         tracker.fail(run_id, "KILLED")
         ledger.release(job.study, trial)
@@ -124,6 +143,8 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
         trial.set_user_attr("error", f"{type(e).__name__}: {e}"[:1000])
         job.study.tell(trial, state=TrialState.FAIL)
         progress.note(f"cell {cell_id} failed: {type(e).__name__}: {e} (it is retried on the next run)")
+        if dist is not None:  # the other ranks may be inside a collective: end the group (torchrun stops them)
+            raise
         return False, 0.0
     trained = time.perf_counter() - train_started - between_epochs
     tracker.summarize(run_id, result)

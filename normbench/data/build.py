@@ -8,6 +8,7 @@ from normbench.data.augment import resize_images
 from normbench.data.bundle import DataBundle
 from normbench.data.config import DataConfig
 from normbench.data.device_loader import DeviceLoader
+from normbench.data.shard import ShardedLoader
 from normbench.data.splits import TensorSplits
 from normbench.errors import SuiteError, did_you_mean
 
@@ -105,7 +106,13 @@ def _device_bundle(
 
 
 def build_data(
-    cfg: DataConfig, *, batch_size: int, device: str | torch.device, seed: int = 0, img_size: int | None = None
+    cfg: DataConfig,
+    *,
+    batch_size: int,
+    device: str | torch.device,
+    seed: int = 0,
+    img_size: int | None = None,
+    shard: tuple[int, int] = (0, 1),
 ) -> DataBundle:
     """Load the data set `cfg` names and wrap its splits in loaders that yield batches on `device`.
 
@@ -119,6 +126,8 @@ def build_data(
         seed: Run seed; shuffling and augmentation follow from (seed, epoch). Splits never depend on it.
         img_size: Image side; None keeps the native size (digits 8, cifar 32, synthetic its size, imagefolder 224).
             A different size resizes device-resident sets once at load (bilinear, antialiased when shrinking).
+        shard: (rank, world) of a cell trained over several processes: the loaders yield this rank's slice of
+            every global batch of `batch_size` (normbench/data/shard.py). (0, 1) is one process.
 
     Returns:
         A DataBundle; x is float32 (B, C, img_size, img_size) normalized per channel, y int64 (B,).
@@ -129,8 +138,15 @@ def build_data(
     """
     _check(cfg, batch_size, img_size)
     device = torch.device(device)
+    rank, world = shard
+    if batch_size % world:
+        raise SuiteError(f"train.batch_size: {batch_size} does not split over {world} processes; use a multiple")
     if cfg.name != "imagefolder":
-        return _device_bundle(cfg, batch_size=batch_size, device=device, seed=seed, img_size=img_size)
+        bundle = _device_bundle(cfg, batch_size=batch_size, device=device, seed=seed, img_size=img_size)
+        if world > 1:
+            bundle.train = ShardedLoader(bundle.train, rank, world)
+            bundle.val = ShardedLoader(bundle.val, rank, world)
+        return bundle
     from normbench.data.imagefolder import build_imagefolder_loaders
 
     root = cfg.root_path()
@@ -145,6 +161,7 @@ def build_data(
         randaugment=cfg.randaugment,
         flip=True if cfg.flip is None else bool(cfg.flip),
         num_workers=cfg.num_workers,
+        shard=shard,
     )
     return DataBundle(
         num_classes=num_classes,

@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from normbench.data.seeding import epoch_seed
+from normbench.data.shard import ShardedSampler
 from normbench.errors import DatasetNotFoundError, SuiteError
 
 LAYOUT_HINT = "expected root/train/<class>/*.jpg and root/val/<class>/*.jpg (any image format PIL reads)"
@@ -92,8 +93,10 @@ class ImageFolderLoader:
         train: bool,
         seed: int = 0,
         num_workers: int = 4,
+        shard: tuple[int, int] = (0, 1),
     ) -> None:
         num_samples = len(dataset)  # type: ignore[arg-type]
+        rank, world = shard
         self.device = device
         self.train = train
         self.seed = seed
@@ -101,10 +104,15 @@ class ImageFolderLoader:
         self.batch_size = min(batch_size, num_samples) if train else batch_size
         self._generator = torch.Generator().manual_seed(epoch_seed(seed, 0))
         self._sampler = _SeededSampler(num_samples, seed) if train else None
+        sampler: Sampler | None = self._sampler
+        if world > 1 and train:  # this rank decodes only its slice of each global batch
+            sampler = ShardedSampler(self._sampler, self.batch_size, rank, world)  # type: ignore[arg-type]
+        elif world > 1:  # validation: every world-th image; the accuracy is summed over ranks
+            dataset = Subset(dataset, range(rank, num_samples, world))
         self._loader = DataLoader(
             _SeededDataset(dataset) if train else dataset,
-            batch_size=self.batch_size,
-            sampler=self._sampler,
+            batch_size=self.batch_size // world if train else self.batch_size,
+            sampler=sampler,
             shuffle=False,
             drop_last=train,
             num_workers=num_workers,
@@ -162,6 +170,7 @@ def build_imagefolder_loaders(
     randaugment: str | None = None,
     flip: bool = True,
     num_workers: int = 4,
+    shard: tuple[int, int] = (0, 1),
 ) -> tuple[ImageFolderLoader, ImageFolderLoader, int]:
     """Train and val loaders for `root/train` and `root/val`, plus the number of classes.
 
@@ -186,7 +195,7 @@ def build_imagefolder_loaders(
             f"imagefolder: {root / 'train'} and {root / 'val'} must hold the same class folders "
             f"(only in train: {only_train[:5]}, only in val: {only_val[:5]}); {LAYOUT_HINT}"
         )
-    common = {"batch_size": batch_size, "device": device, "seed": seed, "num_workers": num_workers}
+    common = {"batch_size": batch_size, "device": device, "seed": seed, "num_workers": num_workers, "shard": shard}
     train = ImageFolderLoader(train_set, train=True, **common)
     val = ImageFolderLoader(val_set, train=False, **common)
     return train, val, len(train_classes)

@@ -1,0 +1,69 @@
+"""One cell across the GPUs of a node: DistributedDataParallel under torchrun.
+
+    torchrun --nproc_per_node 8 -m normbench worker suites/big.yaml --storage postgresql://...
+
+Rank 0 is an ordinary worker (it claims cells from the ledger, logs to MLflow, finishes trials) and hands each
+cell's recipe to the other ranks, which only train. Every rank draws the same global batch (same seed) and keeps
+its 1/world share, and DDP averages the gradients, so a cell trained on N GPUs follows the same recipe, global
+batch size included, as on one. Without torchrun (WORLD_SIZE unset or 1) nothing here is used.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as torch_dist
+
+
+@dataclass(frozen=True)
+class Dist:
+    """This process's place in the group."""
+
+    rank: int
+    world: int
+    local_rank: int
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def device(self, device: str | torch.device) -> torch.device:
+        """The GPU of this rank's local_rank on CUDA; the device unchanged otherwise."""
+        device = torch.device("cuda" if str(device) == "auto" and torch.cuda.is_available() else
+                              "cpu" if str(device) == "auto" else device)
+        return torch.device("cuda", self.local_rank) if device.type == "cuda" else device
+
+
+def from_env() -> Dist | None:
+    """Join the process group torchrun describes in the environment; None when not launched by torchrun."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return None
+    if not torch_dist.is_initialized():
+        torch_dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return Dist(rank=torch_dist.get_rank(), world=torch_dist.get_world_size(),
+                local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def all_sum(tensor: torch.Tensor, dist: Dist | None) -> torch.Tensor:
+    """Sum `tensor` over the group in place (a no-op alone)."""
+    if dist is not None:
+        torch_dist.all_reduce(tensor, op=torch_dist.ReduceOp.SUM)
+    return tensor
+
+
+def broadcast(obj: Any, dist: Dist | None) -> Any:
+    """Rank 0's `obj` on every rank (a no-op alone)."""
+    if dist is None:
+        return obj
+    box = [obj]
+    torch_dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def shutdown(dist: Dist | None) -> None:
+    if dist is not None and torch_dist.is_initialized():
+        torch_dist.destroy_process_group()

@@ -40,3 +40,14 @@ def write_suite(tmp_path: Path):
         return path
 
     return write
+
+
+@pytest.fixture
+def one_torch_thread():
+    """For tiny models: one thread is faster than a pool, and does not thrash on a busy machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -20,13 +20,7 @@ from normbench.model import NormbenchViT, drop_path_rates
 TINY = dict(embed_dim=32, num_heads=2, patch_size=4, img_size=16, num_classes=5)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The models here are tiny: one thread is faster than a pool, and does not thrash on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # --- timm interchange -----------------------------------------------------------------------------------------------

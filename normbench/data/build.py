@@ -93,16 +93,8 @@ def _device_bundle(
     common = {"batch_size": batch_size, "mean": splits.mean, "std": splits.std, "seed": seed}
     train = DeviceLoader(train_x, splits.train_y.to(device), train=True, crop_padding=padding, flip=flip, **common)
     val = DeviceLoader(val_x, splits.val_y.to(device), train=False, **common)
-    return DataBundle(
-        num_classes=splits.num_classes,
-        in_chans=int(train_x.shape[1]),
-        img_size=size,
-        num_train=train.num_samples,
-        num_val=val.num_samples,
-        train=train,
-        val=val,
-        name=cfg.name,
-    )
+    return DataBundle.of(cfg.name, train, val, num_classes=splits.num_classes, in_chans=int(train_x.shape[1]),
+                         img_size=size)
 
 
 def build_data(
@@ -163,13 +155,4 @@ def build_data(
         num_workers=cfg.num_workers,
         shard=shard,
     )
-    return DataBundle(
-        num_classes=num_classes,
-        in_chans=3,
-        img_size=size,
-        num_train=train.num_samples,
-        num_val=val.num_samples,
-        train=train,
-        val=val,
-        name=cfg.name,
-    )
+    return DataBundle.of(cfg.name, train, val, num_classes=num_classes, in_chans=3, img_size=size)

@@ -42,3 +42,11 @@ class DataBundle:
     train: Loader
     val: Loader
     name: str
+
+    @classmethod
+    def of(cls, name: str, train: Loader, val: Loader, *, num_classes: int, in_chans: int,
+           img_size: int) -> DataBundle:
+        """A bundle whose sample counts are read from the loaders' `num_samples`."""
+        return cls(num_classes=num_classes, in_chans=in_chans, img_size=img_size,
+                   num_train=train.num_samples, num_val=val.num_samples,  # type: ignore[attr-defined]
+                   train=train, val=val, name=name)

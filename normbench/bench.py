@@ -262,6 +262,8 @@ def step_times(layer: str, depth: int, dim: int, setup: StepSetup, it: Iters) ->
         "normbench": lambda: build_normbench(layer, depth, dim), "timm": lambda: build_timm(layer, depth, dim)}
     steps: dict[str, Callable[[], None]] = {}
     out: dict[str, float] = {}
+    if setup.compile:  # a bench of many models would exhaust dynamo's recompile limit, then silently run eager
+        torch._dynamo.reset()  # once per row: resetting between the two models would recompile inside the timing
     for name, build in builders.items():
         before = _allocated(setup.dev)
         torch.manual_seed(0)

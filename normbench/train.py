@@ -69,7 +69,12 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     optimizer = create_optimizer_v2(model, tc.optimizer, lr=tc.lr, weight_decay=tc.weight_decay, **opt_kwargs)
     parallel = model if dist is None else nn.parallel.DistributedDataParallel(
         model, device_ids=[dev.index] if on_cuda else None, broadcast_buffers=False)  # no buffer changes in training
-    forward = torch.compile(parallel) if tc.compile == "on" or (tc.compile == "auto" and on_cuda) else parallel
+    forward = parallel
+    if tc.compile == "on" or (tc.compile == "auto" and on_cuda):
+        # a fresh dynamo per cell: a worker's many models would otherwise exhaust its recompile limit, after which
+        # dynamo silently runs the rest eagerly, and a cell's speed would depend on the cells before it
+        torch._dynamo.reset()
+        forward = torch.compile(parallel)
     amp = tc.amp == "bf16" or (tc.amp == "auto" and on_cuda)
     autocast = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if amp else nullcontext
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as torch_dist
+
+CONTROL_TIMEOUT = timedelta(days=7)
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,7 @@ class Dist:
     rank: int
     world: int
     local_rank: int
+    control: Any = None  # the gloo group that carries recipes and decisions (see from_env)
 
     @property
     def is_main(self) -> bool:
@@ -42,10 +46,17 @@ def from_env() -> Dist | None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return None
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if not torch_dist.is_initialized():
-        torch_dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return Dist(rank=torch_dist.get_rank(), world=torch_dist.get_world_size(),
-                local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+        if torch.cuda.is_available():
+            torch.cuda.set_device(local_rank)  # else every rank's NCCL traffic would start on GPU 0
+        # gloo for CPU tensors and NCCL for CUDA ones, so `--device cpu` works on a GPU host too
+        torch_dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    # Recipes travel on their own gloo group with a long timeout: the other ranks wait in `follow` for as long as
+    # rank 0 waits for the ledger (other nodes' cells, slow databases), which would trip the training timeout.
+    control = torch_dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
+    return Dist(rank=torch_dist.get_rank(), world=torch_dist.get_world_size(), local_rank=local_rank,
+                control=control)
 
 
 def all_sum(tensor: torch.Tensor, dist: Dist | None) -> torch.Tensor:
@@ -60,7 +71,7 @@ def broadcast(obj: Any, dist: Dist | None) -> Any:
     if dist is None:
         return obj
     box = [obj]
-    torch_dist.broadcast_object_list(box, src=0)
+    torch_dist.broadcast_object_list(box, src=0, group=dist.control)
     return box[0]
 
 

@@ -19,9 +19,10 @@ from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from timm.optim import create_optimizer_v2
 from torch import nn
 
-from normbench.config import CellConfig
+from normbench.config import CellConfig, TrainConfig
 from normbench.data import DataBundle, build_data
 from normbench.distributed import Dist, all_sum, broadcast
+from normbench.errors import SuiteError
 from normbench.model import NormbenchViT
 from normbench.schedule import warmup_cosine
 
@@ -32,6 +33,10 @@ def build_model(cell: CellConfig, data: DataBundle) -> NormbenchViT:
     m = asdict(cell.model)
     m.pop("img_size")
     return NormbenchViT(img_size=data.img_size, in_chans=data.in_chans, num_classes=data.num_classes, **m)
+
+
+def mixup_on(tc: TrainConfig) -> bool:
+    return tc.mixup > 0 or tc.cutmix > 0
 
 
 def _resolve_device(device: str | torch.device) -> torch.device:
@@ -55,6 +60,9 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     """
     t_start = time.perf_counter()
     tc = cell.train
+    if dist is not None and mixup_on(tc) and (tc.batch_size // dist.world) % 2:
+        raise SuiteError(f"train.batch_size: mixup/cutmix pair images within a process's {tc.batch_size // dist.world}"
+                         f"-image share of the batch, which must be even; use a multiple of {2 * dist.world}")
     dev = dist.device(device) if dist else _resolve_device(device)
     on_cuda = dev.type == "cuda"
     torch.manual_seed(tc.seed)
@@ -79,7 +87,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     autocast = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if amp else nullcontext
 
     mixup = (Mixup(mixup_alpha=tc.mixup, cutmix_alpha=tc.cutmix, label_smoothing=tc.label_smoothing,
-                   num_classes=data.num_classes) if tc.mixup > 0 or tc.cutmix > 0 else None)
+                   num_classes=data.num_classes) if mixup_on(tc) else None)
     loss_fn: nn.Module = (SoftTargetCrossEntropy() if mixup else LabelSmoothingCrossEntropy(tc.label_smoothing)
                           if tc.label_smoothing > 0 else nn.CrossEntropyLoss())
     max_loss = tc.max_loss if tc.max_loss is not None else 10.0 * math.log(data.num_classes)

@@ -145,7 +145,7 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
         progress.note(f"cell {cell_id} failed: {type(e).__name__}: {e} (it is retried on the next run)")
         if dist is not None:  # the other ranks may be inside a collective: end the group (torchrun stops them)
             raise
-        return False, 0.0
+        return False, time.perf_counter() - train_started - between_epochs
     trained = time.perf_counter() - train_started - between_epochs
     tracker.summarize(run_id, result)
     ledger.finish(job.study, trial, result)

@@ -13,6 +13,8 @@ import pytest
 
 from normbench.cli import main
 from normbench.config import CellConfig, ModelConfig, TrainConfig
+from normbench.distributed import Dist
+from normbench.errors import SuiteError
 from normbench.train import train_cell
 from tests.test_runner import assert_each_cell_once
 
@@ -76,3 +78,9 @@ def test_worker_under_torchrun_finishes_every_cell_once(write_suite, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert main(["leaderboard", str(out)]) == 0
     assert_each_cell_once(out, "tiny", len(layers))
+
+
+def test_mixup_needs_an_even_share_of_the_batch_per_process():
+    cell = CellConfig(model=CELL.model, train=TrainConfig(epochs=1, batch_size=6, mixup=0.8))
+    with pytest.raises(SuiteError, match="even"):  # 3 images per process: timm's Mixup pairs them
+        train_cell(cell, device="cpu", dist=Dist(rank=0, world=2, local_rank=0))

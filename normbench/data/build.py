@@ -97,6 +97,13 @@ def _device_bundle(
                          img_size=size)
 
 
+def _check_split(batch_size: int, num_train: int, world: int) -> None:
+    """A train set smaller than the batch caps the batch at its size, which must still split evenly."""
+    if batch_size % world:
+        raise SuiteError(f"train.batch_size: the {num_train}-image train set caps the batch at {batch_size}, which "
+                         f"does not split over {world} processes; use fewer processes or a multiple of {world}")
+
+
 def build_data(
     cfg: DataConfig,
     *,
@@ -136,6 +143,7 @@ def build_data(
     if cfg.name != "imagefolder":
         bundle = _device_bundle(cfg, batch_size=batch_size, device=device, seed=seed, img_size=img_size)
         if world > 1:
+            _check_split(bundle.train.batch_size, bundle.num_train, world)  # type: ignore[attr-defined]
             bundle.train = ShardedLoader(bundle.train, rank, world)
             bundle.val = ShardedLoader(bundle.val, rank, world)
         return bundle
@@ -155,4 +163,5 @@ def build_data(
         num_workers=cfg.num_workers,
         shard=shard,
     )
+    _check_split(train.batch_size, train.num_samples, world)
     return DataBundle.of(cfg.name, train, val, num_classes=num_classes, in_chans=3, img_size=size)

@@ -62,3 +62,9 @@ def test_imagefolder_ranks_decode_disjoint_halves_of_each_batch(tmp_path: Path):
 def test_batch_size_must_split_over_the_processes():
     with pytest.raises(SuiteError, match="batch_size"):
         build_data(DataConfig(name="digits"), batch_size=63, device="cpu", shard=(0, 2))
+
+
+def test_a_train_set_smaller_than_the_batch_must_still_split():
+    # digits has 1437 train images: a batch of 2000 is capped at 1437, which two processes cannot share evenly
+    with pytest.raises(SuiteError, match="1437"):
+        build_data(DataConfig(name="digits"), batch_size=2000, device="cpu", shard=(0, 2))

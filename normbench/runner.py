@@ -45,10 +45,9 @@ def open_run_study(ledger: Ledger, suite: Suite) -> optuna.Study:
 
 def run_job(suite: Suite, study: optuna.Study) -> Job:
     def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
+        # The axes live in the trial's user attrs (optuna-dashboard shows them), not its params: Optuna fixes a
+        # categorical param's choices for the whole study, so params would forbid growing the matrix later.
         axes = dict(trial.user_attrs["axes"])
-        for axis, value in axes.items():  # record the axes as the trial's params (optuna-dashboard shows them)
-            if axis in suite.matrix and value in suite.matrix[axis]:
-                trial.suggest_categorical(axis, suite.matrix[axis])
         cell = suite.cell(axes)
         return cell.cell_id, {**axes, **cell.config.flat()}, cell.config
 

@@ -91,6 +91,16 @@ def test_changed_recipe_refuses_to_resume(write_suite, tmp_path, capsys):
     assert "changed since the cells in this ledger" in capsys.readouterr().err
 
 
+def test_growing_the_matrix_runs_only_the_new_cells(write_suite, tmp_path):
+    out = tmp_path / "out"
+    first = {"depth": [1], "layer": ["layernorm"], "lr": [1e-3], "seed": [0]}
+    assert main(["run", str(write_suite(matrix=first)), "--out", str(out), "--quiet"]) == 0
+    grown = {"depth": [1, 2], "layer": ["layernorm", "rezero"], "lr": [1e-3], "seed": [0, 1]}  # every axis grows
+    assert main(["run", str(write_suite(matrix=grown)), "--out", str(out), "--quiet"]) == 0
+    assert_each_cell_once(out, "tiny", 8)
+    assert len(mlflow_runs(out, "tiny")) == 8  # the first cell was not trained again
+
+
 def _normbench(*args: str, **kwargs) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "normbench", *args], cwd=REPO, **kwargs)
 

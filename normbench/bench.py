@@ -33,6 +33,7 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
+from normbench.device import resolve_device
 from normbench.layers import cait_init_values, resolve_layer
 from normbench.model import NormbenchViT
 
@@ -107,12 +108,6 @@ def peak_flops(dev: torch.device) -> float | None:
 
 
 # --- timing ------------------------------------------------------------------------------------------------------
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
 
 def _sync(dev: torch.device) -> None:
     if dev.type == "cuda":

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as torch_dist
 
+from normbench.device import resolve_device
+
 CONTROL_TIMEOUT = timedelta(days=7)
 
 
@@ -36,9 +38,8 @@ class Dist:
 
     def device(self, device: str | torch.device) -> torch.device:
         """The GPU of this rank's local_rank on CUDA; the device unchanged otherwise."""
-        device = torch.device("cuda" if str(device) == "auto" and torch.cuda.is_available() else
-                              "cpu" if str(device) == "auto" else device)
-        return torch.device("cuda", self.local_rank) if device.type == "cuda" else device
+        device = resolve_device(device)
+        return resolve_device(f"cuda:{self.local_rank}") if device.type == "cuda" else device
 
 
 def from_env() -> Dist | None:

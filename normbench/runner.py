@@ -18,6 +18,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from normbench.device import resolve_device
 from normbench.errors import SuiteError
 from normbench.ledger import Ledger
 from normbench.progress import Progress
@@ -65,6 +66,7 @@ def run_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, device
               workers: int | None = None, quiet: bool = False) -> WorkSummary:
     """Train every unfinished cell of the suite, then write the leaderboard."""
     device = device or suite.device
+    resolve_device(device)  # a missing GPU fails here, not in every cell
     check_data(suite)
     ledger = Ledger(storage, out_dir)
     tracker = Tracker(out_dir, suite.name)

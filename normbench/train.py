@@ -21,6 +21,7 @@ from torch import nn
 
 from normbench.config import CellConfig, TrainConfig
 from normbench.data import DataBundle, build_data
+from normbench.device import resolve_device
 from normbench.distributed import Dist, all_sum, broadcast
 from normbench.errors import SuiteError
 from normbench.model import NormbenchViT
@@ -37,12 +38,6 @@ def build_model(cell: CellConfig, data: DataBundle) -> NormbenchViT:
 
 def mixup_on(tc: TrainConfig) -> bool:
     return tc.mixup > 0 or tc.cutmix > 0
-
-
-def _resolve_device(device: str | torch.device) -> torch.device:
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: EpochCallback | None = None,
@@ -63,7 +58,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     if dist is not None and mixup_on(tc) and (tc.batch_size // dist.world) % 2:
         raise SuiteError(f"train.batch_size: mixup/cutmix pair images within a process's {tc.batch_size // dist.world}"
                          f"-image share of the batch, which must be even; use a multiple of {2 * dist.world}")
-    dev = dist.device(device) if dist else _resolve_device(device)
+    dev = dist.device(device) if dist else resolve_device(device)
     on_cuda = dev.type == "cuda"
     torch.manual_seed(tc.seed)
     if on_cuda:

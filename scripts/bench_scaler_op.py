@@ -13,7 +13,9 @@ import statistics
 import torch
 from torch import nn
 
-from normbench.bench import fwd_bwd, resolve_device, time_ms
+from normbench.bench import fwd_bwd, time_ms
+from normbench.device import resolve_device
+from normbench.errors import NormbenchError
 from normbench.layers.norms import LearnableScaler
 
 
@@ -31,7 +33,10 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=40)
     parser.add_argument("--calls", type=int, default=50)
     args = parser.parse_args()
-    dev = resolve_device(args.device)
+    try:
+        dev = resolve_device(args.device)
+    except NormbenchError as e:
+        parser.error(str(e))
     dim = args.shape[-1]
     x = torch.randn(args.shape, device=dev, requires_grad=True)
     g = torch.randn(args.shape, device=dev)

@@ -43,10 +43,17 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, default=REPO / "results")
     args = parser.parse_args()
+    if min(args.workers) < 1:
+        parser.error(f"--workers: every count must be at least 1, got {args.workers}")
 
+    from normbench.errors import NormbenchError
     from normbench.suite import load_suite
 
-    cells = len(load_suite(args.suite).cells())
+    try:
+        cells = len(load_suite(args.suite).cells())
+    except NormbenchError as e:
+        print(f"workers_per_device: error: {e}", file=sys.stderr)
+        return e.exit_code
     rows = []
     for workers in args.workers:
         with tempfile.TemporaryDirectory() as tmp:

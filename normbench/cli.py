@@ -137,12 +137,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace, suite, out: Path, dist) -> int:  # type: ignore[no-untyped-def]
-    from normbench.device import resolve_device
     from normbench.progress import Progress
+    from normbench.runner import preflight
     from normbench.worker import follow, work
 
-    device = args.device or suite.device
-    resolve_device(device)  # a missing GPU fails here, not in every cell
+    device = preflight(suite, args.device)
     if dist is not None and not dist.is_main:
         follow(device, dist)
         return 0

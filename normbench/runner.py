@@ -55,19 +55,21 @@ def run_job(suite: Suite, study: optuna.Study) -> Job:
     return Job(study=study, cell_for=cell_for)
 
 
-def check_data(suite: Suite) -> None:
-    """Load the dataset once before any cell starts, so a missing dataset fails fast with its message."""
+def preflight(suite: Suite, device: str | None) -> str:
+    """The device to use, after checking it exists and loading the dataset once: a missing GPU or dataset fails
+    here with its message, not in every cell."""
     from normbench.data import build_data
 
+    device = device or suite.device
+    resolve_device(device)
     build_data(suite.dataset, batch_size=1, device="cpu", seed=0)
+    return device
 
 
 def run_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, device: str | None = None,
               workers: int | None = None, quiet: bool = False) -> WorkSummary:
     """Train every unfinished cell of the suite, then write the leaderboard."""
-    device = device or suite.device
-    resolve_device(device)  # a missing GPU fails here, not in every cell
-    check_data(suite)
+    device = preflight(suite, device)
     ledger = Ledger(storage, out_dir)
     tracker = Tracker(out_dir, suite.name)
     study = open_run_study(ledger, suite)

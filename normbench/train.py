@@ -165,10 +165,11 @@ def evaluate(model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor], 
     """Top-1 accuracy in percent on the validation split (summed over ranks); one host sync at the end. Leaves the
     model in eval."""
     model.eval()
-    counts = torch.zeros(2, dtype=torch.long, device=device)  # correct, total
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    total = 0
     for x, y in data.val:
         with autocast():
-            counts[0] += (forward(x).argmax(dim=-1) == y).sum()
-        counts[1] += y.shape[0]
-    correct, total = all_sum(counts, dist).tolist()
+            correct += (forward(x).argmax(dim=-1) == y).sum()
+        total += y.shape[0]
+    correct, total = all_sum(torch.stack([correct, correct.new_tensor(total)]), dist).tolist()
     return 100.0 * correct / max(1, total)

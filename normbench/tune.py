@@ -16,10 +16,9 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from normbench.device import resolve_device
 from normbench.ledger import Ledger
 from normbench.progress import Progress
-from normbench.runner import check_data, finish_suite, work_everywhere
+from normbench.runner import finish_suite, preflight, work_everywhere
 from normbench.suite import Suite, TuneConfig, cell_id, with_overrides
 from normbench.tracking import Tracker
 from normbench.worker import Job, WorkSummary
@@ -107,9 +106,7 @@ def tune_context(suite: Suite, out_dir: Path, storage: str | None) -> tuple[Ledg
 
 def tune_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, device: str | None = None,
                workers: int | None = None, quiet: bool = False) -> WorkSummary:
-    device = device or suite.device
-    resolve_device(device)  # a missing GPU fails here, not in every trial
-    check_data(suite)
+    device = preflight(suite, device)
     ledger, tracker, jobs = tune_context(suite, out_dir, storage)
     assert suite.tune is not None
     keys = search_keys(suite)

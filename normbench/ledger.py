@@ -123,6 +123,8 @@ class Ledger:
                     continue  # another worker took it first
             except UpdateFinishedTrialError:
                 continue
+            if self.heartbeats:  # beat at once: a worker lost before its cell's heartbeat thread starts is still seen
+                self.storage.record_heartbeat(frozen._trial_id)  # type: ignore[attr-defined]
             trial = optuna.Trial(study, frozen._trial_id)
             trial.set_user_attr("worker_host", worker_host())
             trial.set_user_attr("worker_pid", os.getpid())

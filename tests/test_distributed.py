@@ -39,7 +39,9 @@ def test_three_workers_run_every_cell_exactly_once(write_suite, tmp_path, fresh_
 
 
 def test_worker_killed_mid_cell_has_its_cell_finished_by_another(write_suite, tmp_path, fresh_postgres_url):
-    suite = write_suite(name="lost", train={"epochs": 30, "batch_size": 64, "warmup_epochs": 0},
+    # big enough that worker a cannot finish the cell in the 2 s before it is killed (the tiny model could)
+    suite = write_suite(name="lost", model={"embed_dim": 64, "num_heads": 2, "patch_size": 2},
+                        train={"epochs": 15, "batch_size": 64, "warmup_epochs": 0},
                         matrix={"depth": [2], "layer": ["layernorm"], "lr": [1e-3], "seed": [0]})
     fast_heartbeat = {"NORMBENCH_HEARTBEAT_INTERVAL": "1", "NORMBENCH_HEARTBEAT_GRACE": "3"}
     # node-a and node-b play two machines: b cannot see a's pid, only its heartbeat stopping
@@ -55,12 +57,32 @@ def test_worker_killed_mid_cell_has_its_cell_finished_by_another(write_suite, tm
     time.sleep(2)
     os.kill(a.pid, signal.SIGKILL)
     a.wait()
+    assert [t.state for t in trials(fresh_postgres_url, tmp_path, "run:lost")] == [TrialState.RUNNING]  # mid-cell
     b = worker(suite, tmp_path / "b", fresh_postgres_url, env={"NORMBENCH_HOST": "node-b", **fast_heartbeat})
     # b would train for a while; shorten: it only has to pick the cell up. Wait for completion with a bound.
     assert b.wait(timeout=300) == 0
     states = [t.state for t in trials(fresh_postgres_url, tmp_path, "run:lost")]
     assert states.count(TrialState.COMPLETE) == 1 and states.count(TrialState.FAIL) == 1
     assert TrialState.RUNNING not in states
+
+
+def test_a_claimed_trial_goes_stale_even_if_its_worker_dies_before_training(fresh_postgres_url, tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setenv("NORMBENCH_HEARTBEAT_INTERVAL", "1")
+    monkeypatch.setenv("NORMBENCH_HEARTBEAT_GRACE", "1")
+    monkeypatch.setenv("NORMBENCH_HOST", "node-a")
+    ledger = Ledger(fresh_postgres_url, tmp_path)
+    study = ledger.study("run:early")
+    ledger.enqueue(study, {"cell": {"depth": 1}})
+    claimed = ledger.claim(study)  # and then nothing: no heartbeat thread, as if killed right here
+    assert claimed is not None
+    time.sleep(2.5)
+    monkeypatch.setenv("NORMBENCH_HOST", "node-b")  # another machine, which cannot see node-a's pids
+    other = Ledger(fresh_postgres_url, tmp_path)
+    lost = other.reclaim(other.study("run:early"))
+    assert [t.number for t in lost] == [claimed.number]
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    assert states == [TrialState.FAIL, TrialState.WAITING]  # failed, and the cell queued again
 
 
 def test_tune_gives_every_layer_and_depth_exactly_n_trials(write_suite, tmp_path, fresh_postgres_url):

@@ -19,8 +19,10 @@ pytestmark = pytest.mark.postgres
 
 
 def worker(suite, out, url, *extra, env=None) -> subprocess.Popen:
+    # one thread each, as `run --workers` gives them: several workers on a 2-core machine otherwise thrash
     return subprocess.Popen([sys.executable, "-m", "normbench", "worker", str(suite), "--out", str(out),
-                             "--storage", url, "--quiet", *extra], cwd=REPO, env={**os.environ, **(env or {})})
+                             "--storage", url, "--quiet", *extra], cwd=REPO,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
 
 
 def trials(url, out, name):
@@ -29,12 +31,14 @@ def trials(url, out, name):
 
 def test_three_workers_run_every_cell_exactly_once(write_suite, tmp_path, fresh_postgres_url):
     layers = ["layernorm", "layerscale", "rezero", "rmsnorm", "dyt", "fixup"]
-    suite = write_suite(name="trio", matrix={"depth": [1], "layer": layers, "lr": [1e-3], "seed": [0]})
+    # cells of ~1.3 s each (20 epochs), so one worker cannot take all six before the others have imported torch
+    suite = write_suite(name="trio", train={"epochs": 20, "batch_size": 64, "warmup_epochs": 0},
+                        matrix={"depth": [2], "layer": layers, "lr": [1e-3], "seed": [0]})
     procs = [worker(suite, tmp_path / f"node{i}", fresh_postgres_url) for i in range(3)]
     assert [p.wait(timeout=300) for p in procs] == [0, 0, 0]
     done = [t for t in trials(fresh_postgres_url, tmp_path, "run:trio") if t.state == TrialState.COMPLETE]
     assert sorted(t.user_attrs["cell_id"] for t in done) == sorted(
-        f"depth=1,layer={layer},lr=0.001,seed=0" for layer in layers)
+        f"depth=2,layer={layer},lr=0.001,seed=0" for layer in layers)
     assert len({t.user_attrs["worker_pid"] for t in done}) >= 2
 
 

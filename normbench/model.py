@@ -28,7 +28,8 @@ def drop_path_rates(rate: float, depth: int, mode: Literal["linear", "uniform"] 
     if mode == "uniform":
         return [rate] * depth
     if mode == "linear":
-        return [rate * i / (depth - 1) if depth > 1 else rate for i in range(depth)]
+        # timm's linspace(0, rate, depth): a lone block gets 0
+        return [rate * i / (depth - 1) if depth > 1 else 0.0 for i in range(depth)]
     raise ValueError(f"drop_path_mode must be 'linear' or 'uniform', not {mode!r}")
 
 
@@ -86,8 +87,10 @@ class NormbenchViT(nn.Module):
                                 attn_drop=attn_drop_rate, drop_path=dpr)
             for dpr in drop_path_rates(drop_path_rate, depth, drop_path_mode)
         ])
-        # timm: token pooling normalizes all tokens (`norm`); avg pooling normalizes the pooled vector (`fc_norm`)
-        self.norm = norm_layer(embed_dim) if global_pool == "token" else nn.Identity()
+        # timm: token pooling normalizes all tokens (`norm`); avg pooling normalizes the pooled vector (`fc_norm`).
+        # Post-norm blocks already end in a norm: like BERT and DeepNet, no second one on top.
+        final_norm = global_pool == "token" and not self.plan.block_cls.output_is_normalized
+        self.norm = norm_layer(embed_dim) if final_norm else nn.Identity()
         self.fc_norm = norm_layer(embed_dim) if global_pool == "avg" else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()

@@ -34,6 +34,8 @@ class PreNormBlock(nn.Module):
         drop_path: stochastic-depth rate of this block.
     """
 
+    output_is_normalized = False  # True where the block ends in its norm, so the model needs no final norm
+
     def __init__(self, dim: int, num_heads: int, *, depth: int, norm_layer: ModuleFactory, gate_layer: ModuleFactory,
                  mlp_ratio: float = 4.0, qkv_bias: bool = True, proj_drop: float = 0.0, attn_drop: float = 0.0,
                  drop_path: float = 0.0, act_layer: type[nn.Module] = nn.GELU) -> None:
@@ -58,6 +60,8 @@ class PreNormBlock(nn.Module):
 class PostNormBlock(PreNormBlock):
     """The original Transformer's placement: the norm after the residual sum."""
 
+    output_is_normalized = True
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.norm1(x + self.drop_path1(self.ls1(self.attn(x))))
         x = self.norm2(x + self.drop_path2(self.ls2(self.mlp(x))))
@@ -69,6 +73,8 @@ class PostNormBlock(PreNormBlock):
                 source="Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers (encoder-only constants)")
 class DeepNormBlock(PreNormBlock):
     """Post-norm with the skip up-weighted by α; DeepNorm's β goes into `deepnorm_init`."""
+
+    output_is_normalized = True
 
     def __init__(self, dim: int, num_heads: int, *, depth: int, **kwargs) -> None:
         super().__init__(dim, num_heads, depth=depth, **kwargs)

@@ -293,6 +293,15 @@ def test_post_norm_blocks_output_normalized_tokens(layer):
         torch.testing.assert_close(y.std(-1, unbiased=False), torch.ones(2, 17), atol=1e-3, rtol=0)
 
 
+@pytest.mark.parametrize(("layer", "final_norm"), [("post_ln", False), ("deepnorm", False), ("layernorm", True),
+                                                   ("post_ln+layerscale", False), ("layerscale", True)])
+def test_only_pre_norm_models_add_a_final_norm(layer, final_norm):
+    # a post-norm stack already ends in its last block's norm (BERT, DeepNet): a second one would be redundant
+    model = tiny_vit(layer)
+    assert isinstance(model.norm, LayerNorm) == final_norm
+    assert model.blocks[-1].output_is_normalized != final_norm
+
+
 @torch.no_grad()
 def test_pre_norm_blocks_do_not_normalize_the_stream():
     block = tiny_vit("layernorm").blocks[0].eval()

@@ -131,8 +131,8 @@ def test_kill_9_mid_suite_then_resume_runs_every_cell_exactly_once(write_suite, 
 
 def test_two_local_workers_run_every_cell_exactly_once(write_suite, tmp_path):
     layers = ["layernorm", "layerscale", "rezero", "rmsnorm", "dyt", "fixup"]
-    # cells of ~1.3 s each (20 epochs): with sub-second cells the first worker to finish importing torch can take all six
-    # before the second one has started
+    # cells of ~1.3 s each (20 epochs): with sub-second cells the first worker to finish importing torch can take
+    # all six before the second one has started
     path = write_suite(name="pair", train={"epochs": 20, "batch_size": 64, "warmup_epochs": 0},
                        matrix={"depth": [2], "layer": layers, "lr": [1e-3], "seed": [0]})
     out = tmp_path / "out"

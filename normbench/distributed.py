@@ -10,6 +10,7 @@ batch size included, as on one. Without torchrun (WORLD_SIZE unset or 1) nothing
 
 from __future__ import annotations
 
+import inspect
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -17,6 +18,7 @@ from typing import Any
 
 import torch
 import torch.distributed as torch_dist
+from torch import nn
 
 from normbench.device import resolve_device
 
@@ -58,6 +60,15 @@ def from_env() -> Dist | None:
     control = torch_dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
     return Dist(rank=torch_dist.get_rank(), world=torch_dist.get_world_size(), local_rank=local_rank,
                 control=control)
+
+
+def wrap_ddp(model: nn.Module, device: torch.device) -> nn.parallel.DistributedDataParallel:
+    """DDP without per-forward buffer syncs: training changes no buffer (they are constants or eval statistics)."""
+    ddp = nn.parallel.DistributedDataParallel
+    # torch 2.15 renamed broadcast_buffers (now deprecated, with a warning per cell) to forward_sync_buffers
+    renamed = "forward_sync_buffers" in inspect.signature(ddp.__init__).parameters
+    no_buffer_sync = {"forward_sync_buffers": False} if renamed else {"broadcast_buffers": False}
+    return ddp(model, device_ids=[device.index] if device.type == "cuda" else None, **no_buffer_sync)
 
 
 def all_sum(tensor: torch.Tensor, dist: Dist | None) -> torch.Tensor:

@@ -22,7 +22,7 @@ from torch import nn
 from normbench.config import CellConfig, TrainConfig
 from normbench.data import DataBundle, build_data
 from normbench.device import resolve_device
-from normbench.distributed import Dist, all_sum, broadcast
+from normbench.distributed import Dist, all_sum, broadcast, wrap_ddp
 from normbench.errors import SuiteError
 from normbench.model import NormbenchViT
 from normbench.schedule import warmup_cosine
@@ -70,8 +70,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     params = sum(p.numel() for p in model.parameters())
     opt_kwargs = {"fused": True} if on_cuda and tc.optimizer == "adamw" else {}
     optimizer = create_optimizer_v2(model, tc.optimizer, lr=tc.lr, weight_decay=tc.weight_decay, **opt_kwargs)
-    parallel = model if dist is None else nn.parallel.DistributedDataParallel(
-        model, device_ids=[dev.index] if on_cuda else None, broadcast_buffers=False)  # no buffer changes in training
+    parallel = model if dist is None else wrap_ddp(model, dev)
     forward = parallel
     if tc.compile == "on" or (tc.compile == "auto" and on_cuda):
         # a fresh dynamo per cell: a worker's many models would otherwise exhaust its recompile limit, after which
@@ -104,13 +103,16 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         for x, y in data.train:
             if mixup is not None:
                 x, y = mixup(x, y)
-            with autocast():
-                loss = loss_fn(forward(x), y)
-            (loss / tc.grad_accum_steps).backward()
-            loss_sum += loss.detach()
             micro += 1
+            steps_now = micro % tc.grad_accum_steps == 0
+            # under DDP only the micro-batch that ends an accumulation all-reduces; the others keep their grads local
+            with parallel.no_sync() if dist is not None and not steps_now else nullcontext():
+                with autocast():
+                    loss = loss_fn(forward(x), y)
+                (loss / tc.grad_accum_steps).backward()
+            loss_sum += loss.detach()
             epoch_images += x.shape[0]
-            if micro % tc.grad_accum_steps:
+            if not steps_now:
                 continue
             lr = warmup_cosine(step, total_steps=total_steps, warmup_steps=warmup_steps, lr=tc.lr,
                                warmup_lr=tc.warmup_lr, min_lr=tc.min_lr)

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,17 +23,34 @@ CELL = CellConfig(model=ModelConfig(layer="layerscale", depth=2, embed_dim=32, n
                   train=TrainConfig(epochs=2, batch_size=64, warmup_epochs=0, lr=3e-3))
 
 RANK_SCRIPT = """
-import json, sys
+import dataclasses, json, sys
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from normbench.config import CellConfig, ModelConfig, TrainConfig
 from normbench.distributed import from_env, shutdown
 from normbench.train import train_cell
+
+all_reduces = []
+
+class CountingDDP(torch.nn.parallel.DistributedDataParallel):  # counts the gradient all-reduces DDP really makes
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_comm_hook(None, lambda state, bucket: all_reduces.append(1) or allreduce_hook(state, bucket))
+
+torch.nn.parallel.DistributedDataParallel = CountingDDP
 dist = from_env()
 cell = CellConfig(model=ModelConfig(layer="layerscale", depth=2, embed_dim=32, num_heads=2, patch_size=4),
                   train=TrainConfig(epochs=2, batch_size=64, warmup_epochs=0, lr=3e-3))
 seen = []
 result = train_cell(cell, device="cpu", dist=dist, on_epoch=lambda record: seen.append(record["epoch"]))
+plain_all_reduces = len(all_reduces)
+all_reduces.clear()
+accum = dataclasses.replace(cell, train=dataclasses.replace(cell.train, grad_accum_steps=2))
+accumulated = train_cell(accum, device="cpu", dist=dist)
+accum_all_reduces = len(all_reduces)
 pruned = train_cell(cell, device="cpu", dist=dist, on_epoch=lambda record: True)  # rank 0 prunes at epoch 0
 json.dump({"rank": dist.rank, "history": result["history"], "on_epoch_calls": seen,
+           "accum_history": accumulated["history"], "all_reduces": [plain_all_reduces, accum_all_reduces],
            "pruned": [pruned["status"], pruned["epochs_run"]]},
           open(sys.argv[1] + f"/rank{dist.rank}.json", "w"))
 shutdown(dist)
@@ -50,7 +68,19 @@ def single_process_history() -> list[dict]:
     return train_cell(CELL, device="cpu")["history"]
 
 
-def test_two_ranks_follow_the_single_process_run(tmp_path, single_process_history):
+@pytest.fixture(scope="module")
+def single_process_accum_history() -> list[dict]:
+    return train_cell(replace(CELL, train=replace(CELL.train, grad_accum_steps=2)), device="cpu")["history"]
+
+
+def assert_follows(ddp_history: list[dict], single_history: list[dict]) -> None:
+    for ddp, single in zip(ddp_history, single_history, strict=True):
+        assert ddp["train_loss"] == pytest.approx(single["train_loss"], rel=1e-3)
+        assert abs(ddp["val_top1"] - single["val_top1"]) <= 0.6  # two of 360 images, for float noise
+        assert ddp["images_per_sec"] > 0
+
+
+def test_two_ranks_follow_the_single_process_run(tmp_path, single_process_history, single_process_accum_history):
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
     done = torchrun(str(script), str(tmp_path), cwd=Path(__file__).resolve().parents[1])
@@ -58,10 +88,11 @@ def test_two_ranks_follow_the_single_process_run(tmp_path, single_process_histor
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     # each rank trained on half of every global batch; DDP's averaged gradients make it the same optimisation
     for rank in ranks:
-        for ddp, single in zip(rank["history"], single_process_history, strict=True):
-            assert ddp["train_loss"] == pytest.approx(single["train_loss"], rel=1e-3)
-            assert abs(ddp["val_top1"] - single["val_top1"]) <= 0.6  # two of 360 images, for float noise
-            assert ddp["images_per_sec"] > 0
+        assert_follows(rank["history"], single_process_history)
+        assert_follows(rank["accum_history"], single_process_accum_history)
+        # with 2-step accumulation only every other backward all-reduces (no_sync on the first)
+        plain, accumulated = rank["all_reduces"]
+        assert 0 < accumulated and 2 * accumulated <= plain
     # metrics are summed over ranks, so both report the same numbers; only rank 0 calls on_epoch
     timeless = [[{k: v for k, v in h.items() if k != "images_per_sec"} for h in r["history"]] for r in ranks]
     assert timeless[0] == timeless[1]

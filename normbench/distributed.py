@@ -64,11 +64,12 @@ def from_env() -> Dist | None:
 
 def wrap_ddp(model: nn.Module, device: torch.device) -> nn.parallel.DistributedDataParallel:
     """DDP without per-forward buffer syncs: training changes no buffer (they are constants or eval statistics)."""
-    ddp = nn.parallel.DistributedDataParallel
     # torch 2.15 renamed broadcast_buffers (now deprecated, with a warning per cell) to forward_sync_buffers
-    renamed = "forward_sync_buffers" in inspect.signature(ddp.__init__).parameters
-    no_buffer_sync = {"forward_sync_buffers": False} if renamed else {"broadcast_buffers": False}
-    return ddp(model, device_ids=[device.index] if device.type == "cuda" else None, **no_buffer_sync)
+    real_ddp = torch.nn.parallel.distributed.DistributedDataParallel  # the class itself, even where it is wrapped
+    renamed = "forward_sync_buffers" in inspect.signature(real_ddp).parameters
+    no_buffer_sync = {"forward_sync_buffers" if renamed else "broadcast_buffers": False}
+    device_ids = [device.index] if device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids, **no_buffer_sync)
 
 
 def all_sum(tensor: torch.Tensor, dist: Dist | None) -> torch.Tensor:

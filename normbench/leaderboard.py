@@ -84,7 +84,6 @@ def header(suite: Suite | None, cells: pd.DataFrame) -> list[str]:
 def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None = None,
                       tracker: Any = None) -> Path:
     """Write results.csv, leaderboard.md and the plots into `out_dir`; log them to MLflow when a tracker is given."""
-
     out_dir = Path(out_dir)
     ledger = Ledger(storage, out_dir)
     name = suite.name if suite else _single_suite_name(ledger)
@@ -118,7 +117,6 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
 
 
 def tuned_section(tuned: pd.DataFrame) -> list[str]:
-
     keys = [c for c in ("layer", "depth") if c in tuned]
     rows = []
     for key, group in tuned.groupby(keys, sort=True):
@@ -135,7 +133,6 @@ def tuned_section(tuned: pd.DataFrame) -> list[str]:
 
 def budget_section(ledger: Ledger, suite_name: str) -> list[str]:
     """Trials per tuning study by outcome: the evidence that every layer got the same budget."""
-
     prefix, nan = f"tune:{suite_name}:", float("nan")
     rows = []
     for name in sorted(n for n in ledger.study_names() if n.startswith(prefix)):

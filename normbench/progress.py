@@ -25,7 +25,6 @@ class Progress:
         self.total, self.done, self.stream, self.quiet = total, done, stream, quiet
         self.tty = stream.isatty()
         self.started = time.monotonic()
-        self.finished_here = 0
         self.costs = costs or {}
         self.cost_left = sum(self.costs.values()) if costs else float(total - done)
         self.cost_done = 0.0
@@ -48,7 +47,6 @@ class Progress:
 
     def end_cell(self, result: dict[str, Any]) -> None:
         self.done += 1
-        self.finished_here += 1
         cost = self.costs.get(self.cell, 1.0) if self.costs else 1.0
         self.cost_done += cost
         self.cost_left = max(0.0, self.cost_left - cost)

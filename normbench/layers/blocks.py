@@ -4,7 +4,7 @@ Pre-norm (the default, timm's `Block` with a gate slot) is not a registry entry;
 as kind `placement`. Every unused slot is `nn.Identity()`, so forward reads like the equation.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: torch.fx copies forward annotations into code TorchScript must resolve
 
 from collections.abc import Callable
 

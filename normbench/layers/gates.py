@@ -4,7 +4,7 @@ Every gate takes `(dim, *, depth, init_values=None, device=None, dtype=None)`; `
 blocks, for gates whose init depends on it. Gate parameters carry `_no_weight_decay = True`.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: torch.fx copies forward annotations into code TorchScript must resolve
 
 import torch
 from torch import nn

@@ -1,7 +1,7 @@
 """Norm-slot layers. Every class follows timm's norm-layer contract `(dim, eps=..., device=None, dtype=None)`,
 so any of them can also be passed as `norm_layer=` to timm's own models."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: torch.fx copies forward annotations into code TorchScript must resolve
 
 import torch
 import torch.nn.functional as F

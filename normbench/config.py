@@ -27,6 +27,7 @@ class ModelConfig:
     drop_path_mode: str = "linear"    # linear (DeiT) or uniform (CaiT)
     global_pool: str = "token"        # token (class token) or avg
     norm_kwargs: dict[str, Any] = field(default_factory=dict)  # extra norm arguments, e.g. {alpha_init: 1.0} for DyT
+    grad_checkpointing: bool = False  # recompute blocks in backward (timm's checkpoint_seq): same result, less memory
 
 
 @dataclass

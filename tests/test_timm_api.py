@@ -130,6 +130,8 @@ def test_bad_pool_names_the_options():
 def test_forward_intermediates(layer):
     model = randomize_(create(layer, depth=3)).eval()
     x = images()
+    info = timm.models.FeatureInfo(model.feature_info, len(model.feature_info))  # as timm's test reads it
+    assert info.channels() == [DIM] * 3 and info.reduction() == [PATCH] * 3
     final, inter = model.forward_intermediates(x)
     torch.testing.assert_close(final, model.forward_features(x))
     assert [t.shape for t in inter] == [(2, DIM, GRID, GRID)] * 3

@@ -72,7 +72,8 @@ class NormbenchViT(nn.Module):
         drop_path_rate: stochastic depth (default 0); drop_path_mode "linear" (DeiT) or "uniform" (CaiT).
         norm_kwargs: extra arguments for the norm class (e.g. `{"alpha_init": 1.0}` for DyT).
         grad_checkpointing: recompute each block's activations in the backward pass instead of storing them
-            (timm's `checkpoint_seq`): same loss and gradients, less memory, ~1/3 more compute (default False).
+            (timm's `checkpoint_seq`): same loss and gradients, less memory, one more pass of the blocks
+            (default False).
     """
 
     dynamic_img_size: Final[bool]
@@ -171,8 +172,8 @@ class NormbenchViT(nn.Module):
             _check_pool(global_pool, self.has_class_token)
             self.global_pool = global_pool
         self.num_classes = num_classes
-        device = self.pos_embed.device
-        self.head = nn.Linear(self.embed_dim, num_classes, device=device) if num_classes > 0 else nn.Identity()
+        dd = dict(device=self.pos_embed.device, dtype=self.pos_embed.dtype)
+        self.head = nn.Linear(self.embed_dim, num_classes, **dd) if num_classes > 0 else nn.Identity()
         self.head.train(self.training)
 
     def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:  # patch tokens -> (B, N, C) with prefix and position

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+from functools import lru_cache
+
 import torch
 
 from normbench.data.augment import resize_images
@@ -107,6 +111,17 @@ def _device_bundle(
     test = DeviceLoader(test_x, splits.test_y.to(device), train=False, **common)
     return DataBundle.of(cfg.name, train, val, test, num_classes=splits.num_classes, in_chans=int(train_x.shape[1]),
                          img_size=size)
+
+
+@lru_cache(maxsize=8)
+def _sizes(cfg_json: str) -> tuple[tuple[str, int], ...]:
+    cfg = DataConfig(**json.loads(cfg_json))
+    return tuple(build_data(cfg, batch_size=1, device="cpu").sizes().items())
+
+
+def split_sizes(cfg: DataConfig) -> dict[str, int]:
+    """The true {"train_size", "val_size", "test_size"} of the data set `cfg` names (loaded once per process)."""
+    return dict(_sizes(json.dumps(asdict(cfg), sort_keys=True)))
 
 
 def _check_split(batch_size: int, num_train: int, world: int) -> None:

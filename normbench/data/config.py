@@ -6,6 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+# keys of the `dataset:` section that only one data set reads
+DATASET_ONLY_KEYS = {"synthetic": ("num_classes", "synthetic_size", "synthetic_channels", "train_size", "val_size",
+                                   "test_size"), "imagefolder": ("randaugment", "num_workers", "val_fraction")}
+
 
 @dataclass
 class DataConfig:

@@ -33,27 +33,32 @@ def write_plots(cells: pd.DataFrame, selected: pd.DataFrame, out_dir: Path, *, d
     import matplotlib.pyplot as plt
 
     paths = []
+    layers = sorted(selected["layer"].unique())
+    depths = sorted(selected["depth"].unique())
+    gap = min((b - a for a, b in zip(depths, depths[1:], strict=False)), default=1)
     fig, ax = plt.subplots(figsize=(7.5, 4))
-    for layer, g in selected.sort_values("depth").groupby("layer"):
-        ax.errorbar(g["depth"], g["mean"], yerr=_yerr(g), marker="o", capsize=3, label=layer)
+    for i, (layer, g) in enumerate(selected.sort_values("depth").groupby("layer")):
+        dodge = (i - (len(layers) - 1) / 2) * 0.1 * gap / max(1, len(layers))  # keep the error bars apart
+        ax.errorbar(g["depth"] + dodge, g["mean"], yerr=_yerr(g), marker="o", capsize=3, label=layer)
+    ax.set_xticks(depths)
     ax.set(xlabel="depth", ylabel=metric,
-           title=f"{dataset}, {epochs} epochs: {metric} at the val-selected lr\n(mean over seeds, 95% CI)")
+           title=f"{dataset}, {epochs} epoch(s): {metric} at the val-selected lr\n(mean over seeds, 95% CI)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
     paths.append(out_dir / "accuracy_vs_depth.png")
     fig.savefig(paths[-1], dpi=110, bbox_inches="tight")
 
     curves = per_lr(cells, ["layer", "depth"])
-    depths = sorted(curves["depth"].unique())
     fig, axes = plt.subplots(1, len(depths), figsize=(3.6 * len(depths) + 1.5, 3.6), squeeze=False, sharey=True)
     for ax, depth in zip(axes[0], depths, strict=True):
-        for layer, g in curves[curves["depth"] == depth].groupby("layer"):
-            ax.errorbar(g["lr"], g["mean"], yerr=_yerr(g), marker="o", capsize=3, label=layer)
+        for i, (layer, g) in enumerate(curves[curves["depth"] == depth].groupby("layer")):
+            dodge = 1.03 ** (i - (len(layers) - 1) / 2)
+            ax.errorbar(g["lr"] * dodge, g["mean"], yerr=_yerr(g), marker="o", capsize=3, label=layer)
         ax.set(xscale="log", xlabel="lr", title=f"depth {depth}")
     axes[0][0].set_ylabel(f"{metric}, seed mean, 95% CI")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.9))
-    fig.suptitle(f"{dataset}, {epochs} epochs: {metric} vs lr")
+    fig.suptitle(f"{dataset}, {epochs} epoch(s): {metric} vs lr (mean over seeds, 95% CI)")
     fig.tight_layout()
     paths.append(out_dir / "accuracy_vs_lr.png")
     fig.savefig(paths[-1], dpi=110, bbox_inches="tight")

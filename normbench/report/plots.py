@@ -41,6 +41,7 @@ def write_plots(cells: pd.DataFrame, selected: pd.DataFrame, out_dir: Path, *, d
         dodge = (i - (len(layers) - 1) / 2) * 0.1 * gap / max(1, len(layers))  # keep the error bars apart
         ax.errorbar(g["depth"] + dodge, g["mean"], yerr=_yerr(g), marker="o", capsize=3, label=layer)
     ax.set_xticks(depths)
+    ax.set_ylim(0, 100)  # accuracy is bounded; a few-seed t interval is not, and would squash the means
     ax.set(xlabel="depth", ylabel=metric,
            title=f"{dataset}, {epochs} epoch(s): {metric} at the val-selected lr\n(mean over seeds, 95% CI)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
@@ -54,7 +55,8 @@ def write_plots(cells: pd.DataFrame, selected: pd.DataFrame, out_dir: Path, *, d
         for i, (layer, g) in enumerate(curves[curves["depth"] == depth].groupby("layer")):
             dodge = 1.03 ** (i - (len(layers) - 1) / 2)
             ax.errorbar(g["lr"] * dodge, g["mean"], yerr=_yerr(g), marker="o", capsize=3, label=layer)
-        ax.set(xscale="log", xlabel="lr", title=f"depth {depth}")
+        ax.set(xscale="log", xlabel="lr", title=f"depth {depth}", ylim=(0, 100),
+               xlim=(curves["lr"].min() / 1.6, curves["lr"].max() * 1.6))  # one lr: no zoom onto the dodge
     axes[0][0].set_ylabel(f"{metric}, seed mean, 95% CI")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.9))

@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     _suite_args(p)
     p.add_argument("--workers", type=int, help="local worker processes (default: one per GPU, 1 on CPU)")
     p.add_argument("--dry-run", action="store_true", help="list the cells and their status; train nothing")
+    p.add_argument("--bracket", action="store_true", help="add lrs beyond the grid's edge where a row's best lr "
+                   "sits there (as `bracket: true` in the suite)")
 
     p = sub.add_parser("tune", help="equal Optuna budget per (layer, depth), then re-run the best over seeds")
     _suite_args(p)
@@ -39,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="join a suite's run or tune from this machine (use a shared --storage)")
     _suite_args(p)
     p.add_argument("--mode", choices=("run", "tune"), default="run", help="which of the suite's work to join")
+    p.add_argument("--bracket", action="store_true", help="join a run started with --bracket")
 
     p = sub.add_parser("leaderboard", help="regenerate leaderboard.md, results.csv and plots from a ledger")
     p.add_argument("out", type=Path, help="a suite's output folder, e.g. results/smoke")
@@ -79,6 +82,8 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from normbench.suite import load_suite
 
     suite = load_suite(args.suite)
+    if getattr(args, "bracket", False):
+        suite.enable_bracket()
     out = args.out or Path("results") / suite.name
     return suite, out
 
@@ -151,15 +156,13 @@ def _worker(args: argparse.Namespace, suite, out: Path, dist) -> int:  # type: i
         ledger, tracker, jobs = tune_context(suite, out, args.storage)
     else:
         from normbench.ledger import Ledger
-        from normbench.runner import open_run_study, run_job
+        from normbench.runner import open_run_study, run_jobs
         from normbench.tracking import Tracker
 
         ledger, tracker = Ledger(args.storage, out), Tracker(out, suite.name)
         study = open_run_study(ledger, suite)
         ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
-
-        def jobs():  # type: ignore[no-untyped-def]
-            return [run_job(suite, study)]
+        jobs = run_jobs(suite, study, ledger)
 
     progress = Progress(total=len(suite.cells()), quiet=args.quiet)
     summary = work(jobs, ledger, tracker, device, progress, suite.name, dist=dist)

@@ -49,7 +49,9 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     `on_epoch` runs (its pruning decision is sent to the others).
 
     Returns:
-        status ("ok", "diverged" or "pruned"), best_val_top1 and final_val_top1 (percent), train_loss (last epoch),
+        status ("ok", "diverged" or "pruned"), best_val_top1 and final_val_top1 (percent), val_top1 and test_top1
+        (final epoch, percent; NaN unless status is "ok"), best_val_epoch, train_size/val_size/test_size (the
+        bundle's true split sizes), train_loss (last epoch),
         epochs_run, images_per_sec (training steps only), params, seconds, and `history`: one dict per epoch
         (epoch, train_loss, val_top1, lr, grad_norm, images_per_sec).
     """
@@ -148,10 +150,16 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
             break
 
     val = [h["val_top1"] for h in history if math.isfinite(h["val_top1"])]
+    # the test split is read once, at the final epoch, and only to report: nothing above chose anything with it
+    test_top1 = evaluate(model, forward, data, autocast, dev, dist, split="test") if status == "ok" else float("nan")
     return {
         "status": status,
         "best_val_top1": max(val, default=0.0),
         "final_val_top1": val[-1] if val else 0.0,
+        "val_top1": val[-1] if status == "ok" and val else float("nan"),  # final epoch
+        "test_top1": test_top1,  # final epoch
+        "best_val_epoch": max(range(len(val)), key=val.__getitem__) if val else -1,
+        **data.sizes(),
         "train_loss": history[-1]["train_loss"] if history else float("nan"),
         "epochs_run": len(history),
         "images_per_sec": images_seen / train_seconds if train_seconds else 0.0,
@@ -163,13 +171,13 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor], data: DataBundle,
-             autocast: Callable, device: torch.device, dist: Dist | None = None) -> float:
-    """Top-1 accuracy in percent on the validation split (summed over ranks); one host sync at the end. Leaves the
-    model in eval."""
+             autocast: Callable, device: torch.device, dist: Dist | None = None, split: str = "val") -> float:
+    """Top-1 accuracy in percent on `split` ("val", the default, or "test"), summed over ranks; one host sync at
+    the end. Leaves the model in eval."""
     model.eval()
     correct = torch.zeros((), dtype=torch.long, device=device)
     total = 0
-    for x, y in data.val:
+    for x, y in getattr(data, split):
         with autocast():
             correct += (forward(x).argmax(dim=-1) == y).sum()
         total += y.shape[0]

@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
     p.add_argument("--out", type=Path, default=Path("results"), help="folder for bench-<device>-<torch>.csv/.md")
 
-    p = sub.add_parser("probe", help="signal propagation at init (stream RMS, gradient norm, token similarity per block)")
+    p = sub.add_parser("probe", help="signal propagation at init: per-block stream RMS, gradient norm, token "
+                                     "similarity")
     p.add_argument("suite", type=Path, nargs="?", help="a suite YAML: probe its layers x depths on its data")
     p.add_argument("--layers", nargs="+", help="registry names (default: the six mission layers)")
     p.add_argument("--depth", type=int, nargs="+", default=[6, 36], help="model depths (default: 6 36)")

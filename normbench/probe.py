@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normbench.config import CellConfig, ModelConfig
+from normbench.errors import NormbenchError
 
 MISSION_LAYERS = ("layernorm", "rmsnorm", "learnable_scaler", "layerscale", "rezero", "fixup")
 COLUMNS = ["block", "rms_in", "rms_out", "growth", "grad_norm", "token_cos"]
@@ -120,6 +121,12 @@ def grid(layers: Sequence[str], depths: Sequence[int], dims: Sequence[int], base
          data=None) -> list[CellConfig]:  # type: ignore[no-untyped-def]
     """CellConfigs for layers x depths x dims on top of `base` (default: ModelConfig's digits defaults)."""
     base = base or ModelConfig()
+    if min(depths) < 1:
+        raise NormbenchError(f"probe: --depth {min(depths)} has no block to probe; use depths of 1 or more")
+    for dim in dims:
+        if dim < 1 or dim % base.num_heads:
+            raise NormbenchError(f"probe: --dim {dim} does not split into {base.num_heads} heads; use a positive "
+                                 f"multiple of {base.num_heads}, e.g. {max(1, dim // base.num_heads) * base.num_heads}")
     cells = []
     for dim in dims:
         for depth in depths:

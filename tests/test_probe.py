@@ -97,3 +97,13 @@ def test_cli_probe_flags_and_suite(tmp_path: Path, capsys):
     assert cli.main(["probe", str(suite), "--out", str(tmp_path), "--batch-size", "8"]) == 0
     text = (tmp_path / "probe-tinyprobe.md").read_text(encoding="utf-8")
     assert text.count("| rmsnorm ") == 2, "one model per (layer, depth): seeds do not change what is probed"
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [("--depth", "0", "depths of 1 or more"),
+                                                         ("--dim", "30", "multiple of 4, e.g. 28"),
+                                                         ("--layers", "layernrom", "layernorm")])
+def test_cli_probe_bad_input_exits_2_naming_the_fix(flag, value, message, tmp_path: Path, capsys):
+    assert cli.main(["probe", flag, value, "--depth", "1", "--out", str(tmp_path)] if flag != "--depth"
+                    else ["probe", flag, value, "--out", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir()), "nothing half-written"

@@ -63,6 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto")
     p.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
     p.add_argument("--out", type=Path, default=Path("results"), help="folder for bench-<device>-<torch>.csv/.md")
+
+    p = sub.add_parser("probe", help="signal propagation at init: per-block stream RMS, gradient norm, token "
+                                     "similarity")
+    p.add_argument("suite", type=Path, nargs="?", help="a suite YAML: probe its layers x depths on its data")
+    p.add_argument("--layers", nargs="+", help="registry names (default: the six mission layers)")
+    p.add_argument("--depth", type=int, nargs="+", default=[6, 36], help="model depths (default: 6 36)")
+    p.add_argument("--dim", type=int, nargs="+", default=[64], help="embed dims (default: 64)")
+    p.add_argument("--batch-size", type=int, default=64, help="images in the probe batch (default: 64)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", type=Path, default=Path("results"), help="folder for probe-<...>.md/.csv/.png")
     return parser
 
 
@@ -219,6 +229,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe(args: argparse.Namespace) -> int:
+    from normbench.probe import MISSION_LAYERS, grid, probe, summarize, write_report
+
+    if args.suite is not None:
+        suite, _ = _load(args)
+        configs = {(c.config.model.layer, c.config.model.depth, c.config.model.embed_dim): c.config
+                   for c in suite.cells()}  # one model per (layer, depth, dim); seeds and lrs do not change the init
+        configs_list, name = list(configs.values()), suite.name
+    else:
+        layers = args.layers or list(MISSION_LAYERS)
+        configs_list = grid(layers, args.depth, args.dim)
+        name = f"digits-dim{'-'.join(map(str, args.dim))}-depth{'-'.join(map(str, args.depth))}"
+    frame = probe(configs_list, batch_size=args.batch_size, device=args.device)
+    print(summarize(frame).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(write_report(frame, args.out, name, header=f"`normbench probe {' '.join(sys.argv[2:])}`".strip()))
+    return 0
+
+
 def _version() -> str:
     from normbench import __version__
 
@@ -226,4 +254,4 @@ def _version() -> str:
 
 
 COMMANDS = {"run": cmd_run, "tune": cmd_tune, "worker": cmd_worker, "leaderboard": cmd_leaderboard, "ui": cmd_ui,
-            "layers": cmd_layers, "bench": cmd_bench}
+            "layers": cmd_layers, "bench": cmd_bench, "probe": cmd_probe}

@@ -50,6 +50,9 @@ class TrainConfig:
     max_loss: float | None = None      # a train loss above this is divergence; None: 10 x ln(num_classes)
     log_interval: int = 50             # steps between the loop's only host syncs (divergence check)
     seed: int = 0                      # model init, data order and augmentation
+    attn_extra_loss: float = 0.0       # LearnableScaler recipe's attention loss coefficient (source 0.03); 0: off
+    attn_extra_loss_layers: int = 6    # the first blocks it applies to (source 6)
+    train_feature_decay: float = 0.0   # LearnableScaler recipe's |residual| > 200 penalty (source 0.1); 0: off
 
 
 @dataclass

@@ -19,12 +19,14 @@ from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from timm.optim import create_optimizer_v2
 from torch import nn
 
+from normbench.aux_losses import from_config as aux_losses_from_config
 from normbench.config import CellConfig, TrainConfig
 from normbench.data import DataBundle, build_data
 from normbench.device import resolve_device
 from normbench.distributed import Dist, all_sum, broadcast, wrap_ddp
 from normbench.errors import SuiteError
 from normbench.model import NormbenchViT
+from normbench.optim_groups import param_groups
 from normbench.schedule import warmup_cosine
 
 EpochCallback = Callable[[dict[str, Any]], bool | None]  # gets the epoch's record; True stops the cell (pruning)
@@ -71,7 +73,9 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     model = build_model(cell, data).to(dev)
     params = sum(p.numel() for p in model.parameters())
     opt_kwargs = {"fused": True} if on_cuda and tc.optimizer == "adamw" else {}
-    optimizer = create_optimizer_v2(model, tc.optimizer, lr=tc.lr, weight_decay=tc.weight_decay, **opt_kwargs)
+    optimizer = create_optimizer_v2(param_groups(model, tc.lr, tc.weight_decay), tc.optimizer, lr=tc.lr,
+                                    weight_decay=tc.weight_decay, **opt_kwargs)
+    aux = aux_losses_from_config(model, tc)  # opt-in auxiliary losses (LearnableScaler recipe); None when off
     parallel = model if dist is None else wrap_ddp(model, dev)
     forward = parallel
     if tc.compile == "on" or (tc.compile == "auto" and on_cuda):
@@ -111,6 +115,8 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
             with parallel.no_sync() if dist is not None and not steps_now else nullcontext():
                 with autocast():
                     loss = loss_fn(forward(x), y)
+                    if aux is not None:
+                        loss = loss + aux.pop()
                 (loss / tc.grad_accum_steps).backward()
             loss_sum += loss.detach()
             epoch_images += x.shape[0]
@@ -119,7 +125,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
             lr = warmup_cosine(step, total_steps=total_steps, warmup_steps=warmup_steps, lr=tc.lr,
                                warmup_lr=tc.warmup_lr, min_lr=tc.min_lr)
             for group in optimizer.param_groups:
-                group["lr"] = lr
+                group["lr"] = lr * group.get("lr_scale", 1.0)
             grad_norm_sum += nn.utils.clip_grad_norm_(trainable, tc.clip_grad or math.inf)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)

@@ -124,3 +124,10 @@ def test_workers_below_one_exit_2(workers: str, capsys) -> None:
         main(["run", "suites/smoke.yaml", "--workers", workers])
     assert stop.value.code == 2
     assert f"--workers {workers}: must be 1 or more" in capsys.readouterr().err
+
+
+def test_a_new_store_starts_without_mlflow_info_lines(tmp_path: Path) -> None:
+    code = f"from normbench.tracking import Tracker; Tracker({str(tmp_path)!r}, 'quiet')"
+    started = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert (tmp_path / "mlflow.db").exists()
+    assert "Creating initial MLflow database tables" not in started.stderr and " INFO " not in started.stderr

@@ -8,6 +8,7 @@ logging stays a small fraction of a cell's time.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import platform
 import socket
@@ -26,11 +27,8 @@ EPOCH_METRICS = ("train_loss", "val_top1", "lr", "grad_norm", "images_per_sec")
 # The record's `lr` is the schedule's value at that epoch; `lr` is also an axis (a param), so the metric is renamed.
 METRIC_NAMES = {"lr": "scheduled_lr"}
 FLUSH_SECONDS = 5.0
-SCORE = "score"  # the leaderboard's score: best val top-1, 0 for a diverged cell
+SCORE = "score"  # the leaderboard's per-cell score (report/stats.py add_scores): test top-1, 0 when diverged
 PARENT_RUN = "leaderboard"  # the suite's parent run: holds the leaderboard files; every cell is nested under it
-# Recipe keys that only describe the synthetic dataset: for any other dataset they are defaults, not sizes.
-SYNTHETIC_ONLY = ("data.num_classes", "data.synthetic_size", "data.synthetic_channels", "data.train_size",
-                  "data.val_size")
 
 
 def tracking_uri(out_dir: Path) -> str:
@@ -76,7 +74,7 @@ class Tracker:
 
     def start(self, cell_id: str, params: dict[str, Any], tags: dict[str, str]) -> str:
         """Open a run for a cell, nested under the suite's parent run, with every axis and recipe value as a param
-        (see `cell_params`); returns the run id. A cell's second attempt (after a crash or kill) is named
+        (see `one_param_per_axis`); returns the run id. A cell's second attempt (after a crash or kill) is named
         `<cell_id> #2`, so it is told apart from the run it replaces."""
         from mlflow.entities import Param, RunTag
 
@@ -85,7 +83,7 @@ class Tracker:
         run = self.client.create_run(self.experiment_id, run_name=name,
                                      tags={**default_tags(), **tags, "cell_id": cell_id, "attempt": str(attempt),
                                            "mlflow.parentRunId": self.parent_run_id()})
-        items = [Param(k, str(v)[:6000]) for k, v in cell_params(params).items()]
+        items = [Param(k, str(v)[:6000]) for k, v in one_param_per_axis(params).items()]
         for i in range(0, len(items), 100):  # MLflow caps a batch at 100 params
             self.client.log_batch(run.info.run_id, params=items[i:i + 100], tags=[RunTag("status", "running")])
         return run.info.run_id
@@ -140,8 +138,7 @@ class Tracker:
         summary = {"best_val_top1": result["best_val_top1"], "final_val_top1": result["final_val_top1"],
                    "diverged": float(result["status"] == "diverged"), "epochs_run": result["epochs_run"],
                    "images_per_sec_mean": result["images_per_sec"], "params": result["params"],
-                   "cell_seconds": result["seconds"],
-                   SCORE: 0.0 if result["status"] == "diverged" else round(result["best_val_top1"], 2)}
+                   "cell_seconds": result["seconds"], **leaderboard_scores(result)}
         self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in summary.items()],
                               tags=[RunTag("status", result["status"])])
 
@@ -173,14 +170,23 @@ class Tracker:
                 self.client.log_artifact(run_id, str(path))
 
 
-def cell_params(params: dict[str, Any]) -> dict[str, Any]:
-    """One param per value: an axis (`layer`) replaces its recipe key (`model.layer`), and the synthetic dataset's
-    size keys are dropped for other datasets (they would read as split sizes they are not)."""
+def one_param_per_axis(params: dict[str, Any]) -> dict[str, Any]:
+    """An axis (`layer`, `lr`) replaces its recipe key (`model.layer`, `train.lr`), so each shows once in the UI."""
     axes = [k for k in params if "." not in k]
     dropped = {f"{section}.{k}" for k in axes for section in ("model", "train", "data")}
-    if params.get("data.name", "synthetic") != "synthetic":
-        dropped.update(SYNTHETIC_ONLY)
     return {k: v for k, v in params.items() if k not in dropped}
+
+
+def leaderboard_scores(result: dict[str, Any]) -> dict[str, float]:
+    """The cell's `score` (test top-1 at the final epoch) and `select` (val top-1 there, what picks the lr), both 0
+    for a diverged cell, as normbench.report.stats.add_scores defines them; a result without a test score (a pruned
+    trial) has neither."""
+    if result["status"] == "diverged":
+        return {SCORE: 0.0, "select": 0.0}
+    test, val = result.get("test_top1"), result.get("val_top1")
+    if test is None or val is None or not (math.isfinite(test) and math.isfinite(val)):
+        return {}
+    return {SCORE: round(float(test), 2), "select": round(float(val), 2)}
 
 
 def quiet_mlflow_logging() -> None:

@@ -24,7 +24,7 @@ from normbench.errors import NormbenchError
 SHARE_KEY = "normbench-comparison"
 SHARE_TAG = f"mlflow.sharedViewState.{SHARE_KEY}"
 KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
-SCORE_COLUMNS = ("score", "diverged")  # metrics; `score` sorts (see tracking.SCORE), `diverged` says why 0
+SCORE_COLUMNS = ("score", "select", "diverged")  # metrics: test and val top-1 (tracking.leaderboard_scores)
 
 
 def column(kind: str, name: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from normbench.cli import main
-from normbench.tracking import Tracker, cell_params
+from normbench.tracking import Tracker, leaderboard_scores, one_param_per_axis
 from normbench.ui import KIND, KIND_TAG, SHARE_KEY, SHARE_TAG, suite_axes, ui_url, view_state
 
 
@@ -40,12 +40,19 @@ def test_axes_follow_the_suite_order_and_include_tuned_keys(tmp_path: Path) -> N
     assert suite_axes(tmp_path / "nowhere", params) == ["depth", "layer", "seed"]
 
 
-def test_one_param_per_axis_and_no_synthetic_sizes_for_digits() -> None:
+def test_one_param_per_axis() -> None:
     params = {"layer": "rezero", "lr": 0.001, "model.layer": "rezero", "train.lr": 0.001, "model.depth": 2,
-              "data.name": "digits", "data.train_size": 2048, "data.val_size": 512, "data.synthetic_size": 16}
-    assert cell_params(params) == {"layer": "rezero", "lr": 0.001, "model.depth": 2, "data.name": "digits"}
-    synthetic = {"data.name": "synthetic", "data.train_size": 2048}
-    assert cell_params(synthetic) == synthetic  # there they are the sizes
+              "data.name": "digits", "data.train_size": 1077}
+    assert one_param_per_axis(params) == {"layer": "rezero", "lr": 0.001, "model.depth": 2, "data.name": "digits",
+                                          "data.train_size": 1077}
+
+
+def test_the_score_columns_are_the_leaderboards() -> None:
+    """As normbench.report.stats.add_scores: test top-1 scores, val top-1 selects, a diverged cell is 0 for both."""
+    ok = {"status": "ok", "val_top1": 81.234, "test_top1": 79.876, "best_val_top1": 90.0}
+    assert leaderboard_scores(ok) == {"score": 79.88, "select": 81.23}
+    assert leaderboard_scores({**ok, "status": "diverged"}) == {"score": 0.0, "select": 0.0}
+    assert leaderboard_scores({**ok, "status": "pruned", "test_top1": float("nan")}) == {}
 
 
 def test_a_rerun_is_named_apart_from_the_run_it_replaces(tmp_path: Path) -> None:
@@ -101,7 +108,8 @@ def test_the_served_api_has_the_view_the_nesting_and_the_columns(write_suite, tm
         metrics = {m["key"]: m["value"] for m in run["data"]["metrics"]}
         assert tags["mlflow.parentRunId"] == parent["info"]["run_id"]
         assert {"depth", "layer", "lr", "seed"} <= params
-        assert not {"model.layer", "model.depth", "train.lr", "train.seed", "data.train_size"} & params
+        assert not {"model.layer", "model.depth", "train.lr", "train.seed"} & params
+        assert {"data.train_size", "data.val_size"} <= params  # the true split sizes (runner.cell_params)
         assert "lr" not in metrics and "score" in metrics and "scheduled_lr" in metrics
         scores.append(metrics["score"])
     assert scores == sorted(scores, reverse=True)

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
-import subprocess
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
-from normbench.errors import NormbenchError
+from normbench.errors import NormbenchError, Terminated
 
 
 def _suite_args(p: argparse.ArgumentParser) -> None:
@@ -47,10 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", type=Path, help="a suite's output folder, e.g. results/smoke")
     p.add_argument("--storage", help="ledger URL, if the suite ran on a shared database")
 
-    p = sub.add_parser("ui", help="start the MLflow UI on a suite's runs")
+    p = sub.add_parser("ui", help="start the MLflow UI on a suite's runs table, sorted by score")
     p.add_argument("out", type=Path, nargs="?", default=Path("results"), help="a suite's output folder")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--no-browser", action="store_true", help="print the URL only (default: also open it when "
+                                                             "there is a display)")
 
     p = sub.add_parser("layers", help="list the registry: name, kind, formula, source")
     p.add_argument("pattern", nargs="?", default="*", help="shell-style filter, e.g. 'learnable*'")
@@ -77,15 +82,54 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "workers", None) is not None and args.workers < 1:
+        parser.error(f"--workers {args.workers}: must be 1 or more (leave it out for one per GPU, 1 on CPU)")
+    previous = _raise_on_sigterm()
     try:
         return COMMANDS[args.command](args)
     except NormbenchError as e:
         print(f"normbench: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("\nnormbench: interrupted; finished cells are saved, run the same command to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM as Terminated
+        print(_stopped_message(args, e, sys.argv[1:] if argv is None else argv), file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_on_sigterm() -> Any:
+    """Make SIGTERM raise `Terminated` (a KeyboardInterrupt) so it stops like Ctrl-C; returns the old handler
+    (None when not on the main thread, where signals cannot be set)."""
+    def stop(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _stopped_message(args: argparse.Namespace, stop: KeyboardInterrupt, argv: list[str]) -> str:
+    """What was kept and the command that resumes."""
+    how = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted"
+    if args.command not in ("run", "tune", "worker"):
+        return f"\nnormbench: {how}"
+    where = _redacted(args.storage) if args.storage else args.out
+    if where is None:
+        try:
+            where = _load(args)[1]
+        except Exception:  # the suite file changed or vanished meanwhile: name the default's pattern
+            where = "results/<suite name>"
+    return (f"\nnormbench: {how}; finished cells are saved in {where} and the cell in progress goes back to the "
+            f"queue. Resume with the same command: normbench {' '.join(map(str, argv))}")
+
+
+def _redacted(url: str) -> str:
+    from normbench.ledger import redact
+
+    return redact(url)
 
 
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -201,13 +245,18 @@ def cmd_ui(args: argparse.Namespace) -> int:
     if uri.startswith("sqlite:") and not (args.out / "mlflow.db").exists():
         raise NormbenchError(f"{args.out}: no mlflow.db here; run a suite first (`normbench run suites/smoke.yaml`) "
                              "or pass its output folder")
+    from normbench.ui import check_port, prepare_experiment, serve, ui_url
+
     if not uri.startswith("sqlite:"):
-        print(f"MLFLOW_TRACKING_URI is set: open {uri} in a browser (its server is the UI)")
+        experiment_id = prepare_experiment(uri, args.out)
+        print(f"MLFLOW_TRACKING_URI is set: its server is the UI. The comparison: {uri.rstrip('/')}/#/experiments/"
+              f"{experiment_id}/runs?{ui_url('h', 0, experiment_id).split('?', 1)[1]}")
         return 0
-    print(f"MLflow UI for {args.out} at http://{args.host}:{args.port} (Ctrl-C stops it)", flush=True)
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", args.host,
-           "--port", str(args.port)]
-    return subprocess.call(cmd)
+    check_port(args.host, args.port)
+    url = ui_url(args.host, args.port, prepare_experiment(uri, args.out))
+    has_display = sys.platform in ("darwin", "win32") or bool(os.environ.get("DISPLAY") or
+                                                             os.environ.get("WAYLAND_DISPLAY"))
+    return serve(uri, args.host, args.port, url, open_browser=has_display and not args.no_browser)
 
 
 def cmd_layers(args: argparse.Namespace) -> int:

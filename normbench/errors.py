@@ -38,3 +38,8 @@ def did_you_mean(value: object, choices: Iterable[str]) -> str:
     if close:
         return f" (did you mean `{close[0]}`?)"
     return f" (choose from {', '.join(choices)})"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's or `kill`'s stop), raised where Ctrl-C raises KeyboardInterrupt: the same code gives
+    the running cell back and prints how to resume."""

@@ -15,6 +15,7 @@ import os
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +26,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from normbench.errors import ServerUnreachableError
+from normbench.trial_params import add_waiting_trial, axis_distributions
 
 WORKER_ATTRS = ("worker_host", "worker_pid", "mlflow_run_id")
 UNFINISHED = (TrialState.WAITING, TrialState.RUNNING)
@@ -97,8 +99,13 @@ class Ledger:
     # ------------------------------------------------------------------------------------------------ studies
 
     def study(self, name: str, **kwargs: Any) -> optuna.Study:
-        return optuna.create_study(study_name=name, storage=self.storage, load_if_exists=True,
-                                   direction="maximize", **kwargs)
+        study = optuna.create_study(study_name=name, storage=self.storage, load_if_exists=True,
+                                    direction="maximize", **kwargs)
+        if study.metric_names is None:  # optuna-dashboard's name for the objective (else "Objective 0")
+            with warnings.catch_warnings():  # "set_metric_names is experimental": stable since Optuna 3.2
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names(["best_val_top1"])
+        return study
 
     def study_names(self) -> list[str]:
         return [s.study_name for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)]
@@ -109,8 +116,11 @@ class Ledger:
         returns how many were queued."""
         present = {t.user_attrs.get("cell_id") for t in study.get_trials(deepcopy=False, states=LIVE)}
         missing = {cid: axes for cid, axes in items.items() if cid not in present}
+        queued = [t.user_attrs.get("axes") or {} for t in study.get_trials(deepcopy=False)]
+        distributions = axis_distributions([*queued, *missing.values()])  # the axes as params, for the dashboard
         for cid, axes in missing.items():
-            study.enqueue_trial(axes, user_attrs={"cell_id": cid, "axes": axes, **(extra or {}).get(cid, {})})
+            add_waiting_trial(study, axes, distributions,
+                              user_attrs={"cell_id": cid, "axes": axes, **(extra or {}).get(cid, {})})
         return len(missing)
 
     # ---------------------------------------------------------------------------------------------- claiming

@@ -15,12 +15,14 @@ def _duration(seconds: float) -> str:
 
 
 class Progress:
-    """Rewrites one line on a terminal; prints a line per finished cell otherwise (logs, CI)."""
+    """Rewrites one line on a terminal; otherwise (logs, SLURM, CI) prints a line per finished cell and, while a
+    cell trains, an epoch line at most every `log_every` seconds."""
 
     def __init__(self, total: int, done: int = 0, stream: TextIO | None = None, quiet: bool = False,
-                 costs: dict[str, float] | None = None) -> None:
+                 costs: dict[str, float] | None = None, log_every: float = 30.0) -> None:
         """`costs`: the relative cost of each cell still to run (depth x epochs), so that the ETA after a few
-        depth-6 cells does not promise depth 36 at the same speed. Without it every cell counts as 1."""
+        depth-6 cells does not promise depth 36 at the same speed. Without it every cell counts as 1.
+        `log_every`: seconds between epoch lines without a terminal (default 30; 0 prints every epoch)."""
         stream = stream or sys.stderr  # looked up per call: sys.stderr may be replaced after import (pytest)
         self.total, self.done, self.stream, self.quiet = total, done, stream, quiet
         self.tty = stream.isatty()
@@ -29,35 +31,56 @@ class Progress:
         self.cost_left = sum(self.costs.values()) if costs else float(total - done)
         self.cost_done = 0.0
         self.cell, self.epochs = "", 0
+        self.cell_fraction = 0.0  # of the current cell, trained so far
+        self.log_every, self._last_line = log_every, float("-inf")
         self._clear = "\r\033[K" if self.tty else ""  # return to the line's start and erase it
 
     def eta(self) -> str:
-        if not self.cost_done:
+        """Time left for the suite, from the elapsed time per unit of cost done (the current cell's trained part
+        counts); '?' before any progress."""
+        partial = self._cost(self.cell) * self.cell_fraction if self.cell else 0.0
+        done = self.cost_done + partial
+        if not done:
             return "?"
-        per_unit = (time.monotonic() - self.started) / self.cost_done
-        return _duration(per_unit * self.cost_left)
+        per_unit = (time.monotonic() - self.started) / done
+        return _duration(per_unit * max(0.0, self.cost_left - partial))
+
+    def _cost(self, cell_id: str) -> float:
+        return self.costs.get(cell_id, 1.0) if self.costs else 1.0
 
     def start_cell(self, cell_id: str, epochs: int) -> None:
-        self.cell, self.epochs = cell_id, epochs
+        self.cell, self.epochs, self.cell_fraction = cell_id, epochs, 0.0
 
     def epoch(self, record: dict[str, Any]) -> None:
-        if self.tty and not self.quiet:
-            self._write(f"{self._clear}[{self.done}/{self.total}] {self.cell}"
-                        f"  epoch {record['epoch'] + 1}/{self.epochs}  val {record['val_top1']:.1f}%  ETA {self.eta()}")
+        self.cell_fraction = min(1.0, (record["epoch"] + 1) / max(1, self.epochs))
+        if self.quiet or (not self.tty and time.monotonic() - self._last_line < self.log_every):
+            return
+        self._write(f"{self._clear}[{self.done}/{self.total}] {self.cell}  epoch {record['epoch'] + 1}/{self.epochs}"
+                    f"  val {record['val_top1']:.1f}%  ETA {self.eta()}" + ("" if self.tty else "\n"))
 
     def end_cell(self, result: dict[str, Any]) -> None:
+        self.record(self.cell, result)
+        self.cell, self.cell_fraction = "", 0.0
+
+    def record(self, cell_id: str, result: dict[str, Any] | None, where: str = "") -> None:
+        """Count a finished cell (trained here, or by a worker process: `where` names it) and print its line."""
         self.done += 1
-        cost = self.costs.get(self.cell, 1.0) if self.costs else 1.0
+        cost = self._cost(cell_id)
         self.cost_done += cost
         self.cost_left = max(0.0, self.cost_left - cost)
-        if not self.quiet:
-            self._write(f"{self._clear}[{self.done}/{self.total}] {self.cell}  {result['status']}"
-                        f"  best val {result['best_val_top1']:.1f}%  {result['seconds']:.1f}s  ETA {self.eta()}\n")
+        if self.quiet:
+            return
+        outcome = "finished"
+        if result:
+            outcome = (f"{result.get('status', 'ok')}  best val {result.get('best_val_top1') or 0.0:.1f}%"
+                       f"  {result.get('seconds') or 0.0:.1f}s")
+        self._write(f"{self._clear}[{self.done}/{self.total}] {cell_id}  {outcome}{where}  ETA {self.eta()}\n")
 
     def note(self, text: str) -> None:
         if not self.quiet:
             self._write(f"{self._clear}{text}\n")
 
     def _write(self, text: str) -> None:
+        self._last_line = time.monotonic()
         self.stream.write(text)
         self.stream.flush()

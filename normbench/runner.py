@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from normbench.config import CellConfig
 from normbench.device import resolve_device
-from normbench.errors import SuiteError
+from normbench.errors import SuiteError, Terminated
 from normbench.ledger import LIVE, UNFINISHED, Ledger
 from normbench.progress import Progress
 from normbench.suite import Suite
@@ -61,8 +61,7 @@ def cell_params(axes: dict[str, Any], config: CellConfig) -> dict[str, Any]:
 
 def run_job(suite: Suite, study: optuna.Study) -> Job:
     def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
-        # The axes live in the trial's user attrs (optuna-dashboard shows them), not its params: Optuna fixes a
-        # categorical param's choices for the whole study, so params would forbid growing the matrix later.
+        # The axes come from the trial's user attrs; its params show them in optuna-dashboard (trial_params.py).
         axes = dict(trial.user_attrs["axes"])
         cell = suite.cell(axes)
         return cell.cell_id, cell_params(axes, cell.config), cell.config
@@ -167,6 +166,18 @@ def count_finished(ledger: Ledger, study_names: list[str]) -> int:
                for n in study_names if n in existing)
 
 
+def newly_finished(ledger: Ledger, study_names: list[str], seen: set[tuple[str, int]]) -> list[FrozenTrial]:
+    """Finished trials of the studies not in `seen` (`(study, number)` pairs, updated in place)."""
+    existing = set(ledger.study_names())
+    new = []
+    for name in (n for n in study_names if n in existing):
+        for t in ledger.study(name).get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            if (name, t.number) not in seen:
+                seen.add((name, t.number))
+                new.append(t)
+    return new
+
+
 def default_workers(device: str) -> int:
     """One worker per visible GPU on a GPU machine; one on a CPU (which its threads already fill)."""
     if device.startswith("cuda") or device == "auto":
@@ -183,6 +194,9 @@ def spawn_workers(suite: Suite, out_dir: Path, *, storage: str | None, device: s
     import torch
 
     gpus = torch.cuda.device_count() if device in ("auto", "cuda") and torch.cuda.is_available() else 0
+    seen: set[tuple[str, int]] = set()
+    newly_finished(ledger, study_names, seen)  # cells finished before: not reported again
+    reported = 0
     procs = []
     for i in range(workers):
         env = dict(os.environ)
@@ -198,15 +212,17 @@ def spawn_workers(suite: Suite, out_dir: Path, *, storage: str | None, device: s
     try:
         while any(p.poll() is None for p in procs):
             time.sleep(2.0)
-            done = count_finished(ledger, study_names)
-            if done != progress.done:
-                progress.done = done
-                progress.note(f"[{done}/{progress.total}] cells finished ({workers} workers)")
-    except KeyboardInterrupt:
+            for t in newly_finished(ledger, study_names, seen):  # each cell's result as a worker finishes it
+                progress.record(t.user_attrs.get("cell_id", f"trial {t.number}"), t.user_attrs.get("result"),
+                                where=f"  (worker {t.user_attrs.get('worker_pid', '?')})")
+                reported += 1
+    except KeyboardInterrupt as stop:
         for p in procs:
-            p.wait()  # each worker got the Ctrl-C too and gives its cell back
+            if isinstance(stop, Terminated):
+                p.terminate()  # a SIGTERM reached only this process: pass it on, each worker gives its cell back
+            p.wait()  # on Ctrl-C each worker got it too and gives its cell back
         raise
     failed = [p.returncode for p in procs if p.returncode]
     if failed:
         progress.note(f"{len(failed)} worker(s) exited with {failed}; their cells went back to the queue")
-    return WorkSummary(cells_run=progress.done, errors=len(failed))
+    return WorkSummary(cells_run=reported, errors=len(failed))

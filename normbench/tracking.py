@@ -7,6 +7,8 @@ logging stays a small fraction of a cell's time.
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import platform
 import socket
@@ -22,7 +24,11 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 EPOCH_METRICS = ("train_loss", "val_top1", "lr", "grad_norm", "images_per_sec")
+# The record's `lr` is the schedule's value at that epoch; `lr` is also an axis (a param), so the metric is renamed.
+METRIC_NAMES = {"lr": "scheduled_lr"}
 FLUSH_SECONDS = 5.0
+SCORE = "score"  # the leaderboard's per-cell score (report/stats.py add_scores): test top-1, 0 when diverged
+PARENT_RUN = "leaderboard"  # the suite's parent run: holds the leaderboard files; every cell is nested under it
 
 
 def tracking_uri(out_dir: Path) -> str:
@@ -35,6 +41,7 @@ class Tracker:
     def __init__(self, out_dir: Path, experiment: str) -> None:
         from mlflow.tracking import MlflowClient
 
+        quiet_mlflow_logging()
         self.uri = tracking_uri(out_dir)
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         self.client = MlflowClient(tracking_uri=self.uri)
@@ -54,32 +61,64 @@ class Tracker:
             ) from None
         self._buffer: dict[str, list[Any]] = {}
         self._last_flush: dict[str, float] = {}
+        self._parent: str | None = None
 
     def _create(self, name: str, artifacts: str | None) -> str:
         from mlflow.exceptions import MlflowException
 
-        try:
-            return self.client.create_experiment(name, artifact_location=artifacts)
+        try:  # the model-training kind: MLflow 3's UI otherwise opens a new experiment on its GenAI pages
+            return self.client.create_experiment(name, artifact_location=artifacts,
+                                                 tags={"mlflow.experimentKind": "custom_model_development"})
         except MlflowException:  # another worker created it a moment ago
             return self.client.get_experiment_by_name(name).experiment_id  # type: ignore[union-attr]
 
     def start(self, cell_id: str, params: dict[str, Any], tags: dict[str, str]) -> str:
-        """Open a run for a cell, with every axis and recipe value as a param; returns the run id."""
+        """Open a run for a cell, nested under the suite's parent run, with every axis and recipe value as a param
+        (see `one_param_per_axis`); returns the run id. A cell's second attempt (after a crash or kill) is named
+        `<cell_id> #2`, so it is told apart from the run it replaces."""
         from mlflow.entities import Param, RunTag
 
-        run = self.client.create_run(self.experiment_id, run_name=cell_id,
-                                     tags={**default_tags(), **tags, "cell_id": cell_id})
-        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        attempt = self._attempt(cell_id, tags.get("study", ""))
+        name = cell_id if attempt == 1 else f"{cell_id} #{attempt}"
+        run = self.client.create_run(self.experiment_id, run_name=name,
+                                     tags={**default_tags(), **tags, "cell_id": cell_id, "attempt": str(attempt),
+                                           "mlflow.parentRunId": self.parent_run_id()})
+        items = [Param(k, str(v)[:6000]) for k, v in one_param_per_axis(params).items()]
         for i in range(0, len(items), 100):  # MLflow caps a batch at 100 params
             self.client.log_batch(run.info.run_id, params=items[i:i + 100], tags=[RunTag("status", "running")])
         return run.info.run_id
+
+    def _attempt(self, cell_id: str, study: str) -> int:
+        """1 + the runs this cell already has in this study (killed, crashed, or closed by a dead worker)."""
+        query = f"tags.cell_id = '{cell_id}' and tags.study = '{study}'"
+        return len(self.client.search_runs([self.experiment_id], query, max_results=1000)) + 1
+
+    def parent_run_id(self) -> str:
+        """The suite's `leaderboard` run, created on first use. Workers racing to create it keep the oldest."""
+        if self._parent is None:
+            self._parent = self._find_parent() or self._create_parent()
+        return self._parent
+
+    def _find_parent(self) -> str | None:
+        runs = self.client.search_runs([self.experiment_id], f"tags.kind = '{PARENT_RUN}'", max_results=100,
+                                       order_by=["attributes.start_time ASC"])
+        return runs[0].info.run_id if runs else None
+
+    def _create_parent(self) -> str:
+        mine = self.client.create_run(self.experiment_id, run_name=PARENT_RUN, tags={"kind": PARENT_RUN}).info.run_id
+        self.client.set_terminated(mine, "FINISHED")  # a container, never RUNNING: close_orphans leaves it alone
+        oldest = self._find_parent() or mine
+        if oldest != mine:
+            self.client.delete_run(mine)
+        return oldest
 
     def log_epoch(self, run_id: str, record: dict[str, Any]) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         self._buffer.setdefault(run_id, []).extend(
-            Metric(k, float(record[k]), now, int(record["epoch"])) for k in EPOCH_METRICS if k in record)
+            Metric(METRIC_NAMES.get(k, k), float(record[k]), now, int(record["epoch"]))
+            for k in EPOCH_METRICS if k in record)
         if time.monotonic() - self._last_flush.get(run_id, 0.0) > FLUSH_SECONDS:
             self.flush(run_id)
 
@@ -99,7 +138,7 @@ class Tracker:
         summary = {"best_val_top1": result["best_val_top1"], "final_val_top1": result["final_val_top1"],
                    "diverged": float(result["status"] == "diverged"), "epochs_run": result["epochs_run"],
                    "images_per_sec_mean": result["images_per_sec"], "params": result["params"],
-                   "cell_seconds": result["seconds"]}
+                   "cell_seconds": result["seconds"], **leaderboard_scores(result)}
         self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in summary.items()],
                               tags=[RunTag("status", result["status"])])
 
@@ -123,14 +162,40 @@ class Tracker:
             return None
 
     def log_artifacts(self, run_name: str, folder: Path) -> None:
-        """Leaderboard files as artifacts of a `leaderboard` run in the suite's experiment."""
-        runs = self.client.search_runs([self.experiment_id], f"tags.mlflow.runName = '{run_name}'", max_results=1)
-        run_id = runs[0].info.run_id if runs else self.client.create_run(self.experiment_id, run_name=run_name,
-                                                                         tags={"kind": "leaderboard"}).info.run_id
+        """Leaderboard files as artifacts of the suite's parent run (`run_name` is kept for callers; the parent
+        is always the `leaderboard` run)."""
+        run_id = self.parent_run_id()
         for path in sorted(Path(folder).glob("*")):
             if path.suffix in (".md", ".csv", ".png"):
                 self.client.log_artifact(run_id, str(path))
-        self.client.set_terminated(run_id, "FINISHED")
+
+
+def one_param_per_axis(params: dict[str, Any]) -> dict[str, Any]:
+    """An axis (`layer`, `lr`) replaces its recipe key (`model.layer`, `train.lr`), so each shows once in the UI."""
+    axes = [k for k in params if "." not in k]
+    dropped = {f"{section}.{k}" for k in axes for section in ("model", "train", "data")}
+    return {k: v for k, v in params.items() if k not in dropped}
+
+
+def leaderboard_scores(result: dict[str, Any]) -> dict[str, float]:
+    """The cell's `score` (test top-1 at the final epoch) and `select` (val top-1 there, what picks the lr), both 0
+    for a diverged cell, as normbench.report.stats.add_scores defines them; a result without a test score (a pruned
+    trial) has neither."""
+    if result["status"] == "diverged":
+        return {SCORE: 0.0, "select": 0.0}
+    test, val = result.get("test_top1"), result.get("val_top1")
+    if test is None or val is None or not (math.isfinite(test) and math.isfinite(val)):
+        return {}
+    return {SCORE: round(float(test), 2), "select": round(float(val), 2)}
+
+
+def quiet_mlflow_logging() -> None:
+    """MLflow's and alembic's INFO lines on creating a store ("Creating initial MLflow database tables...") say
+    nothing a user acts on; warnings still show."""
+    for name in ("mlflow", "alembic"):
+        logger = logging.getLogger(name)
+        if logger.getEffectiveLevel() < logging.WARNING:
+            logger.setLevel(logging.WARNING)
 
 
 def default_tags() -> dict[str, str]:

@@ -59,7 +59,7 @@ def test_run_writes_leaderboard_csv_and_one_mlflow_run_per_cell(write_suite, tmp
     assert_each_cell_once(out, "tiny", len(LAYERS))
     run = mlflow_runs(out, "tiny")[0]
     assert {"depth", "layer", "lr", "seed", "train.epochs", "model.embed_dim"} <= set(run.data.params)
-    assert {"best_val_top1", "diverged", "val_top1", "train_loss", "lr", "grad_norm"} <= set(run.data.metrics)
+    assert {"best_val_top1", "diverged", "val_top1", "train_loss", "scheduled_lr", "grad_norm"} <= set(run.data.metrics)
     assert {"suite", "cell_id", "status", "torch_version", "timm_version", "device"} <= set(run.data.tags)
 
     # the same command again trains nothing

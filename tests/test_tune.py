@@ -22,8 +22,8 @@ def test_search_and_reruns_use_disjoint_seeds(write_suite, tmp_path):
     assert {t.user_attrs["axes"]["seed"] for t in tuned} == {0, 1}
     runs = mlflow_runs(out, "tn")
     search = [r for r in runs if "trial=" in r.data.tags["cell_id"]]
-    assert len(search) == 2 and {r.data.params["train.seed"] for r in search} == {"2"}  # never a re-run seed
-    assert sorted(r.data.params["train.seed"] for r in runs if r not in search) == ["0", "1"]
+    assert len(search) == 2 and {r.data.params["seed"] for r in search} == {"2"}  # never a re-run seed
+    assert sorted(r.data.params["seed"] for r in runs if r not in search) == ["0", "1"]
     board = (out / "leaderboard.md").read_text()
     assert "re-run on seeds the search did not train on" in board and "| layernorm " in board
     row = next(line for line in board.splitlines() if line.startswith("| layernorm "))

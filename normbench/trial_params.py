@@ -1,0 +1,66 @@
+"""A cell's axes as its Optuna trial's params, so optuna-dashboard lists each trial with its cell.
+
+Optuna fixes a categorical param's choices for a whole study (a different choice list raises "does not support
+dynamic value space"), and the ledger must let a matrix grow later. So numeric axes are float/int params over the
+matrix's range (Optuna accepts any range for those), and a text axis is categorical over the values queued so far:
+a grown matrix gives new trials a longer choice list, which the journal file accepts. A shared database checks
+choices on every new trial; there a text axis whose choices grew is left out of the new trials' params (their user
+attrs still carry every axis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+
+def axis_distributions(cells: Iterable[dict[str, Any]]) -> dict[str, BaseDistribution]:
+    """One distribution per axis covering every value the given cells take on it.
+
+    Args:
+        cells: each cell's `axis -> value` mapping.
+
+    Returns:
+        `axis -> distribution`: IntDistribution(min, max) for ints, FloatDistribution(min, max) for numbers with a
+        float among them, CategoricalDistribution(sorted values) for anything else (text, bools, None).
+    """
+    values: dict[str, list[Any]] = {}
+    for axes in cells:
+        for axis, value in axes.items():
+            values.setdefault(axis, []).append(value)
+    return {axis: _distribution(vals) for axis, vals in values.items()}
+
+
+def _distribution(values: list[Any]) -> BaseDistribution:
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if len(numbers) == len(values):
+        if all(isinstance(v, int) for v in numbers):
+            return IntDistribution(min(numbers), max(numbers))
+        return FloatDistribution(float(min(numbers)), float(max(numbers)))
+    return CategoricalDistribution(sorted(set(values), key=lambda v: (str(type(v)), str(v))))
+
+
+def trial_params(axes: dict[str, Any], distributions: dict[str, BaseDistribution]) -> dict[str, Any]:
+    """The axes as params: floats for float axes (an int value in a float range is stored as a float)."""
+    return {k: float(v) if isinstance(distributions[k], FloatDistribution) else v for k, v in axes.items()
+            if k in distributions}
+
+
+def add_waiting_trial(study: optuna.Study, axes: dict[str, Any], distributions: dict[str, BaseDistribution],
+                      user_attrs: dict[str, Any]) -> None:
+    """Queue a WAITING trial carrying `axes` as params. A shared database refuses a categorical whose choices grew
+    (see the module's docstring): the trial is then queued with its numeric params only."""
+    params = trial_params(axes, distributions)
+    numeric = {k: v for k, v in params.items() if not isinstance(distributions[k], CategoricalDistribution)}
+    for kept in (params, numeric):
+        try:
+            study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, params=kept, user_attrs=user_attrs,
+                                                      distributions={k: distributions[k] for k in kept}))
+            return
+        except ValueError:  # "CategoricalDistribution does not support dynamic value space."
+            if kept is numeric:
+                raise

@@ -6,11 +6,13 @@ What `train_cell` takes from here (`NORMBENCH_FASTPATH=0` turns all of it off, f
   Used wherever torch runs it, probed once per device type (CPU too in torch >= 2.4).
 - **Attention path** (`use_fused_attention`, `set_attention_path`): timm's `Attention` either calls
   `F.scaled_dot_product_attention` (`fused_attn=True`, timm's default) or spells out softmax(q kᵀ) v. On CPU, torch's
-  flash kernel has a per-call cost that short sequences do not pay back: for the digits cells (17 tokens) it was
-  ~17% of the step, and the explicit form made the depth-12, dim-64, batch-64 train step 0.95x as long (median of 9
-  interleaved runs, 1 thread, machine loaded; `results/attention-path-cpu-2.15.0.md`). From 65 tokens up the two
-  were within noise of each other, so the explicit form is used only up to `CPU_EXPLICIT_MAX_TOKENS`. On CUDA the
-  fused kernels (flash / memory-efficient) are used: scripts/gpu-first-contact.sh measures that choice.
+  flash kernel has a per-call cost that short sequences do not pay back. `scripts/attention_path.py` (forward +
+  backward of one Attention, medians of 7 interleaved blocks, 1 thread, machine loaded;
+  results/attention-path-cpu-2.15.0.md): explicit/fused 0.91 at 17 tokens and 0.87 at 33, but 1.03-1.24 from 65
+  tokens up; so the explicit form is used up to `CPU_EXPLICIT_MAX_TOKENS` = 33, the longest sequence measured
+  faster. The gain is small and the machine was shared (an earlier, less loaded run gave 1.07 at 17 tokens), so
+  re-measure on a quiet machine before leaning on it. On CUDA the fused kernels (flash / memory-efficient) are
+  used; scripts/gpu-first-contact.sh measures that choice.
 - **Loss** (`loss_function`): torch's `cross_entropy` with `label_smoothing` is one fused kernel and equals timm's
   `LabelSmoothingCrossEntropy`, `(1 - ε)·nll + ε·mean(-log p)`, which runs five.
 
@@ -28,9 +30,9 @@ from timm.loss import LabelSmoothingCrossEntropy
 from torch import nn
 
 ENV_SWITCH = "NORMBENCH_FASTPATH"  # "0" -> the plain path (timm defaults, torch's unfused AdamW on CPU)
-# Longest sequence for which the explicit attention is used on CPU: measured faster at 17 tokens (0.95x step),
-# within noise at 65 tokens and beyond (scripts/attention_path.py)
-CPU_EXPLICIT_MAX_TOKENS = 32
+# Longest sequence for which the explicit attention is used on CPU: measured faster at 17 and 33 tokens, slower
+# from 65 up (scripts/attention_path.py; the module docstring has the numbers)
+CPU_EXPLICIT_MAX_TOKENS = 33
 
 
 def enabled() -> bool:

@@ -1,7 +1,8 @@
 """A digits cell trained by normbench's `train_cell` against the same cell in a plain, hand-written timm loop
 (timm's VisionTransformer with the same dims, torch's AdamW with its defaults, a Python loop over tensors), timed
 interleaved: peer, normbench fast path, normbench plain path (`NORMBENCH_FASTPATH=0`, the code before the fast
-path), repeated. Prints each repeat and the median ratios with their spread; writes a markdown file to results/.
+path), repeated. Prints each repeat and the median ratios with their spread, of wall time and of the process's CPU
+time (with one thread, CPU time is what a busy neighbour disturbs least); writes a markdown file to results/.
 
     OMP_NUM_THREADS=1 python scripts/peer_timm_loop.py [--repeats 5] [--epochs 2] [--depth 12]
 
@@ -87,10 +88,11 @@ def normbench_run(depth: int, epochs: int, fast: bool) -> float:
         os.environ.pop(fastpath.ENV_SWITCH, None)
 
 
-def timed(fn, *args) -> tuple[float, float]:
-    t0 = time.perf_counter()
+def timed(fn, *args) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds of this process, the cell's accuracy)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     acc = fn(*args)
-    return time.perf_counter() - t0, acc
+    return time.perf_counter() - t0, time.process_time() - c0, acc
 
 
 def main() -> None:
@@ -106,22 +108,26 @@ def main() -> None:
             "normbench_plain": lambda: timed(normbench_run, args.depth, args.epochs, False)}
     for run in runs.values():  # warm-up: imports, the digits cache, allocator
         run()
-    lines, secs = [], {name: [] for name in runs}
+    lines, secs, cpu = [], {name: [] for name in runs}, {name: [] for name in runs}
     for r in range(args.repeats):
         row = {name: run() for name, run in runs.items()}
-        for name, (sec, _) in row.items():
+        for name, (sec, cpu_sec, _) in row.items():
             secs[name].append(sec)
-        line = (f"repeat {r}: " + ", ".join(f"{n} {sec:.2f} s ({acc:.1f}%)" for n, (sec, acc) in row.items())
+            cpu[name].append(cpu_sec)
+        line = (f"repeat {r}: " + ", ".join(f"{n} {sec:.2f} s wall {c:.2f} s cpu ({acc:.1f}%)"
+                                            for n, (sec, c, acc) in row.items())
                 + f"; normbench/peer {row['normbench'][0] / row['peer'][0]:.3f}, plain/peer "
                 f"{row['normbench_plain'][0] / row['peer'][0]:.3f}")
         print(line, flush=True)
         lines.append(line)
     summary = []
-    for name in ("normbench", "normbench_plain"):
-        ratios = [a / b for a, b in zip(secs[name], secs["peer"], strict=True)]
-        summary.append(f"{name} / peer: median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, "
-                       f"max {max(ratios):.3f}) over {len(ratios)} interleaved repeats")
-    summary.append("median seconds: " + ", ".join(f"{n} {statistics.median(s):.2f}" for n, s in secs.items()))
+    for clock, table in (("wall", secs), ("cpu", cpu)):
+        for name in ("normbench", "normbench_plain"):
+            ratios = [a / b for a, b in zip(table[name], table["peer"], strict=True)]
+            summary.append(f"{name} / peer, {clock} time: median {statistics.median(ratios):.3f} (min "
+                           f"{min(ratios):.3f}, max {max(ratios):.3f}) over {len(ratios)} interleaved repeats")
+    summary.append("median wall seconds: " + ", ".join(f"{n} {statistics.median(s):.2f}" for n, s in secs.items()))
+    summary.append("median cpu seconds: " + ", ".join(f"{n} {statistics.median(s):.2f}" for n, s in cpu.items()))
     print("\n".join(summary))
     header = (f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {platform.platform()}, {os.cpu_count()} CPUs, "
               f"{platform.processor() or platform.machine()}, load average {load:.1f} at start; torch "

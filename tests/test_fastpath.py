@@ -87,3 +87,12 @@ def test_attention_paths_agree_and_cuda_keeps_the_fused_kernel(monkeypatch):
     torch.testing.assert_close(model(x), explicit, rtol=1e-5, atol=1e-6)
     monkeypatch.setenv(fastpath.ENV_SWITCH, "0")
     assert fastpath.set_attention_path(model, torch.device("cpu")) is True
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA; scripts/gpu-first-contact.sh runs it on a GPU")
+def test_cuda_cell_compiles_in_bf16_with_fused_adamw():
+    assert fastpath.fused_adamw_supported("cuda")
+    cell = digits_cell()
+    cell.train.epochs = 1  # compile "auto" and amp "auto" are on for CUDA
+    result = train_cell(cell, device="cuda")
+    assert result["status"] == "ok" and 0 < result["train_loss"] < 10

@@ -43,10 +43,10 @@ date -u
 nvidia-smi || true
 "$python" -c 'import torch, timm; print("torch", torch.__version__, "cuda", torch.version.cuda, "timm", timm.__version__)'
 
-stage tests 60 "$python" -m pytest -q -rs -k cuda tests
-stage bench 270 "$python" -m normbench bench --depth 12 36 --dim 192 384 --batch-size 256 --device cuda \
+stage tests 90 "$python" -m pytest -q -rs -k cuda tests
+stage bench 210 "$python" -m normbench bench --depth 12 36 --dim 192 384 --batch-size 256 --device cuda \
     --compile auto --out results
-stage suite 120 "$python" -m normbench run suites/gpu-first-contact.yaml --device cuda --out results/gpu-first-contact
+stage suite 150 "$python" -m normbench run suites/gpu-first-contact.yaml --device cuda --out results/gpu-first-contact
 stage workers 100 "$python" scripts/workers_per_device.py suites/gpu-first-contact.yaml --device cuda --workers 1 2
 stage attention 30 "$python" scripts/attention_path.py --device cuda
 

@@ -33,6 +33,7 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
+from normbench import fastpath
 from normbench.device import resolve_device
 from normbench.layers import cait_init_values, resolve_layer
 from normbench.model import NormbenchViT
@@ -217,7 +218,9 @@ class StepSetup:
 def make_train_step(model: nn.Module, setup: StepSetup) -> Callable[[], None]:
     """A closure running one full train step on a fixed synthetic batch (no data loading is timed)."""
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=setup.dev.type == "cuda")
+    # what train_cell runs, applied alike to both models: the attention path and fused AdamW (normbench/fastpath.py)
+    fastpath.set_attention_path(model, setup.dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **fastpath.optimizer_kwargs("adamw", setup.dev))
     forward = torch.compile(model) if setup.compile else model
     x = torch.randn(setup.batch, IN_CHANS, IMG_SIZE, IMG_SIZE, device=setup.dev)
     y = torch.randint(0, NUM_CLASSES, (setup.batch,), device=setup.dev)
@@ -361,9 +364,13 @@ def run_bench(layers: Sequence[str] | None = None, depths: Iterable[int] = (12,)
                       compile=on)
     peak = peak_flops(dev)
     header = machine_header(setup, peak)  # before measuring: the date and load it reports are the start's
-    rows = [bench_row(layer, depth, dim, setup, it, peak)
-            for depth in depths for dim in dims for layer in (layers or MISSION_LAYERS)]
-    csv_path, md_path, table = write_outputs(rows, Path(out_dir), f"bench-{device_slug(dev)}-{torch_version()}",
-                                             header)
+    stem = f"bench-{device_slug(dev)}-{torch_version()}"
+    rows: list[dict[str, Any]] = []
+    for depth in depths:
+        for dim in dims:
+            for layer in layers or MISSION_LAYERS:
+                rows.append(bench_row(layer, depth, dim, setup, it, peak))
+                # after every row: a run cut short (a time limit, a lost GPU lease) keeps what it measured
+                csv_path, md_path, table = write_outputs(rows, Path(out_dir), stem, header)
     print(f"{header}\n\n{table}\n\nwrote {csv_path} and {md_path}")
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -15,10 +15,11 @@ from typing import Any
 
 import torch
 from timm.data import Mixup
-from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+from timm.loss import SoftTargetCrossEntropy
 from timm.optim import create_optimizer_v2
 from torch import nn
 
+from normbench import fastpath
 from normbench.aux_losses import from_config as aux_losses_from_config
 from normbench.config import CellConfig, TrainConfig
 from normbench.data import DataBundle, build_data
@@ -72,7 +73,8 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
                               img_size=cell.model.img_size, shard=shard)
     model = build_model(cell, data).to(dev)
     params = sum(p.numel() for p in model.parameters())
-    opt_kwargs = {"fused": True} if on_cuda and tc.optimizer == "adamw" else {}
+    fastpath.set_attention_path(model, dev)
+    opt_kwargs = fastpath.optimizer_kwargs(tc.optimizer, dev)
     optimizer = create_optimizer_v2(param_groups(model, tc.lr, tc.weight_decay), tc.optimizer, lr=tc.lr,
                                     weight_decay=tc.weight_decay, **opt_kwargs)
     aux = aux_losses_from_config(model, tc)  # opt-in auxiliary losses (LearnableScaler recipe); None when off
@@ -88,8 +90,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
 
     mixup = (Mixup(mixup_alpha=tc.mixup, cutmix_alpha=tc.cutmix, label_smoothing=tc.label_smoothing,
                    num_classes=data.num_classes) if mixup_on(tc) else None)
-    loss_fn: nn.Module = (SoftTargetCrossEntropy() if mixup else LabelSmoothingCrossEntropy(tc.label_smoothing)
-                          if tc.label_smoothing > 0 else nn.CrossEntropyLoss())
+    loss_fn: nn.Module = SoftTargetCrossEntropy() if mixup else fastpath.loss_function(tc.label_smoothing)
     max_loss = tc.max_loss if tc.max_loss is not None else 10.0 * math.log(data.num_classes)
     steps_per_epoch = max(1, len(data.train) // tc.grad_accum_steps)
     total_steps = steps_per_epoch * tc.epochs
@@ -175,7 +176,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     }
 
 
-@torch.no_grad()
+@torch.inference_mode()  # no autograd bookkeeping at all (no_grad still tracks versions and views)
 def evaluate(model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor], data: DataBundle,
              autocast: Callable, device: torch.device, dist: Dist | None = None, split: str = "val") -> float:
     """Top-1 accuracy in percent on `split` ("val", the default, or "test"), summed over ranks; one host sync at

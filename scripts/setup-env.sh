@@ -2,6 +2,15 @@
 # Create .venv in the checkout and install normbench with its test extra. Idempotent: a second call is instant.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# torch.compile on CPU (the compile+bf16 cell in tests/test_train.py) builds C++ with the system compiler
+if ! command -v g++ >/dev/null && ! command -v c++ >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null
+  else
+    echo "setup-env.sh: no C++ compiler (g++ or c++) on PATH; torch.compile on CPU needs one: install g++" >&2
+    exit 1
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi

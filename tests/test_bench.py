@@ -66,3 +66,20 @@ def test_run_bench_tiny_cpu_writes_csv_and_md(tmp_path: Path, one_thread: None,
     assert len(table) == 2 + len(MISSION_LAYERS)  # header, rule, one row per layer
     assert all(f"| {layer} " in text for layer in MISSION_LAYERS)
     assert table[0] in capsys.readouterr().out  # the table is printed too
+
+
+def test_a_bench_cut_short_keeps_the_rows_it_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the GPU first-contact script runs the bench under a time limit: rows finished before the limit must be on disk
+    calls: list[str] = []
+
+    def row(layer: str, depth: int, dim: int, *args: object) -> dict[str, object]:
+        calls.append(layer)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # what SIGINT from `timeout -s INT` raises
+        return {"layer": layer, "depth": depth, "dim": dim, "step_ms": 1.0}
+
+    monkeypatch.setattr("normbench.bench.bench_row", row)
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(layers=["layernorm", "rmsnorm"], depths=[1], dims=[16], device="cpu", out_dir=tmp_path)
+    frame = pd.read_csv(tmp_path / f"bench-cpu-{torch.__version__.split('+')[0]}.csv")
+    assert list(frame["layer"]) == ["layernorm"] and frame["step_ms"].tolist() == [1.0]

@@ -57,3 +57,15 @@ def test_warmup_cosine_schedule():
     assert warmup_cosine(0, **kw) == 0.0 and warmup_cosine(5, **kw) == 0.5 and warmup_cosine(10, **kw) == 1.0
     assert warmup_cosine(100, **kw) == pytest.approx(0.1) and warmup_cosine(55, **kw) == pytest.approx(0.55)
     assert torch.is_tensor(torch.tensor(warmup_cosine(3, **kw)))
+
+
+def test_compile_and_bf16_cell_runs_on_cpu(one_torch_thread):
+    # the path CUDA takes (torch.compile through inductor's C++ backend, bf16 autocast), minus CUDA, so a break in it
+    # fails CI; needs a C++ compiler, which scripts/setup-env.sh installs where it is missing
+    from torch._dynamo.utils import counters
+
+    config = CellConfig(model=ModelConfig(layer="layerscale", depth=1, embed_dim=16, num_heads=2, patch_size=4),
+                        train=TrainConfig(epochs=1, batch_size=256, warmup_epochs=0, compile="on", amp="bf16"))
+    result = train_cell(config, device="cpu")
+    assert result["status"] == "ok" and 0 < result["train_loss"] < 10
+    assert counters["stats"]["unique_graphs"] >= 1  # dynamo traced the model rather than falling back to eager

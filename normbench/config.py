@@ -48,6 +48,7 @@ class TrainConfig:
     compile: str = "auto"              # auto (on for CUDA), on, off
     max_loss: float | None = None      # a train loss above this is divergence; None: 10 x ln(num_classes)
     log_interval: int = 50             # steps between the loop's only host syncs (divergence check)
+    telemetry_every: int = 25          # steps between per-block telemetry samples (normbench/telemetry.py); 0: off
     seed: int = 0                      # model init, data order and augmentation
 
 

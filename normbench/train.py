@@ -26,6 +26,7 @@ from normbench.distributed import Dist, all_sum, broadcast, wrap_ddp
 from normbench.errors import SuiteError
 from normbench.model import NormbenchViT
 from normbench.schedule import warmup_cosine
+from normbench.telemetry import BlockTelemetry
 
 EpochCallback = Callable[[dict[str, Any]], bool | None]  # gets the epoch's record; True stops the cell (pruning)
 
@@ -50,8 +51,9 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
 
     Returns:
         status ("ok", "diverged" or "pruned"), best_val_top1 and final_val_top1 (percent), train_loss (last epoch),
-        epochs_run, images_per_sec (training steps only), params, seconds, and `history`: one dict per epoch
-        (epoch, train_loss, val_top1, lr, grad_norm, images_per_sec).
+        epochs_run, images_per_sec (training steps only), params, seconds, `history`: one dict per epoch
+        (epoch, train_loss, val_top1, lr, grad_norm, images_per_sec), and `telemetry`: per-block records of the
+        observed steps (normbench/telemetry.py; [] when `train.telemetry_every` is 0).
     """
     t_start = time.perf_counter()
     tc = cell.train
@@ -89,6 +91,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     total_steps = steps_per_epoch * tc.epochs
     warmup_steps = round(tc.warmup_epochs * steps_per_epoch)
     trainable = [p for p in model.parameters() if p.requires_grad]
+    telemetry = BlockTelemetry(model) if tc.telemetry_every > 0 else None
 
     history: list[dict[str, Any]] = []
     status, step, train_seconds, images_seen = "ok", 0, 0.0, 0
@@ -105,10 +108,11 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
                 x, y = mixup(x, y)
             micro += 1
             steps_now = micro % tc.grad_accum_steps == 0
+            observed = telemetry is not None and step % tc.telemetry_every == 0  # its hooks run eagerly, uncompiled
             # under DDP only the micro-batch that ends an accumulation all-reduces; the others keep their grads local
             with parallel.no_sync() if dist is not None and not steps_now else nullcontext():
-                with autocast():
-                    loss = loss_fn(forward(x), y)
+                with autocast(), telemetry.observe() if observed else nullcontext():
+                    loss = loss_fn((parallel if observed else forward)(x), y)
                 (loss / tc.grad_accum_steps).backward()
             loss_sum += loss.detach()
             epoch_images += x.shape[0]
@@ -118,8 +122,12 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
                                warmup_lr=tc.warmup_lr, min_lr=tc.min_lr)
             for group in optimizer.param_groups:
                 group["lr"] = lr
+            if observed:
+                telemetry.before_update()
             grad_norm_sum += nn.utils.clip_grad_norm_(trainable, tc.clip_grad or math.inf)
             optimizer.step()
+            if observed:
+                telemetry.after_update(step)
             optimizer.zero_grad(set_to_none=True)
             step += 1
             optimizer_steps += 1
@@ -128,6 +136,8 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
                 break
         world = dist.world if dist else 1
         train_loss = all_sum(loss_sum, dist).item() / world / max(1, micro)  # the epoch's sync
+        if telemetry is not None:
+            telemetry.collect()
         epoch_images *= world
         epoch_seconds = time.perf_counter() - t0
         train_seconds += epoch_seconds
@@ -158,6 +168,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         "params": params,
         "seconds": time.perf_counter() - t_start,
         "history": history,
+        "telemetry": telemetry.records() if telemetry is not None else [],
     }
 
 

@@ -17,6 +17,7 @@ import pandas as pd
 from optuna.trial import TrialState
 
 from normbench.ledger import Ledger
+from normbench.report_telemetry import telemetry_section
 from normbench.suite import Suite
 
 ROBUST_POINTS = 1.0
@@ -90,7 +91,7 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     cells = _with_fixed_axes(cells_frame(ledger, f"run:{name}"), suite)
     tuned = _with_fixed_axes(cells_frame(ledger, f"tuned:{name}"), suite)
     if not cells.empty:
-        cells.drop(columns=["history"], errors="ignore").to_csv(out_dir / "results.csv", index=False)
+        cells.drop(columns=["history", "telemetry"], errors="ignore").to_csv(out_dir / "results.csv", index=False)
     lines = header(suite, cells)
     if cells.empty:
         lines.append("No finished cells yet.")
@@ -109,6 +110,7 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     if not tuned.empty:
         lines += tuned_section(tuned)
     lines += budget_section(ledger, name)
+    lines += telemetry_section(cells, out_dir)
     path = out_dir / "leaderboard.md"
     path.write_text("\n".join(lines))
     if tracker is not None:

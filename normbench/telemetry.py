@@ -35,7 +35,7 @@ from torch.utils.hooks import RemovableHandle
 QUANTITIES = ("stream_rms", "stream_max", "attn_rms", "attn_ratio", "mlp_rms", "mlp_ratio", "attn_entropy",
               "grad_norm", "update_ratio")
 _FORWARD = ("stream_rms", "stream_max", "attn_rms", "mlp_rms", "attn_entropy")  # filled by the hooks
-MAX_SAMPLES = 16  # observed steps kept in a cell's result (evenly spaced, first and last kept): bounds its size
+MAX_SAMPLES = 12  # observed steps kept in a cell's result (evenly spaced, first and last kept): bounds its size
 
 
 def rms(x: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import time
 
 import torch
 
@@ -34,19 +35,26 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    seconds, speed = [], []
+    seconds, speed, cpu = [], [], []
     for pair in range(args.pairs):
         order = (args.every, 0) if pair % 2 == 0 else (0, args.every)
-        runs = {every: train_cell(cell(every, args), device=args.device) for every in order}
+        runs = {}
+        for every in order:
+            started = time.process_time()  # this process's CPU time: less swayed by other load than the wall clock
+            runs[every] = train_cell(cell(every, args), device=args.device)
+            runs[every]["cpu_seconds"] = time.process_time() - started
         on, off = runs[args.every], runs[0]
         seconds.append(on["seconds"] / off["seconds"])
         speed.append(off["images_per_sec"] / on["images_per_sec"])
-        print(f"pair {pair} ({'on first' if order[0] else 'off first'}): cell s on {on['seconds']:.2f} off "
-              f"{off['seconds']:.2f} (x{seconds[-1]:.3f}); train img/s on {on['images_per_sec']:.0f} off "
-              f"{off['images_per_sec']:.0f} (time x{speed[-1]:.3f}); samples kept {len(on['telemetry'])}", flush=True)
-    print(f"median time ratio on/off: cell {statistics.median(seconds):.3f}, training steps "
-          f"{statistics.median(speed):.3f} (telemetry_every={args.every}, {args.pairs} pairs, depth {args.depth}, "
-          f"{args.epochs} epochs, {args.layer})")
+        cpu.append(on["cpu_seconds"] / off["cpu_seconds"])
+        print(f"pair {pair} ({'on first' if order[0] else 'off first'}): cell wall s on {on['seconds']:.2f} off "
+              f"{off['seconds']:.2f} (x{seconds[-1]:.3f}); cell CPU s on {on['cpu_seconds']:.2f} off "
+              f"{off['cpu_seconds']:.2f} (x{cpu[-1]:.3f}); train img/s on {on['images_per_sec']:.0f} off "
+              f"{off['images_per_sec']:.0f} (time x{speed[-1]:.3f}); observed steps kept "
+              f"{len({r['step'] for r in on['telemetry']})}", flush=True)
+    print(f"median on/off: cell wall {statistics.median(seconds):.3f}, cell CPU {statistics.median(cpu):.3f}, "
+          f"training steps (wall) {statistics.median(speed):.3f} (telemetry_every={args.every}, {args.pairs} pairs, "
+          f"depth {args.depth}, {args.epochs} epochs, {args.layer}, {args.threads} thread(s))")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
     PYTHONPATH=$PWD python scripts/telemetry_overhead.py --pairs 3 --epochs 4 --every 25
 
 The cell is suites/depth-sweep-digits.yaml's recipe at depth 12 (layernorm unless --layer). Prints each pair's
-cell seconds and training images/s, and the median on/off ratios.
+cell seconds (wall and this process's CPU) and training images/s, and the median on/off ratios. With --step-pairs,
+first times single optimizer steps of the same model, observed against plain, interleaved: the extra cost of one
+observed step in plain steps, which divided by `every` is the overhead.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from contextlib import nullcontext
 
 import torch
 
@@ -24,6 +27,45 @@ def cell(every: int, args: argparse.Namespace) -> CellConfig:
                                         lr=1e-3, telemetry_every=every))
 
 
+def step_costs(args: argparse.Namespace) -> None:
+    from torch import nn
+
+    from normbench.model import NormbenchViT
+    from normbench.telemetry import BlockTelemetry
+
+    torch.manual_seed(0)
+    model = NormbenchViT(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=64, depth=args.depth,
+                         num_heads=4, layer=args.layer)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    telemetry = BlockTelemetry(model)
+    x, y = torch.randn(64, 1, 8, 8), torch.randint(0, 10, (64,))
+
+    def step(observed: bool) -> float:
+        started = time.process_time()
+        with telemetry.observe() if observed else nullcontext():
+            nn.functional.cross_entropy(model(x), y).backward()
+        if observed:
+            telemetry.before_update()
+        nn.utils.clip_grad_norm_(list(model.parameters()), 1.0)
+        optimizer.step()
+        if observed:
+            telemetry.after_update(0)
+            telemetry.collect()
+        optimizer.zero_grad(set_to_none=True)
+        return time.process_time() - started
+
+    for _ in range(3):
+        step(False), step(True)
+    plain, observed = [], []
+    for _ in range(args.step_pairs):
+        plain.append(step(False))
+        observed.append(step(True))
+    extra = statistics.median(observed) / statistics.median(plain) - 1
+    print(f"one step (CPU time, median of {args.step_pairs}): plain {1e3 * statistics.median(plain):.1f} ms, observed "
+          f"{1e3 * statistics.median(observed):.1f} ms: +{extra:.3f} steps; overhead at every = 10 / 25 / 50: "
+          f"{100 * extra / 10:.2f}% / {100 * extra / 25:.2f}% / {100 * extra / 50:.2f}%", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=3)
@@ -33,8 +75,16 @@ def main() -> None:
     parser.add_argument("--layer", default="layernorm")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--step-pairs", type=int, default=0, help="first time this many single-step pairs")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.step_pairs:
+        step_costs(args)
+    if not args.pairs:
+        return
+    warmup = cell(0, args)
+    warmup.train.epochs = 1
+    train_cell(warmup, device=args.device)  # one-time costs (imports, data, allocator) would fall on the first cell
     seconds, speed, cpu = [], [], []
     for pair in range(args.pairs):
         order = (args.every, 0) if pair % 2 == 0 else (0, args.every)

@@ -92,7 +92,8 @@ def quantity_figure(maps: dict[str, pd.DataFrame], quantity: str, depth: int) ->
         norm = LogNorm(*(positive.min(), positive.max()) if positive.size else (1e-3, 1.0))
     cols = min(3, max(1, len(maps)))
     rows = -(-len(maps) // cols) or 1
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(rows, cols, figsize=(max(6, 4 * cols), 3 * rows + 0.6), squeeze=False, sharey=True,
+                             layout="constrained")
     mesh = None
     for ax, (layer, m) in zip(axes.ravel(), maps.items(), strict=False):
         data = np.ma.masked_invalid(m.to_numpy(dtype=float))
@@ -107,7 +108,7 @@ def quantity_figure(maps: dict[str, pd.DataFrame], quantity: str, depth: int) ->
         ax.set_ylabel("block")
     if mesh is not None:
         fig.colorbar(mesh, ax=axes.ravel().tolist(), shrink=0.9)
-    fig.suptitle(f"{TITLES.get(quantity, quantity)}; depth {depth}, each layer at its best lr (seed mean)",
+    fig.suptitle(f"{TITLES.get(quantity, quantity)}\ndepth {depth}, each layer at its best lr (seed mean)",
                  fontsize=9)
     return fig
 

@@ -91,7 +91,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     total_steps = steps_per_epoch * tc.epochs
     warmup_steps = round(tc.warmup_epochs * steps_per_epoch)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    telemetry = BlockTelemetry(model) if tc.telemetry_every > 0 else None
+    telemetry = BlockTelemetry(model)  # records nothing unless a step is observed
 
     history: list[dict[str, Any]] = []
     status, step, train_seconds, images_seen = "ok", 0, 0.0, 0
@@ -108,7 +108,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
                 x, y = mixup(x, y)
             micro += 1
             steps_now = micro % tc.grad_accum_steps == 0
-            observed = telemetry is not None and step % tc.telemetry_every == 0  # its hooks run eagerly, uncompiled
+            observed = tc.telemetry_every > 0 and step % tc.telemetry_every == 0  # hooks run eagerly, uncompiled
             # under DDP only the micro-batch that ends an accumulation all-reduces; the others keep their grads local
             with parallel.no_sync() if dist is not None and not steps_now else nullcontext():
                 with autocast(), telemetry.observe() if observed else nullcontext():
@@ -136,8 +136,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
                 break
         world = dist.world if dist else 1
         train_loss = all_sum(loss_sum, dist).item() / world / max(1, micro)  # the epoch's sync
-        if telemetry is not None:
-            telemetry.collect()
+        telemetry.collect()
         epoch_images *= world
         epoch_seconds = time.perf_counter() - t0
         train_seconds += epoch_seconds
@@ -168,7 +167,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         "params": params,
         "seconds": time.perf_counter() - t_start,
         "history": history,
-        "telemetry": telemetry.records() if telemetry is not None else [],
+        "telemetry": telemetry.records(),
     }
 
 

@@ -82,6 +82,7 @@ def quantity_figure(maps: dict[str, pd.DataFrame], quantity: str, depth: int) ->
     import matplotlib.pyplot as plt
     import numpy as np
     from matplotlib.colors import LogNorm, Normalize
+    from matplotlib.ticker import MaxNLocator
 
     values = np.concatenate([m.to_numpy(dtype=float).ravel() for m in maps.values()]) if maps else np.array([])
     finite = values[np.isfinite(values)]
@@ -102,6 +103,7 @@ def quantity_figure(maps: dict[str, pd.DataFrame], quantity: str, depth: int) ->
         mesh = ax.pcolormesh(m.columns.to_numpy(), m.index.to_numpy(), data, norm=norm, shading="nearest",
                              cmap="viridis")
         ax.set(title=layer, xlabel="step")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # blocks are whole numbers
     for ax in axes.ravel()[len(maps):]:
         ax.set_visible(False)
     for ax in axes[:, 0]:

@@ -6,12 +6,15 @@ from typing import Any
 
 from timm.models import generate_default_cfgs, register_model
 
-# No weights are published; the cfg tells timm's data helpers the input the template expects by default.
+# No weights are published; the cfg tells timm's data helpers the input the template expects by default, and
+# describes a checkpoint given by `pretrained_cfg_overlay=dict(file=...)` unless the overlay says otherwise (its
+# channels and classes are what timm adapts `in_chans` and `num_classes` from). As timm's ViTs, the input size is
+# fixed (the learned pos_embed has one grid) unless the model is built with `dynamic_img_size=True`.
 default_cfgs = generate_default_cfgs({
     "normbench_vit": {
-        "url": "", "num_classes": 1000, "input_size": (3, 224, 224), "crop_pct": 0.9, "interpolation": "bicubic",
-        "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "first_conv": "patch_embed.proj",
-        "classifier": "head",
+        "url": "", "num_classes": 1000, "input_size": (3, 224, 224), "pool_size": None, "crop_pct": 0.9,
+        "interpolation": "bicubic", "fixed_input_size": True, "mean": (0.485, 0.456, 0.406),
+        "std": (0.229, 0.224, 0.225), "first_conv": "patch_embed.proj", "classifier": "head",
     },
 })
 

@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     _suite_args(p)
     p.add_argument("--workers", type=int, help="local worker processes (default: one per GPU, 1 on CPU)")
     p.add_argument("--dry-run", action="store_true", help="list the cells and their status; train nothing")
+    p.add_argument("--bracket", action="store_true", help="add lrs beyond the grid's edge where a row's best lr "
+                   "sits there (as `bracket: true` in the suite)")
 
     p = sub.add_parser("tune", help="equal Optuna budget per (layer, depth), then re-run the best over seeds")
     _suite_args(p)
@@ -39,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="join a suite's run or tune from this machine (use a shared --storage)")
     _suite_args(p)
     p.add_argument("--mode", choices=("run", "tune"), default="run", help="which of the suite's work to join")
+    p.add_argument("--bracket", action="store_true", help="join a run started with --bracket")
 
     p = sub.add_parser("leaderboard", help="regenerate leaderboard.md, results.csv and plots from a ledger")
     p.add_argument("out", type=Path, help="a suite's output folder, e.g. results/smoke")
@@ -60,6 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto")
     p.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
     p.add_argument("--out", type=Path, default=Path("results"), help="folder for bench-<device>-<torch>.csv/.md")
+
+    p = sub.add_parser("probe", help="signal propagation at init: per-block stream RMS, gradient norm, token "
+                                     "similarity")
+    p.add_argument("suite", type=Path, nargs="?", help="a suite YAML: probe its layers x depths on its data")
+    p.add_argument("--layers", nargs="+", help="registry names (default: the six mission layers)")
+    p.add_argument("--depth", type=int, nargs="+", default=[6, 36], help="model depths (default: 6 36)")
+    p.add_argument("--dim", type=int, nargs="+", default=[64], help="embed dims (default: 64)")
+    p.add_argument("--batch-size", type=int, default=64, help="images in the probe batch (default: 64)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", type=Path, default=Path("results"), help="folder for probe-<...>.md/.csv/.png")
     return parser
 
 
@@ -79,6 +92,8 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from normbench.suite import load_suite
 
     suite = load_suite(args.suite)
+    if getattr(args, "bracket", False):
+        suite.enable_bracket()
     out = args.out or Path("results") / suite.name
     return suite, out
 
@@ -151,15 +166,13 @@ def _worker(args: argparse.Namespace, suite, out: Path, dist) -> int:  # type: i
         ledger, tracker, jobs = tune_context(suite, out, args.storage)
     else:
         from normbench.ledger import Ledger
-        from normbench.runner import open_run_study, run_job
+        from normbench.runner import open_run_study, run_jobs
         from normbench.tracking import Tracker
 
         ledger, tracker = Ledger(args.storage, out), Tracker(out, suite.name)
         study = open_run_study(ledger, suite)
         ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
-
-        def jobs():  # type: ignore[no-untyped-def]
-            return [run_job(suite, study)]
+        jobs = run_jobs(suite, study, ledger)
 
     progress = Progress(total=len(suite.cells()), quiet=args.quiet)
     summary = work(jobs, ledger, tracker, device, progress, suite.name, dist=dist)
@@ -216,6 +229,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe(args: argparse.Namespace) -> int:
+    from normbench.probe import MISSION_LAYERS, grid, probe, summarize, write_report
+
+    if args.suite is not None:
+        suite, _ = _load(args)
+        configs = {(c.config.model.layer, c.config.model.depth, c.config.model.embed_dim): c.config
+                   for c in suite.cells()}  # one model per (layer, depth, dim); seeds and lrs do not change the init
+        configs_list, name = list(configs.values()), suite.name
+    else:
+        layers = args.layers or list(MISSION_LAYERS)
+        configs_list = grid(layers, args.depth, args.dim)
+        name = f"digits-dim{'-'.join(map(str, args.dim))}-depth{'-'.join(map(str, args.depth))}"
+    frame = probe(configs_list, batch_size=args.batch_size, device=args.device)
+    print(summarize(frame).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(write_report(frame, args.out, name, header=f"`normbench probe {' '.join(sys.argv[2:])}`".strip()))
+    return 0
+
+
 def _version() -> str:
     from normbench import __version__
 
@@ -223,4 +254,4 @@ def _version() -> str:
 
 
 COMMANDS = {"run": cmd_run, "tune": cmd_tune, "worker": cmd_worker, "leaderboard": cmd_leaderboard, "ui": cmd_ui,
-            "layers": cmd_layers, "bench": cmd_bench}
+            "layers": cmd_layers, "bench": cmd_bench, "probe": cmd_probe}

@@ -27,6 +27,7 @@ class ModelConfig:
     drop_path_mode: str = "linear"    # linear (DeiT) or uniform (CaiT)
     global_pool: str = "token"        # token (class token) or avg
     norm_kwargs: dict[str, Any] = field(default_factory=dict)  # extra norm arguments, e.g. {alpha_init: 1.0} for DyT
+    grad_checkpointing: bool = False  # recompute blocks in backward (timm's checkpoint_seq): same result, less memory
 
 
 @dataclass
@@ -50,6 +51,9 @@ class TrainConfig:
     log_interval: int = 50             # steps between the loop's only host syncs (divergence check)
     telemetry_every: int = 25          # steps between per-block telemetry samples (normbench/telemetry.py); 0: off
     seed: int = 0                      # model init, data order and augmentation
+    attn_extra_loss: float = 0.0       # LearnableScaler recipe's attention loss coefficient (source 0.03); 0: off
+    attn_extra_loss_layers: int = 6    # the first blocks it applies to (source 6)
+    train_feature_decay: float = 0.0   # LearnableScaler recipe's |residual| > 200 penalty (source 0.1); 0: off
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """Ledger -> pandas -> results.csv, leaderboard.md and plots. Regenerable any time with `normbench leaderboard`.
 
-Scoring: a cell's score is its best val top-1; a diverged cell scores 0 (a blown-up model is no model), and the
-divergence count is reported beside it. A layer's number at a depth is the mean ± std over seeds at the lr whose
-seed-mean is highest; "lr within 1pt" counts the lrs whose seed-mean is within 1 point of that best.
+The protocol (README "Protocol"): a cell is scored by its test top-1 at the final epoch and judged for selection
+by its val top-1 at the final epoch; a diverged cell gets 0 for both. Per (layer, depth) the lr with the highest
+seed-mean val is selected and the test score there is reported with a 95% Student t interval over seeds. The
+statistics are normbench/report/stats.py; this module reads the ledger and writes the files.
 """
 
 from __future__ import annotations
@@ -10,56 +11,76 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from optuna.trial import TrialState
 
+from normbench.data.config import DATASET_ONLY_KEYS
 from normbench.ledger import Ledger
+from normbench.report.plots import write_plots
+from normbench.report.stats import add_scores, check_claims, select_lr
+from normbench.report.tables import (
+    all_depths_table,
+    baseline_table,
+    claims_table,
+    layer_table,
+    markdown_table,
+    throughput_table,
+    tuned_table,
+)
 from normbench.report_telemetry import telemetry_section
 from normbench.suite import Suite
 
-ROBUST_POINTS = 1.0
+SCORE_DEFINITION = ("score = test top-1 (%) at the final epoch, at the lr whose seed-mean val top-1 (final epoch) "
+                    "is highest; val chooses, test only reports; a diverged cell scores 0; 95% CI = Student t "
+                    "interval over seeds (none with one seed); 'edge' = the selected lr is the smallest or largest "
+                    "tried; 'lr window' = the span of lrs whose mean lies within the selected lr's CI")
+SPLIT_KEYS = ("train_size", "val_size", "test_size")
 
 
 def cells_frame(ledger: Ledger, study_name: str) -> pd.DataFrame:
-    """One row per finished cell of a study: axes, metrics, status."""
-    if study_name not in ledger.study_names():
-        return pd.DataFrame()
-    study = ledger.study(study_name)
+    """One row per finished cell of a study (and, for `run:<suite>`, of its bracketing rounds): axes, metrics,
+    status, and `bracket_round` (0 for the matrix)."""
+    names = set(ledger.study_names())
+    studies = [(study_name, 0)]
+    if study_name.startswith("run:"):
+        prefix = f"bracket:{study_name[4:]}:"
+        studies += [(n, int(n[len(prefix):])) for n in names if n.startswith(prefix)]
     rows = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-        axes = dict(t.user_attrs.get("axes") or t.params)
-        result = t.user_attrs.get("result", {})
-        rows.append({"cell_id": t.user_attrs.get("cell_id"), **axes, **result, "trial": t.number,
-                     "tuned_params": t.user_attrs.get("overrides")})
+    for name, bracket_round in studies:
+        if name not in names:
+            continue
+        for t in ledger.study(name).get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            axes = dict(t.user_attrs.get("axes") or t.params)
+            result = t.user_attrs.get("result", {})
+            rows.append({"cell_id": t.user_attrs.get("cell_id"), **axes, **result, "trial": t.number,
+                         "bracket_round": bracket_round, "tuned_params": t.user_attrs.get("overrides")})
     frame = pd.DataFrame(rows)
-    if not frame.empty:
-        frame["score"] = frame["best_val_top1"].where(frame["status"] != "diverged", 0.0)
-    return frame
+    return frame if frame.empty else add_scores(frame)
 
 
-def layer_table(cells: pd.DataFrame, row_keys: list[str]) -> pd.DataFrame:
-    """Per (row_keys): mean ± std over seeds at the best lr, the best lr, lr robustness, divergences, speed."""
-    by_lr = cells.groupby([*row_keys, "lr"], dropna=False).agg(
-        mean=("score", "mean"), std=("score", "std"), seeds=("score", "size")).reset_index()
-    rows = []
-    for key, group in by_lr.groupby(row_keys, dropna=False, sort=False):
-        key = key if isinstance(key, tuple) else (key,)
-        best = group.loc[group["mean"].idxmax()]
-        mine = cells
-        for k, v in zip(row_keys, key, strict=True):
-            mine = mine[mine[k] == v]
-        rows.append({**dict(zip(row_keys, key, strict=True)),
-                     "val top-1 (%)": format_mean_std(best["mean"], best["std"], best["seeds"]),
-                     "mean": best["mean"],
-                     "best lr": f"{best['lr']:g}",
-                     "lr within 1pt": f"{int((group['mean'] >= best['mean'] - ROBUST_POINTS).sum())}/{len(group)}",
-                     "diverged": f"{int((mine['status'] == 'diverged').sum())}/{len(mine)}",
-                     "images/s": f"{mine['images_per_sec'].mean():.0f}",
-                     "params (M)": f"{mine['params'].iloc[0] / 1e6:.3f}"})
-    return pd.DataFrame(rows).sort_values("mean", ascending=False).drop(columns="mean")
+def recipe_lines(suite: Suite) -> list[str]:
+    """Every value the cells trained with (the suite's base recipe resolved against the defaults); matrix axes are
+    listed as axes."""
+    config = suite.cell({}).config
+    axes = set(suite.matrix)
+    data = asdict(config.data)
+    for name, keys in DATASET_ONLY_KEYS.items():
+        if config.data.name != name:
+            data = {k: v for k, v in data.items() if k not in keys}
+
+    def text(values: dict[str, Any]) -> str:
+        return ", ".join(f"{k}={v}" for k, v in values.items() if k not in axes)
+
+    lines = [f"- matrix: {', '.join(f'{k} {v}' for k, v in suite.matrix.items())}"
+             + (f"; bracketing on (at most {suite.bracket_max_steps} steps beyond each end)" if suite.bracket else ""),
+             f"- model: {text(asdict(config.model))}",
+             f"- train: {text(asdict(config.train))}",
+             f"- dataset: {text(data)}"]
+    return lines
 
 
 def header(suite: Suite | None, cells: pd.DataFrame) -> list[str]:
@@ -72,14 +93,24 @@ def header(suite: Suite | None, cells: pd.DataFrame) -> list[str]:
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else cpu
     lines = [f"# normbench leaderboard: {suite.name if suite else '?'}", ""]
     if suite is not None:
-        lines += [f"- suite: `{suite.path}`" + (f" — {suite.description}" if suite.description else ""),
-                  f"- dataset: {suite.dataset.name}; recipe: {suite.train}; model: {suite.model}"]
+        lines += [f"- suite: `{suite.path}`" + (f" — {suite.description}" if suite.description else "")]
+        lines += recipe_lines(suite)
+    if not cells.empty:
+        if all(k in cells for k in SPLIT_KEYS):
+            sizes = cells[list(SPLIT_KEYS)].dropna().drop_duplicates()
+            split = "; ".join("/".join(str(int(v)) for v in row) for row in sizes.itertuples(index=False))
+            lines.append(f"- splits (train/val/test images): {split}")
+        lines.append(f"- seeds: {sorted(cells['seed'].unique().tolist())}; lrs tried: "
+                     f"{', '.join(f'{lr:g}' for lr in sorted(cells['lr'].unique()))}"
+                     + (f" ({int((cells['bracket_round'] > 0).sum())} cells added by bracketing)"
+                        if "bracket_round" in cells and (cells["bracket_round"] > 0).any() else ""))
     lines += [f"- machine: {platform.node()}, {device}; normbench {normbench.__version__}, torch {torch.__version__}, "
               f"timm {timm.__version__}; written {datetime.datetime.now():%Y-%m-%d %H:%M}",
-              f"- {len(cells)} cells; score = best val top-1 (%), a diverged cell scores 0; mean ± std over seeds at "
-              f"each row's best lr (no ± with one seed); 'lr within 1pt' = lrs whose mean is within "
-              f"{ROBUST_POINTS:g} point of the best", ""]
-    return lines
+              f"- {len(cells)} cells; {SCORE_DEFINITION}"]
+    if cells.attrs.get("legacy"):
+        lines.append("- NOTE: this ledger predates the test split: every number below is the best-epoch VAL top-1, "
+                     "chosen on the same split (optimistic); re-run the suite for test scores")
+    return [*lines, ""]
 
 
 def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None = None,
@@ -96,20 +127,12 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     if cells.empty:
         lines.append("No finished cells yet.")
     else:
-        extra = [c for c in (suite.matrix if suite else []) if c not in ("depth", "layer", "lr", "seed")]
-        overall = layer_table(cells, ["layer", *extra, "depth"])
-        for depth in sorted(cells["depth"].unique()):
-            table = layer_table(cells[cells["depth"] == depth], ["layer", *extra])
-            lines += [f"## depth {depth}", "", markdown_table(table), ""]
-        pivot = overall.pivot_table(index=["layer", *extra], columns="depth", values="val top-1 (%)", aggfunc="first")
-        pivot.columns = [f"depth {d}" for d in pivot.columns]
-        lines += ["## all depths (val top-1 % at each depth's best lr)", "",
-                  markdown_table(pivot.reset_index()), ""]
-        plot_files = write_plots(cells, out_dir)
-        lines += [f"![{p.stem}]({p.name})" for p in plot_files] + [""]
+        lines += run_sections(cells, suite, out_dir)
     if not tuned.empty:
-        lines += tuned_section(tuned)
+        lines += ["## tuned (equal Optuna budget per layer and depth, chosen on val, re-run on seeds the search "
+                  "did not train on)", "", markdown_table(tuned_table(tuned)), ""]
     lines += budget_section(ledger, name)
+    # further sections (e.g. telemetry figures) append to `lines` here, before it is written
     lines += telemetry_section(cells, out_dir)
     path = out_dir / "leaderboard.md"
     path.write_text("\n".join(lines))
@@ -118,19 +141,39 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     return path
 
 
-def tuned_section(tuned: pd.DataFrame) -> list[str]:
-    keys = [c for c in ("layer", "depth") if c in tuned]
-    rows = []
-    for key, group in tuned.groupby(keys, sort=True):
-        config = group.iloc[0].get("tuned_params", {})
-        rows.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True)),
-                     "mean": group["score"].mean(), "val top-1 (%)": mean_std(group["score"]),
-                     "seeds": len(group), "diverged": int((group["status"] == "diverged").sum()),
-                     "best config": ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                                              for k, v in (config or {}).items())})
-    table = pd.DataFrame(rows).sort_values("mean", ascending=False).drop(columns="mean")  # "9.5" > "85.1" as text
-    return ["## tuned (equal Optuna budget per layer and depth, best config re-run over seeds)", "",
-            markdown_table(table), ""]
+def run_sections(cells: pd.DataFrame, suite: Suite | None, out_dir: Path) -> list[str]:
+    """Per-depth tables, all depths, the paired comparison with the baseline, claims, throughput and plots."""
+    extra = [c for c in (suite.matrix if suite else []) if c not in ("depth", "layer", "lr", "seed")]
+    keys = ["layer", *extra, "depth"]
+    selected = select_lr(cells, keys)
+    params = cells.groupby(keys)["params"].first().to_dict() if "params" in cells else None
+    lines = []
+    for depth in sorted(cells["depth"].unique()):
+        table = layer_table(selected[selected["depth"] == depth], ["layer", *extra],
+                            {k[:-1]: v for k, v in (params or {}).items() if k[-1] == depth} or None)
+        lines += [f"## depth {depth}", "", markdown_table(table), ""]
+    lines += ["## all depths (test top-1 % [95% CI] at each depth's val-selected lr; e = selected lr at the grid's "
+              "edge; sorted by the mean over depths)", "",
+              markdown_table(all_depths_table(selected, ["layer", *extra])), ""]
+    baseline = suite.baseline if suite else ("layernorm" if "layernorm" in set(cells["layer"]) else None)
+    if baseline is not None:
+        table = baseline_table(cells, selected, keys, baseline)
+        if not table.empty:
+            lines += [f"## paired comparison with {baseline} (test top-1, same seeds, each layer at its own "
+                      "val-selected lr)", "", markdown_table(table), ""]
+    if suite is not None and suite.claims:
+        claims = check_claims(cells, selected, keys, suite.claims)
+        lines += ["## claims (supported: the paired 95% CI lies above `by`; contradicted: below; else inconclusive)",
+                  "", markdown_table(claims_table(claims)), ""]
+    lines += ["## throughput (median training images/s over each row's cells)", "",
+              "Wall clock of cells that may have shared the machine with other work: a rough guide, not a speed "
+              "benchmark (`normbench bench` measures speed).", "", markdown_table(throughput_table(cells, keys[:-1])),
+              ""]
+    dataset = suite.dataset.name if suite else "?"
+    epochs = ", ".join(str(int(e)) for e in sorted(cells["epochs_run"].unique())) if suite is None \
+        else str(suite.cell({}).config.train.epochs)
+    plots = write_plots(cells, select_lr(cells, ["layer", "depth"]), out_dir, dataset=dataset, epochs=epochs)
+    return [*lines, *(f"![{p.stem}]({p.name})" for p in plots), ""]
 
 
 def budget_section(ledger: Ledger, suite_name: str) -> list[str]:
@@ -148,54 +191,6 @@ def budget_section(ledger: Ledger, suite_name: str) -> list[str]:
     if not rows:
         return []
     return ["## tuning budget (trials per study)", "", markdown_table(pd.DataFrame(rows)), ""]
-
-
-def markdown_table(frame: pd.DataFrame) -> str:
-    from tabulate import tabulate
-
-    # cells are preformatted text: without disable_numparse, tabulate would turn "65.00" back into "65"
-    return tabulate(frame, headers="keys", tablefmt="github", showindex=False, disable_numparse=True)
-
-
-def mean_std(values: pd.Series) -> str:
-    return format_mean_std(values.mean(), values.std(ddof=1), len(values))
-
-
-def format_mean_std(mean: float, std: float, seeds: int) -> str:
-    """'81.00 ± 1.41' over several seeds; a single seed has no spread to report, so just '81.00'."""
-    return f"{mean:.2f} ± {std:.2f}" if seeds > 1 else f"{mean:.2f}"
-
-
-def write_plots(cells: pd.DataFrame, out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    per_lr = cells.groupby(["layer", "depth", "lr"])["score"].mean().reset_index()
-    best = per_lr.groupby(["layer", "depth"])["score"].max().reset_index()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for layer, g in best.groupby("layer"):
-        ax.plot(g["depth"], g["score"], marker="o", label=layer)
-    ax.set(xlabel="depth", ylabel="val top-1 (%) at best lr", title="accuracy vs depth")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    paths.append(out_dir / "accuracy_vs_depth.png")
-    fig.savefig(paths[-1], dpi=110)
-    depths = sorted(per_lr["depth"].unique())
-    fig, axes = plt.subplots(1, len(depths), figsize=(4 * len(depths), 3.5), squeeze=False, sharey=True)
-    for ax, depth in zip(axes[0], depths, strict=True):
-        for layer, g in per_lr[per_lr["depth"] == depth].groupby("layer"):
-            ax.plot(g["lr"], g["score"], marker="o", label=layer)
-        ax.set(xscale="log", xlabel="lr", title=f"depth {depth}")
-    axes[0][0].set_ylabel("val top-1 (%), seed mean")
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    paths.append(out_dir / "accuracy_vs_lr.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close("all")
-    return paths
 
 
 def _with_fixed_axes(cells: pd.DataFrame, suite: Suite | None) -> pd.DataFrame:

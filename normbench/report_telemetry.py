@@ -1,6 +1,7 @@
 """Telemetry in the leaderboard: why a layer fails at depth, block by block (normbench/telemetry.py records it).
 
-For the suite's deepest depth and each layer at its best lr (seed mean, as the tables rank it): one figure per
+For the suite's deepest depth and each layer at its selected lr (highest seed-mean `select`, val top-1, as the
+tables choose it; `score` where a frame has no `select`): one figure per
 quantity with a panel per layer (block index x training step, a heatmap), and a table of the end-of-training values
 of the first, middle and last block. Everything but `telemetry_section` is pure: DataFrames in, figures and
 DataFrames out.
@@ -34,12 +35,12 @@ def telemetry_frame(cells: pd.DataFrame) -> pd.DataFrame:
         cells: the leaderboard's cells (leaderboard.cells_frame): one row per cell; `telemetry` holds each cell's
             records (a list of {step, block, quantity: value}), missing or empty for cells that recorded none.
     Returns:
-        columns cell_id, layer, depth, lr, seed, score, step, block and every quantity present; empty when no cell
-        has telemetry.
+        columns cell_id, layer, depth, lr, seed, select, score, step, block and every quantity present; empty when
+        no cell has telemetry.
     """
     if cells.empty or "telemetry" not in cells:
         return pd.DataFrame()
-    axes = [c for c in ("cell_id", "layer", "depth", "lr", "seed", "score", "status") if c in cells]
+    axes = [c for c in ("cell_id", "layer", "depth", "lr", "seed", "select", "score", "status") if c in cells]
     rows = [{**{a: cell[a] for a in axes}, **record}
             for _, cell in cells.iterrows() if isinstance(cell["telemetry"], list) for record in cell["telemetry"]]
     frame = pd.DataFrame(rows)
@@ -51,20 +52,26 @@ def telemetry_frame(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_lr_telemetry(frame: pd.DataFrame, depth: int | None = None) -> pd.DataFrame:
-    """The rows of `depth` (default: the deepest) at each layer's best lr, the lr with the highest seed-mean score."""
+    """The rows of `depth` (default: the deepest) at each layer's selected lr: the highest seed-mean `select` (val;
+    the test score never chooses), ties to the smaller lr."""
     if frame.empty:
         return frame
     depth = frame["depth"].max() if depth is None else depth
     at_depth = frame[frame["depth"] == depth]
-    scores = at_depth.drop_duplicates("cell_id").groupby(["layer", "lr"])["score"].mean().reset_index()
-    best = scores.loc[scores.groupby("layer")["score"].idxmax(), ["layer", "lr"]]
+    by = _chooser(frame)
+    means = at_depth.drop_duplicates("cell_id").groupby(["layer", "lr"])[by].mean().reset_index()
+    best = means.loc[means.groupby("layer")[by].idxmax(), ["layer", "lr"]]
     return at_depth.merge(best, on=["layer", "lr"])
 
 
 def layer_order(frame: pd.DataFrame) -> list[str]:
-    """Layers by seed-mean score, best first (the tables' order)."""
-    scores = frame.drop_duplicates("cell_id").groupby("layer")["score"].mean()
-    return list(scores.sort_values(ascending=False, kind="stable").index)
+    """Layers by seed-mean `select` (val), best first."""
+    means = frame.drop_duplicates("cell_id").groupby("layer")[_chooser(frame)].mean()
+    return list(means.sort_values(ascending=False, kind="stable").index)
+
+
+def _chooser(frame: pd.DataFrame) -> str:
+    return "select" if "select" in frame else "score"
 
 
 def block_maps(frame: pd.DataFrame, quantity: str) -> dict[str, pd.DataFrame]:
@@ -110,7 +117,7 @@ def quantity_figure(maps: dict[str, pd.DataFrame], quantity: str, depth: int) ->
         ax.set_ylabel("block")
     if mesh is not None:
         fig.colorbar(mesh, ax=axes.ravel().tolist(), shrink=0.9)
-    fig.suptitle(f"{TITLES.get(quantity, quantity)}\ndepth {depth}, each layer at its best lr (seed mean)",
+    fig.suptitle(f"{TITLES.get(quantity, quantity)}\ndepth {depth}, each layer at its selected lr (seed mean)",
                  fontsize=9)
     return fig
 
@@ -141,7 +148,7 @@ def telemetry_section(cells: pd.DataFrame, out_dir: Path) -> list[str]:
     if chosen.empty:
         return []
     depth = int(chosen["depth"].iloc[0])
-    lines = [f"## telemetry at depth {depth} (each layer at its best lr, seed mean)", "",
+    lines = [f"## telemetry at depth {depth} (each layer at its selected lr, seed mean)", "",
              "End of training (last observed step), first / middle / last block. stream: the residual stream "
              "entering the block; ratio: the gated branch's RMS over the stream's; update_ratio: one step's "
              "||ΔW|| / ||W||.", "",

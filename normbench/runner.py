@@ -2,7 +2,9 @@
 
 Running the same command again after a crash, kill -9 or Ctrl-C resumes: finished cells are skipped, cut-off ones
 run again. `--workers N` starts N local worker processes on the same ledger; `normbench worker` joins a suite
-from another machine through a shared `--storage`.
+from another machine through a shared `--storage`. With bracketing (`--bracket`), cells beyond the lr grid's edge
+are queued in rounds, each its own study `bracket:<suite>:<round>` in the same ledger, by whichever worker finds
+every cell so far finished.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from normbench.config import CellConfig
 from normbench.device import resolve_device
 from normbench.errors import SuiteError
-from normbench.ledger import Ledger
+from normbench.ledger import LIVE, UNFINISHED, Ledger
 from normbench.progress import Progress
 from normbench.suite import Suite
 from normbench.tracking import Tracker
@@ -44,15 +47,61 @@ def open_run_study(ledger: Ledger, suite: Suite) -> optuna.Study:
     return study
 
 
+def cell_params(axes: dict[str, Any], config: CellConfig) -> dict[str, Any]:
+    """What MLflow logs for a cell: its axes and recipe, with the data set's true split sizes (not the synthetic-only
+    size knobs' defaults)."""
+    from normbench.data import split_sizes
+    from normbench.data.config import DATASET_ONLY_KEYS
+
+    flat = {k: v for k, v in config.flat().items()
+            if not (k.startswith("data.") and any(k[5:] in keys for name, keys in DATASET_ONLY_KEYS.items()
+                                                  if name != config.data.name))}
+    return {**axes, **flat, **{f"data.{k}": v for k, v in split_sizes(config.data).items()}}
+
+
 def run_job(suite: Suite, study: optuna.Study) -> Job:
     def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
         # The axes live in the trial's user attrs (optuna-dashboard shows them), not its params: Optuna fixes a
         # categorical param's choices for the whole study, so params would forbid growing the matrix later.
         axes = dict(trial.user_attrs["axes"])
         cell = suite.cell(axes)
-        return cell.cell_id, {**axes, **cell.config.flat()}, cell.config
+        return cell.cell_id, cell_params(axes, cell.config), cell.config
 
     return Job(study=study, cell_for=cell_for)
+
+
+def bracket_study_names(ledger: Ledger, suite: Suite) -> list[str]:
+    """The suite's bracketing rounds present in the ledger, in round order."""
+    prefix = f"bracket:{suite.name}:"
+    return sorted((n for n in ledger.study_names() if n.startswith(prefix)), key=lambda n: int(n[len(prefix):]))
+
+
+def run_jobs(suite: Suite, study: optuna.Study, ledger: Ledger,
+             progress: Progress | None = None) -> Callable[[], list[Job]]:
+    """The job list a worker consumes: the matrix, plus (when `suite.bracket`) a round of cells beyond each edge
+    lr, queued when every cell so far has finished. Every worker computes the same round from the same ledger, and
+    a cell already queued anywhere is not queued again, so each runs once; a new round is a new study, which tells
+    the worker loop there is more to do."""
+    def jobs() -> list[Job]:
+        studies = [study, *(ledger.study(n) for n in bracket_study_names(ledger, suite))]
+        if suite.bracket and not any(s.get_trials(deepcopy=False, states=UNFINISHED) for s in studies):
+            from normbench.bracket import bracket_axes
+
+            trials = [t for s in studies for t in s.get_trials(deepcopy=False, states=LIVE)]
+            finished = [(t.user_attrs["axes"], t.user_attrs.get("result", {})) for t in trials
+                        if t.state == TrialState.COMPLETE]
+            present = {t.user_attrs.get("cell_id") for t in trials}
+            new = {suite.cell(axes).cell_id: axes for axes in bracket_axes(suite, finished)}
+            new = {cid: axes for cid, axes in new.items() if cid not in present}
+            if new:
+                studies.append(ledger.study(f"bracket:{suite.name}:{len(studies)}"))
+                ledger.enqueue(studies[-1], new)
+                if progress is not None:
+                    progress.total += len(new)
+                    progress.note(f"bracket round {len(studies) - 1}: {len(new)} cells beyond the lr grid's edge")
+        return [run_job(suite, s) for s in studies]
+
+    return jobs
 
 
 def preflight(suite: Suite, device: str | None) -> str:
@@ -80,7 +129,8 @@ def run_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, device
     costs = {c.cell_id: c.config.model.depth * c.config.train.epochs for c in cells if c.cell_id not in finished}
     progress = Progress(total=len(cells), done=done, quiet=quiet, costs=costs)
     progress.note(f"suite {suite.name}: {len(cells)} cells, {done} already finished; output in {out_dir}")
-    summary = work_everywhere(suite, out_dir, jobs=lambda: [run_job(suite, study)], study_names=[study.study_name],
+    summary = work_everywhere(suite, out_dir, jobs=run_jobs(suite, study, ledger, progress),
+                              study_names=[study.study_name, *bracket_study_names(ledger, suite)],
                               ledger=ledger, tracker=tracker, storage=storage, device=device, workers=workers,
                               progress=progress, mode="run")
     finish_suite(suite, out_dir, storage=storage, tracker=tracker, progress=progress, summary=summary)
@@ -141,7 +191,7 @@ def spawn_workers(suite: Suite, out_dir: Path, *, storage: str | None, device: s
         elif device == "cpu" or not gpus:  # share the cores instead of oversubscribing them
             env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
         args = [sys.executable, "-m", "normbench", "worker", str(suite.path), "--out", str(out_dir),
-                "--device", device, "--mode", mode, "--quiet"]
+                "--device", device, "--mode", mode, "--quiet", *(["--bracket"] if suite.bracket else [])]
         if storage:
             args += ["--storage", storage]
         procs.append(subprocess.Popen(args, env=env))

@@ -1,8 +1,9 @@
 """YAML -> validated Suite -> list of Cells. Every problem is found before anything runs.
 
 A suite names a dataset, a base recipe (`model:`, `train:`), a `matrix:` whose axes are any model or train key
-(`depth`, `layer`, `lr`, `seed`, `drop_path_rate`, ...) and optionally a `tune:` section. Errors name the file, the
-key, the bad value and the closest valid one.
+(`depth`, `layer`, `lr`, `seed`, `drop_path_rate`, ...) and optionally a `tune:` section, lr bracketing
+(`bracket`, `bracket_max_steps`), the `baseline` layer of the paired comparisons and `claims` to check. Errors name
+the file, the key, the bad value and the closest valid one.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from normbench.config import CellConfig, ModelConfig, TrainConfig
 from normbench.data.config import DataConfig
 from normbench.errors import NormbenchError, SuiteError, did_you_mean
 
-TOP_LEVEL = ("name", "description", "dataset", "model", "train", "matrix", "tune", "device")
+TOP_LEVEL = ("name", "description", "dataset", "model", "train", "matrix", "tune", "device", "bracket",
+             "bracket_max_steps", "baseline", "claims")
+CLAIM_KEYS = ("layer", "beats", "depth", "by")
 SECTIONS: dict[str, type] = {"dataset": DataConfig, "model": ModelConfig, "train": TrainConfig}
 AXIS_SECTIONS = {"model": ModelConfig, "train": TrainConfig}
 
@@ -57,6 +60,10 @@ class Suite:
     device: str = "auto"
     description: str = ""
     axis_section: dict[str, str] = field(default_factory=dict)  # axis -> "model" | "train"
+    bracket: bool = False          # add lr cells beyond the grid's edge until the best lr is interior
+    bracket_max_steps: int = 3     # at most this many grid steps beyond each end of the lr grid
+    baseline: str | None = None    # the layer every other is compared with (default layernorm when present)
+    claims: list[dict[str, Any]] = field(default_factory=list)  # {layer, beats, depth, by}: checked in the report
 
     def cells(self) -> list[Cell]:
         """The matrix expanded in file order (the last axis varies fastest)."""
@@ -70,6 +77,20 @@ class Suite:
             (model if self.axis_section[axis] == "model" else train)[axis] = value
         config = CellConfig(model=ModelConfig(**model), train=TrainConfig(**train), data=self.dataset)
         return Cell(axes=axes, config=config, cell_id=cell_id(axes))
+
+    def layers(self) -> list[str]:
+        return list(self.matrix.get("layer", [self.model.get("layer", "layernorm")]))
+
+    def depths(self) -> list[int]:
+        return list(self.matrix.get("depth", [self.model.get("depth", 12)]))
+
+    def enable_bracket(self) -> None:
+        """Turn on lr bracketing (`--bracket`), which needs a grid of at least two lrs to take its ratio from."""
+        lrs = self.matrix.get("lr", [])
+        if len(lrs) < 2:
+            raise SuiteError(f"{self.path}: bracket: needs `matrix.lr` with at least two values (a step beyond the "
+                             f"edge is the grid's own ratio), got {lrs or 'no lr axis'}; add lrs or drop bracket")
+        self.bracket = True
 
     def recipe_hash(self) -> str:
         """Fingerprint of everything but the matrix: a ledger trained with another recipe must not be resumed."""
@@ -121,6 +142,7 @@ def parse_suite(raw: Any, path: Path) -> Suite:
                   matrix=matrix, axis_section=axis_section, device=_device(raw.get("device", "auto"), where),
                   description=str(raw.get("description", "")))
     suite.tune = _tune(raw.get("tune"), suite, where)
+    _protocol(raw, suite, where)
     for cell in suite.cells():
         _check_cell(cell, where)
     return suite
@@ -209,6 +231,47 @@ def _tune(raw: Any, suite: Suite, where: str) -> TuneConfig | None:
         if key in raw and raw[key] not in options:
             raise SuiteError(f"{where}: tune.{key}: {raw[key]!r}{did_you_mean(raw[key], options)}")
     return TuneConfig(**raw)
+
+
+def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
+    """bracket, bracket_max_steps, baseline and claims."""
+    bracket, steps = raw.get("bracket", False), raw.get("bracket_max_steps", 3)
+    if not isinstance(bracket, bool):
+        raise SuiteError(f"{where}: bracket: expected true or false, got {bracket!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise SuiteError(f"{where}: bracket_max_steps: expected a positive int (grid steps beyond each edge), "
+                         f"got {steps!r}")
+    suite.bracket_max_steps = steps
+    if bracket:
+        suite.enable_bracket()
+    layers, depths = suite.layers(), suite.depths()
+    baseline = raw.get("baseline", "layernorm" if "layernorm" in layers else None)
+    if baseline is not None and baseline not in layers:
+        raise SuiteError(f"{where}: baseline: {baseline!r} is not a layer of this suite{did_you_mean(baseline, layers)}"
+                         f" (layers: {', '.join(layers)})")
+    suite.baseline = baseline
+    claims = raw.get("claims") or []
+    if not isinstance(claims, list):
+        raise SuiteError(f"{where}: claims: expected a list of {{layer, beats, depth, by}}, got {claims!r}")
+    for i, claim in enumerate(claims):
+        key = f"claims[{i}]"
+        if not isinstance(claim, dict) or not {"layer", "beats", "depth"} <= set(claim):
+            raise SuiteError(f"{where}: {key}: expected {{layer: A, beats: B, depth: D}} (and optionally by: points),"
+                             f" got {claim!r}")
+        for k in claim:
+            if k not in CLAIM_KEYS:
+                raise SuiteError(f"{where}: {key}.{k}: unknown key{did_you_mean(k, CLAIM_KEYS)}")
+        for k in ("layer", "beats"):
+            if claim[k] not in layers:
+                raise SuiteError(f"{where}: {key}.{k}: {claim[k]!r} is not a layer of this suite"
+                                 f"{did_you_mean(str(claim[k]), layers)} (layers: {', '.join(layers)})")
+        if claim["depth"] not in depths:
+            raise SuiteError(f"{where}: {key}.depth: {claim['depth']!r} is not a depth of this suite "
+                             f"(depths: {', '.join(map(str, depths))})")
+        by = claim.get("by", 0)
+        if isinstance(by, bool) or not isinstance(by, (int, float)):
+            raise SuiteError(f"{where}: {key}.by: expected a number of points, got {by!r}")
+    suite.claims = [{**c, "by": float(c.get("by", 0))} for c in claims]
 
 
 def _device(value: Any, where: str) -> str:

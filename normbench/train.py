@@ -19,12 +19,14 @@ from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from timm.optim import create_optimizer_v2
 from torch import nn
 
+from normbench.aux_losses import from_config as aux_losses_from_config
 from normbench.config import CellConfig, TrainConfig
 from normbench.data import DataBundle, build_data
 from normbench.device import resolve_device
 from normbench.distributed import Dist, all_sum, broadcast, wrap_ddp
 from normbench.errors import SuiteError
 from normbench.model import NormbenchViT
+from normbench.optim_groups import param_groups
 from normbench.schedule import warmup_cosine
 from normbench.telemetry import BlockTelemetry
 
@@ -50,7 +52,9 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     `on_epoch` runs (its pruning decision is sent to the others).
 
     Returns:
-        status ("ok", "diverged" or "pruned"), best_val_top1 and final_val_top1 (percent), train_loss (last epoch),
+        status ("ok", "diverged" or "pruned"), best_val_top1 and final_val_top1 (percent), val_top1 and test_top1
+        (final epoch, percent; NaN unless status is "ok"), best_val_epoch, train_size/val_size/test_size (the
+        bundle's true split sizes), train_loss (last epoch),
         epochs_run, images_per_sec (training steps only), params, seconds, `history`: one dict per epoch
         (epoch, train_loss, val_top1, lr, grad_norm, images_per_sec), and `telemetry`: per-block records of the
         observed steps (normbench/telemetry.py; [] when `train.telemetry_every` is 0).
@@ -71,7 +75,9 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     model = build_model(cell, data).to(dev)
     params = sum(p.numel() for p in model.parameters())
     opt_kwargs = {"fused": True} if on_cuda and tc.optimizer == "adamw" else {}
-    optimizer = create_optimizer_v2(model, tc.optimizer, lr=tc.lr, weight_decay=tc.weight_decay, **opt_kwargs)
+    optimizer = create_optimizer_v2(param_groups(model, tc.lr, tc.weight_decay), tc.optimizer, lr=tc.lr,
+                                    weight_decay=tc.weight_decay, **opt_kwargs)
+    aux = aux_losses_from_config(model, tc)  # opt-in auxiliary losses (LearnableScaler recipe); None when off
     parallel = model if dist is None else wrap_ddp(model, dev)
     forward = parallel
     if tc.compile == "on" or (tc.compile == "auto" and on_cuda):
@@ -113,6 +119,8 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
             with parallel.no_sync() if dist is not None and not steps_now else nullcontext():
                 with autocast(), telemetry.observe() if observed else nullcontext():
                     loss = loss_fn((parallel if observed else forward)(x), y)
+                    if aux is not None:
+                        loss = loss + aux.pop()
                 (loss / tc.grad_accum_steps).backward()
             loss_sum += loss.detach()
             epoch_images += x.shape[0]
@@ -121,7 +129,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
             lr = warmup_cosine(step, total_steps=total_steps, warmup_steps=warmup_steps, lr=tc.lr,
                                warmup_lr=tc.warmup_lr, min_lr=tc.min_lr)
             for group in optimizer.param_groups:
-                group["lr"] = lr
+                group["lr"] = lr * group.get("lr_scale", 1.0)
             if observed:
                 telemetry.before_update()
             grad_norm_sum += nn.utils.clip_grad_norm_(trainable, tc.clip_grad or math.inf)
@@ -157,10 +165,16 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
             break
 
     val = [h["val_top1"] for h in history if math.isfinite(h["val_top1"])]
+    # the test split is read once, at the final epoch, and only to report: nothing above chose anything with it
+    test_top1 = evaluate(model, forward, data, autocast, dev, dist, split="test") if status == "ok" else float("nan")
     return {
         "status": status,
         "best_val_top1": max(val, default=0.0),
         "final_val_top1": val[-1] if val else 0.0,
+        "val_top1": val[-1] if status == "ok" and val else float("nan"),  # final epoch
+        "test_top1": test_top1,  # final epoch
+        "best_val_epoch": max(range(len(val)), key=val.__getitem__) if val else -1,
+        **data.sizes(),
         "train_loss": history[-1]["train_loss"] if history else float("nan"),
         "epochs_run": len(history),
         "images_per_sec": images_seen / train_seconds if train_seconds else 0.0,
@@ -173,13 +187,13 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor], data: DataBundle,
-             autocast: Callable, device: torch.device, dist: Dist | None = None) -> float:
-    """Top-1 accuracy in percent on the validation split (summed over ranks); one host sync at the end. Leaves the
-    model in eval."""
+             autocast: Callable, device: torch.device, dist: Dist | None = None, split: str = "val") -> float:
+    """Top-1 accuracy in percent on `split` ("val", the default, or "test"), summed over ranks; one host sync at
+    the end. Leaves the model in eval."""
     model.eval()
     correct = torch.zeros((), dtype=torch.long, device=device)
     total = 0
-    for x, y in data.val:
+    for x, y in getattr(data, split):
         with autocast():
             correct += (forward(x).argmax(dim=-1) == y).sum()
         total += y.shape[0]

@@ -2,8 +2,10 @@
 
 One study per point of the matrix without its seed and tuned axes, named `tune:<suite>:depth=12,layer=layerscale`.
 Each study gets exactly `tune.trials` trial slots queued up front, so the budget is equal however many workers
-share it; pruned and diverged trials spend budget like any other. When every search is over, the best config of
-each study is re-run for every seed of the matrix in the study `tuned:<suite>`.
+share it; pruned and diverged trials spend budget like any other. The search trains on `search_seed` (one past the
+largest seed of the matrix) and ranks trials by val top-1. When every search is over, the best config of each study
+is re-run for every seed of the matrix in the study `tuned:<suite>`: seeds the search never trained on, so the
+winning trial's lucky draw is not counted again, and reported by test top-1 like `normbench run`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from optuna.trial import TrialState
 
 from normbench.ledger import Ledger
 from normbench.progress import Progress
-from normbench.runner import finish_suite, preflight, work_everywhere
+from normbench.runner import cell_params, finish_suite, preflight, work_everywhere
 from normbench.suite import Suite, TuneConfig, cell_id, with_overrides
 from normbench.tracking import Tracker
 from normbench.worker import Job, WorkSummary
@@ -32,7 +34,13 @@ def search_keys(suite: Suite) -> list[dict[str, Any]]:
 
 
 def seeds(suite: Suite) -> list[int]:
+    """The re-run seeds: the matrix's."""
     return list(suite.matrix.get("seed", [suite.train.get("seed", 0)]))
+
+
+def search_seed(suite: Suite) -> int:
+    """The seed the search trains on: one past the largest re-run seed, so no re-run repeats a search trial."""
+    return max(seeds(suite)) + 1
 
 
 def suggest(trial: optuna.Trial, key: str, dist: dict[str, Any]) -> Any:
@@ -68,10 +76,10 @@ def tune_context(suite: Suite, out_dir: Path, storage: str | None) -> tuple[Ledg
 
     def search_job(key: dict[str, Any], study: optuna.Study) -> Job:
         def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
-            axes = {**key, "seed": seeds(suite)[0]}
+            axes = {**key, "seed": search_seed(suite)}
             sampled = {k: suggest(trial, k, d) for k, d in tune.space.items()}
             config = with_overrides(suite.cell(axes), sampled, suite.axis_section)
-            return f"{cell_id(key)},trial={trial.number}", {**axes, **config.flat()}, config
+            return f"{cell_id(key)},trial={trial.number}", cell_params(axes, config), config
 
         return Job(study=study, cell_for=cell_for, report=True)
 
@@ -79,7 +87,7 @@ def tune_context(suite: Suite, out_dir: Path, storage: str | None) -> tuple[Ledg
         def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
             axes, overrides = trial.user_attrs["axes"], trial.user_attrs["overrides"]
             config = with_overrides(suite.cell(axes), overrides, suite.axis_section)
-            return cell_id(axes), {**axes, **config.flat()}, config
+            return cell_id(axes), cell_params(axes, config), config
 
         return Job(study=study, cell_for=cell_for)
 
@@ -111,8 +119,8 @@ def tune_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, devic
     assert suite.tune is not None
     keys = search_keys(suite)
     progress = Progress(total=len(keys) * (suite.tune.trials + len(seeds(suite))), quiet=quiet)
-    progress.note(f"tune {suite.name}: {len(keys)} studies x {suite.tune.trials} trials, then the best of each "
-                  f"over {len(seeds(suite))} seed(s); output in {out_dir}")
+    progress.note(f"tune {suite.name}: {len(keys)} studies x {suite.tune.trials} trials on seed {search_seed(suite)}, "
+                  f"then the best of each over seed(s) {seeds(suite)}; output in {out_dir}")
     names = [f"tune:{suite.name}:{cell_id(k)}" for k in keys] + [f"tuned:{suite.name}"]
     summary = work_everywhere(suite, out_dir, jobs=jobs, study_names=names, ledger=ledger, tracker=tracker,
                               storage=storage, device=device, workers=workers, progress=progress, mode="tune")

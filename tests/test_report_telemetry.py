@@ -1,5 +1,5 @@
-"""The leaderboard's telemetry: the deepest depth at each layer's best lr, seed means, end-of-training table, figures,
-and the section in leaderboard.md of a real tiny suite."""
+"""The leaderboard's telemetry: the deepest depth at each layer's lr chosen on val, seed means, end-of-training
+table, figures, and the section in leaderboard.md of a real tiny suite."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def make_cells(depths=(2, 4)) -> pd.DataFrame:
                     records = [{"step": s, "block": b, **{q: value(layer, lr, seed, s, b) for q in QUANTITIES}}
                                for s in STEPS for b in range(depth)]
                     rows.append({"cell_id": f"{depth}-{layer}-{lr}-{seed}", "layer": layer, "depth": depth, "lr": lr,
-                                 "seed": seed, "score": score, "status": "ok", "telemetry": records})
+                                 "seed": seed, "select": score, "score": 100 - score, "status": "ok",
+                                 "telemetry": records})  # test (score) disagrees with val (select): val chooses
     return pd.DataFrame(rows)
 
 
@@ -51,7 +52,7 @@ def test_frame_is_one_row_per_cell_step_and_block_and_none_is_nan():
     assert telemetry_frame(cells.assign(telemetry=[[]] * len(cells))).empty
 
 
-def test_deepest_depth_at_each_layers_best_lr():
+def test_deepest_depth_at_each_layers_lr_chosen_on_val():
     chosen = best_lr_telemetry(telemetry_frame(make_cells()))
     assert set(chosen["depth"]) == {4}
     assert dict(chosen.groupby("layer")["lr"].unique().map(list)) == {"layernorm": [1e-3], "rezero": [3e-3]}
@@ -96,7 +97,7 @@ def test_figure_has_a_panel_per_layer_on_one_colour_scale():
 
 def test_section_writes_a_figure_per_quantity(tmp_path):
     lines = telemetry_section(make_cells(), tmp_path)
-    assert lines[0] == "## telemetry at depth 4 (each layer at its best lr, seed mean)"
+    assert lines[0] == "## telemetry at depth 4 (each layer at its selected lr, seed mean)"
     assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(f"telemetry_{q}.png" for q in QUANTITIES)
     assert sum(line.startswith("| rezero") for line in "\n".join(lines).splitlines()) == 3
     assert telemetry_section(make_cells().drop(columns="telemetry"), tmp_path) == []

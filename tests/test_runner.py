@@ -177,3 +177,31 @@ def test_ui_serves_the_suite_runs_over_mlflow_rest_api(write_suite, tmp_path):
             ui.wait(timeout=20)
         except subprocess.TimeoutExpired:
             ui.kill()
+
+
+def test_bracket_adds_lrs_beyond_the_edge_once_and_resumes(write_suite, tmp_path):
+    # a grid far below the optimum of a 32-step run: the best lr is the top of the grid, so rounds step up by 3.333
+    path = write_suite(name="brk", train={"epochs": 2, "batch_size": 64, "warmup_epochs": 0},
+                       matrix={"depth": [1], "layer": ["layernorm"], "lr": [3e-4, 1e-3], "seed": [0]},
+                       bracket_max_steps=2)
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--bracket"]) == 0
+    ledger = Ledger(None, out)
+    rounds = sorted(n for n in ledger.study_names() if n.startswith("bracket:brk:"))
+    assert rounds and rounds[0] == "bracket:brk:1"
+    csv = pd.read_csv(out / "results.csv")
+    assert 3.333e-3 in set(csv["lr"]) and csv["cell_id"].is_unique
+    beyond = sorted(lr for lr in csv["lr"] if lr > 1e-3)
+    assert beyond == [3.333e-3, 1.111e-2][:len(beyond)] and len(beyond) == len(rounds)
+    by_lr = csv.groupby("lr")["val_top1"].mean()
+    board = (out / "leaderboard.md").read_text()
+    if by_lr.idxmax() == max(by_lr.index):  # still climbing: only the step limit stops it, and the table says so
+        assert len(beyond) == 2 and "edge (highest lr)" in board
+    else:
+        assert "edge (" not in board
+    runs = mlflow_runs(out, "brk")
+    assert {r.data.params["data.train_size"] for r in runs} == {"1077"}  # the true split size, not a default
+    # resuming trains nothing and adds no round
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--bracket"]) == 0
+    assert len(mlflow_runs(out, "brk")) == len(csv)
+    assert sorted(n for n in ledger.study_names() if n.startswith("bracket:brk:")) == rounds

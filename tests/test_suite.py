@@ -72,3 +72,43 @@ def test_dry_run_lists_cells(write_suite, capsys, tmp_path):
     code = main(["run", str(write_suite()), "--dry-run", "--out", str(tmp_path / "out")])
     out = capsys.readouterr().out
     assert code == 0 and "depth=1,layer=layerscale,lr=0.001,seed=0" in out and "to run" in out
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ({"bracket": "yes"}, ["bracket", "true or false"]),
+    ({"bracket": True}, ["bracket", "matrix.lr", "at least two"]),  # TINY has one lr: no ratio to step by
+    ({"bracket_max_steps": 0}, ["bracket_max_steps", "positive int"]),
+    ({"baseline": "layernrom"}, ["baseline", "did you mean `layernorm`"]),
+    ({"claims": {"layer": "layerscale"}}, ["claims", "a list"]),
+    ({"claims": [{"layer": "layerscale", "beats": "layernorm"}]}, ["claims[0]", "depth"]),
+    ({"claims": [{"layer": "layerscale", "beats": "rezero", "depth": 1}]}, ["claims[0].beats", "'rezero'"]),
+    ({"claims": [{"layer": "layerscale", "beats": "layernorm", "depth": 36}]}, ["claims[0].depth", "depths: 1"]),
+    ({"claims": [{"layer": "layerscale", "beats": "layernorm", "depth": 1, "bye": 2}]}, ["did you mean `by`"]),
+    ({"claims": [{"layer": "layerscale", "beats": "layernorm", "depth": 1, "by": "3"}]}, ["claims[0].by"]),
+])
+def test_malformed_protocol_keys_exit_2_naming_the_key(write_suite, capsys, overrides, expected):
+    code, err = run_cli(capsys, "run", str(write_suite(**overrides)), "--dry-run")
+    assert code == 2
+    for fragment in expected:
+        assert fragment in err
+
+
+def test_bracket_flag_needs_an_lr_grid(write_suite, capsys):
+    code, err = run_cli(capsys, "run", str(write_suite()), "--bracket", "--dry-run")
+    assert code == 2 and "bracket" in err and "matrix.lr" in err
+
+
+def test_protocol_keys_parse_with_defaults(write_suite):
+    claim = {"layer": "layerscale", "beats": "layernorm", "depth": 1}
+    suite = load_suite(write_suite(claims=[claim, {**claim, "by": 3.4}]))
+    assert suite.baseline == "layernorm" and not suite.bracket and suite.bracket_max_steps == 3
+    assert [c["by"] for c in suite.claims] == [0.0, 3.4]
+    no_layernorm = write_suite(matrix={"depth": [1], "layer": ["rezero", "layerscale"], "lr": [1e-3, 3e-3]})
+    assert load_suite(no_layernorm).baseline is None  # no comparison section unless a baseline is named
+
+
+def test_shipped_suites_state_the_seed_claims():
+    suite = load_suite(REPO / "suites" / "depth-sweep-digits.yaml")
+    assert {(c["layer"], c["beats"], c["depth"], c["by"]) for c in suite.claims} == {
+        ("layerscale", "layernorm", 24, 0.0), ("layerscale", "layernorm", 36, 0.0),
+        ("learnable_scaler", "layernorm", 36, 3.4)}

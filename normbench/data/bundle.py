@@ -1,4 +1,4 @@
-"""What `build_data` returns: two loaders and the shape facts a model needs."""
+"""What `build_data` returns: train, val and test loaders and the shape facts a model needs."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ class Loader(Protocol):
 
 @dataclass
 class DataBundle:
-    """Train and validation loaders plus the facts needed to build a model for them.
+    """Train, validation and test loaders plus the facts needed to build a model for them.
+
+    Selection (lr, tuned config) reads val only; test is evaluated once, at the final epoch, for the score.
 
     Attributes:
         num_classes: Number of labels.
@@ -29,8 +31,10 @@ class DataBundle:
         img_size: Image side H = W after any resizing.
         num_train: Training samples (before drop_last).
         num_val: Validation samples.
+        num_test: Test samples.
         train: Shuffled, augmented loader that drops the last partial batch; call `set_epoch` every epoch.
         val: Ordered, unaugmented loader that keeps the last partial batch.
+        test: Like `val`, over the test split.
         name: Data set name, e.g. "cifar10".
     """
 
@@ -39,14 +43,21 @@ class DataBundle:
     img_size: int
     num_train: int
     num_val: int
+    num_test: int
     train: Loader
     val: Loader
+    test: Loader
     name: str
 
     @classmethod
-    def of(cls, name: str, train: Loader, val: Loader, *, num_classes: int, in_chans: int,
+    def of(cls, name: str, train: Loader, val: Loader, test: Loader, *, num_classes: int, in_chans: int,
            img_size: int) -> DataBundle:
         """A bundle whose sample counts are read from the loaders' `num_samples`."""
         return cls(num_classes=num_classes, in_chans=in_chans, img_size=img_size,
                    num_train=train.num_samples, num_val=val.num_samples,  # type: ignore[attr-defined]
-                   train=train, val=val, name=name)
+                   num_test=test.num_samples,  # type: ignore[attr-defined]
+                   train=train, val=val, test=test, name=name)
+
+    def sizes(self) -> dict[str, int]:
+        """The true split sizes, as logged: {"train_size", "val_size", "test_size"}."""
+        return {"train_size": self.num_train, "val_size": self.num_val, "test_size": self.num_test}

@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from normbench.data.splits import TensorSplits
+from normbench.data.splits import TensorSplits, stratified_holdout
 from normbench.errors import DatasetNotFoundError
 
 HOME_PAGE = "https://www.cs.toronto.edu/~kriz/cifar.html"
+VAL_FRACTION = 0.1  # of the official train set, held out for val: 50000 -> 45000 train / 5000 val
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,8 @@ def load_cifar_splits(name: str, root: Path, *, download: bool = False) -> Tenso
         download: When the extracted folder is missing, download and extract it into `root` (default False).
 
     Returns:
-        uint8 (N, 3, 32, 32) images: 50000 train and 10000 val (the official test set) for the real files.
+        uint8 (N, 3, 32, 32) images. For the real files: 45000 train and 5000 val (a fixed stratified hold-out of
+        the official train set) and 10000 test (the official test set).
 
     Raises:
         DatasetNotFoundError: The folder or one of its files is missing or malformed.
@@ -113,6 +115,9 @@ def load_cifar_splits(name: str, root: Path, *, download: bool = False) -> Tenso
             f"{name}: no data at {folder}; set dataset.download: true (needs internet) or put the extracted "
             f"'python version' of {name.upper().replace('CIFAR', 'CIFAR-')} at {folder} from {HOME_PAGE}"
         )
-    train_x, train_y = _read_split(folder, layout.train_files, layout, name)
-    val_x, val_y = _read_split(folder, layout.val_files, layout, name)
-    return TensorSplits(train_x, train_y, val_x, val_y, layout.num_classes, layout.mean, layout.std)
+    full_x, full_y = _read_split(folder, layout.train_files, layout, name)
+    test_x, test_y = _read_split(folder, layout.val_files, layout, name)
+    train_idx, val_idx = (torch.from_numpy(i) for i in
+                          stratified_holdout(full_y.numpy(), max(1, round(VAL_FRACTION * len(full_y)))))
+    return TensorSplits(full_x[train_idx], full_y[train_idx], full_x[val_idx], full_y[val_idx], test_x, test_y,
+                        layout.num_classes, layout.mean, layout.std)

@@ -7,13 +7,13 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from normbench.data.splits import TensorSplits
+from normbench.data.splits import TensorSplits, three_way
 
 # Mean/std of the [0, 1] pixels of the fixed training split below (checked by tests/data/test_data_digits.py)
-DIGITS_MEAN = (0.3054,)
-DIGITS_STD = (0.3761,)
-SPLIT_SEED = 0  # fixed, not the run seed: every cell of a benchmark sees the same split
-VAL_FRACTION = 0.2
+DIGITS_MEAN = (0.3047,)
+DIGITS_STD = (0.3757,)
+VAL_SIZE = 360  # 1797 -> 1077 train / 360 val / 360 test, stratified
+TEST_SIZE = 360
 
 
 @lru_cache(maxsize=1)
@@ -30,30 +30,26 @@ def _digits_all() -> tuple[np.ndarray, np.ndarray]:
 
 
 @lru_cache(maxsize=1)
-def digits_split_indices() -> tuple[np.ndarray, np.ndarray]:
-    """Sorted indices into sklearn's 1797 digits of the fixed stratified split: (1437 train, 360 val)."""
-    from sklearn.model_selection import train_test_split
-
-    labels = _digits_all()[1]
-    train_idx, val_idx = train_test_split(
-        np.arange(len(labels)), test_size=VAL_FRACTION, stratify=labels, random_state=SPLIT_SEED
-    )
-    train_idx, val_idx = np.sort(train_idx), np.sort(val_idx)
-    train_idx.setflags(write=False)
-    val_idx.setflags(write=False)
-    return train_idx, val_idx
+def digits_split_indices() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted indices into sklearn's 1797 digits of the fixed stratified split: (1077 train, 360 val, 360 test)."""
+    parts = three_way(_digits_all()[1], VAL_SIZE, TEST_SIZE)
+    for part in parts:
+        part.setflags(write=False)
+    return parts
 
 
 def load_digits_splits() -> TensorSplits:
-    """Digits as float32 (N, 1, 8, 8) in [0, 1], 10 classes, fixed stratified 80/20 split (1437 / 360)."""
+    """Digits as float32 (N, 1, 8, 8) in [0, 1], 10 classes, fixed stratified split (1077 / 360 / 360)."""
     images, labels = _digits_all()
-    train_idx, val_idx = digits_split_indices()
+    train_idx, val_idx, test_idx = digits_split_indices()
     # fancy indexing copies, so no caller can write into the cached arrays
     return TensorSplits(
         train_x=torch.from_numpy(images[train_idx]),
         train_y=torch.from_numpy(labels[train_idx]),
         val_x=torch.from_numpy(images[val_idx]),
         val_y=torch.from_numpy(labels[val_idx]),
+        test_x=torch.from_numpy(images[test_idx]),
+        test_y=torch.from_numpy(labels[test_idx]),
         num_classes=10,
         mean=DIGITS_MEAN,
         std=DIGITS_STD,

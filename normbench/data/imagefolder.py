@@ -1,4 +1,8 @@
-"""Images on disk in class folders (root/train/<class>/*.jpg, root/val/<class>/*.jpg), decoded by DataLoader workers."""
+"""Images on disk in class folders (root/train/<class>/*.jpg, root/val/<class>/*.jpg), decoded by DataLoader workers.
+
+As ImageNet papers report it, root/val is the test split; our val split is a fixed stratified hold-out of
+root/train (`val_fraction`, default 0.1), so choosing the lr never reads the reported split.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from normbench.data.seeding import epoch_seed
 from normbench.data.shard import ShardedSampler
+from normbench.data.splits import stratified_holdout
 from normbench.errors import DatasetNotFoundError, SuiteError
 
 LAYOUT_HINT = "expected root/train/<class>/*.jpg and root/val/<class>/*.jpg (any image format PIL reads)"
@@ -171,11 +176,13 @@ def build_imagefolder_loaders(
     flip: bool = True,
     num_workers: int = 4,
     shard: tuple[int, int] = (0, 1),
-) -> tuple[ImageFolderLoader, ImageFolderLoader, int]:
-    """Train and val loaders for `root/train` and `root/val`, plus the number of classes.
+    val_fraction: float = 0.1,
+) -> tuple[ImageFolderLoader, ImageFolderLoader, ImageFolderLoader, int]:
+    """Train, val and test loaders plus the number of classes: train and val split `root/train` (val is a fixed,
+    stratified `val_fraction` of it, default 0.1), test is `root/val`.
 
-    Train uses timm's ImageNet recipe (RandomResizedCrop, optional flip, RandAugment or color jitter); val resizes
-    to img_size / 0.875 and center-crops. Both normalize with ImageNet mean/std.
+    Train uses timm's ImageNet recipe (RandomResizedCrop, optional flip, RandAugment or color jitter); val and test
+    resize to img_size / 0.875 and center-crop. All normalize with ImageNet mean/std.
 
     Raises:
         DatasetNotFoundError: A split folder is missing, empty, or its classes differ from the other's.
@@ -185,9 +192,10 @@ def build_imagefolder_loaders(
         if not (root / split).is_dir():
             raise DatasetNotFoundError(f"imagefolder: no folder {root / split}; {LAYOUT_HINT}")
     train_tf, val_tf = _transforms(img_size, randaugment, flip)
-    train_set = _image_folder(root / "train", train_tf)
+    full_train = _image_folder(root / "train", train_tf)
+    full_val = _image_folder(root / "train", val_tf)  # the same files, seen through the eval transform
     val_set = _image_folder(root / "val", val_tf)
-    train_classes, val_classes = train_set.classes, val_set.classes  # type: ignore[attr-defined]
+    train_classes, val_classes = full_train.classes, val_set.classes  # type: ignore[attr-defined]
     if train_classes != val_classes:
         only_train = sorted(set(train_classes) - set(val_classes))
         only_val = sorted(set(val_classes) - set(train_classes))
@@ -195,7 +203,14 @@ def build_imagefolder_loaders(
             f"imagefolder: {root / 'train'} and {root / 'val'} must hold the same class folders "
             f"(only in train: {only_train[:5]}, only in val: {only_val[:5]}); {LAYOUT_HINT}"
         )
+    targets = np.asarray(full_train.targets)  # type: ignore[attr-defined]
+    held = max(1, round(val_fraction * len(targets)))
+    if held >= len(targets):
+        raise DatasetNotFoundError(f"imagefolder: {root / 'train'} holds {len(targets)} images, too few to hold out "
+                                   f"a val split of {val_fraction:g}; add images or lower dataset.val_fraction")
+    train_idx, val_idx = stratified_holdout(targets, held)
     common = {"batch_size": batch_size, "device": device, "seed": seed, "num_workers": num_workers, "shard": shard}
-    train = ImageFolderLoader(train_set, train=True, **common)
-    val = ImageFolderLoader(val_set, train=False, **common)
-    return train, val, len(train_classes)
+    train = ImageFolderLoader(Subset(full_train, train_idx.tolist()), train=True, **common)
+    val = ImageFolderLoader(Subset(full_val, val_idx.tolist()), train=False, **common)
+    test = ImageFolderLoader(val_set, train=False, **common)
+    return train, val, test, len(train_classes)

@@ -43,8 +43,8 @@ def _samples(templates: Tensor, shared: Tensor, count: int, generator: torch.Gen
 
 @lru_cache(maxsize=4)
 def _synthetic_tensors(
-    num_classes: int, size: int, channels: int, train_size: int, val_size: int
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    num_classes: int, size: int, channels: int, train_size: int, val_size: int, test_size: int
+) -> tuple[Tensor, ...]:
     generator = torch.Generator().manual_seed(DATA_SEED)
     grid = torch.randn(num_classes + 1, channels, TEMPLATE_GRID, TEMPLATE_GRID, generator=generator)
     smooth = F.interpolate(grid, size=(size, size), mode="bicubic", align_corners=False)
@@ -52,11 +52,13 @@ def _synthetic_tensors(
     templates, shared = smooth[:num_classes], smooth[num_classes]
     train_x, train_y = _samples(templates, shared, train_size, generator)
     val_x, val_y = _samples(templates, shared, val_size, generator)
-    return train_x, train_y, val_x, val_y
+    test_x, test_y = _samples(templates, shared, test_size, generator)  # drawn last: train and val are unchanged
+    return train_x, train_y, val_x, val_y, test_x, test_y
 
 
 def load_synthetic_splits(
-    *, num_classes: int = 10, size: int = 16, channels: int = 3, train_size: int = 2048, val_size: int = 512
+    *, num_classes: int = 10, size: int = 16, channels: int = 3, train_size: int = 2048, val_size: int = 512,
+    test_size: int = 512,
 ) -> TensorSplits:
     """Synthetic images: a smooth per-class template, randomly shifted (circularly, up to size/4 pixels),
     scaled in contrast and buried in Gaussian noise, on top of a pattern shared by all classes.
@@ -66,12 +68,14 @@ def load_synthetic_splits(
         size: Image side (default 16).
         channels: Image channels (default 3).
         train_size: Training samples (default 2048).
-        val_size: Validation samples (default 512).
+        val_size: Validation samples (default 512), for every choice (lr, tuned config).
+        test_size: Test samples (default 512), for the reported score only.
 
     Returns:
         float32 (N, channels, size, size) images in [0, 1], with mean/std measured on the training split.
     """
-    train_x, train_y, val_x, val_y = _synthetic_tensors(num_classes, size, channels, train_size, val_size)
+    train_x, train_y, val_x, val_y, test_x, test_y = _synthetic_tensors(
+        num_classes, size, channels, train_size, val_size, test_size)
     mean = tuple(train_x.mean(dim=(0, 2, 3)).tolist())
     std = tuple(train_x.std(dim=(0, 2, 3)).tolist())
     return TensorSplits(
@@ -79,6 +83,8 @@ def load_synthetic_splits(
         train_y=train_y.clone(),
         val_x=val_x.clone(),
         val_y=val_y.clone(),
+        test_x=test_x.clone(),
+        test_y=test_y.clone(),
         num_classes=num_classes,
         mean=mean,
         std=std,

@@ -4,7 +4,7 @@ Pre-norm (the default, timm's `Block` with a gate slot) is not a registry entry;
 as kind `placement`. Every unused slot is `nn.Identity()`, so forward reads like the equation.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: torch.fx copies forward annotations into code TorchScript must resolve
 
 from collections.abc import Callable
 
@@ -56,7 +56,8 @@ class PreNormBlock(nn.Module):
 
 
 @register_layer("post_ln", kind="placement", partner="layernorm", formula="x = norm(x + F(x)) (post-norm)",
-                source="Vaswani et al. 2017, Attention Is All You Need (seed 003)")
+                source="Vaswani et al. 2017, Attention Is All You Need, Sec. 3.1: LayerNorm(x + Sublayer(x)) "
+                       "(seed 003)")
 class PostNormBlock(PreNormBlock):
     """The original Transformer's placement: the norm after the residual sum."""
 
@@ -70,7 +71,8 @@ class PostNormBlock(PreNormBlock):
 
 @register_layer("deepnorm", kind="placement", partner="layernorm", init_rule=deepnorm_init,
                 formula="x = norm(α x + F(x)); α = (2N)^(1/4), init gain β = (8N)^(-1/4)",
-                source="Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers (encoder-only constants)")
+                source="Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers, Fig. 2 "
+                       "(encoder-only constants)")
 class DeepNormBlock(PreNormBlock):
     """Post-norm with the skip up-weighted by α; DeepNorm's β goes into `deepnorm_init`."""
 

@@ -4,12 +4,12 @@ Every gate takes `(dim, *, depth, init_values=None, device=None, dtype=None)`; `
 blocks, for gates whose init depends on it. Gate parameters carry `_no_weight_decay = True`.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: torch.fx copies forward annotations into code TorchScript must resolve
 
 import torch
 from torch import nn
 
-from normbench.layers.init_rules import fixup_init
+from normbench.layers.init_rules import fixup_init, fixup_official_init, rezero_share_alpha
 from normbench.layers.registry import register_layer
 
 
@@ -29,7 +29,8 @@ def _no_decay(p: nn.Parameter) -> nn.Parameter:
 
 @register_layer("layerscale", kind="gate", partner="layernorm",
                 formula="x + diag(λ) F(norm(x)); λ = ε: 0.1 (depth ≤ 18), 1e-5 (24), 1e-6 (deeper)",
-                source="Touvron et al. 2021, Going deeper with Image Transformers (CaiT)")
+                source="Touvron et al. 2021, Going deeper with Image Transformers (CaiT), Sec. 2; "
+                       "facebookresearch/deit cait_models.py")
 class LayerScale(nn.Module):
     """Per-channel scale γ of a residual branch, channels last `(..., C)`; timm's key name `gamma`.
 
@@ -52,10 +53,15 @@ class LayerScale(nn.Module):
         return num_tokens * self.gamma.shape[0]
 
 
-@register_layer("rezero", kind="gate", partner="none", formula="x + α F(x); scalar α = 0, no norm",
-                source="Bachlechner et al. 2020, ReZero is All You Need")
+@register_layer("rezero_per_branch", kind="gate", partner="none",
+                formula="x + α₁ Attn(x); x + α₂ MLP(x); a scalar α = 0 per branch, no norm",
+                source="variant: ReZero with one α per branch (normbench's earlier form; not the official code)")
 class ReZero(nn.Module):
-    """A scalar α per branch, zero at init, so every block starts as the identity. `init_values` overrides 0."""
+    """A scalar α, zero at init, so the block starts as the identity. `init_values` overrides 0.
+
+    As a registry entry this is `rezero_per_branch`: each branch its own α. The official `rezero` shares one α per
+    block (`ReZeroShared`).
+    """
 
     def __init__(self, dim: int, *, depth: int, init_values: float | None = None, device=None, dtype=None) -> None:
         super().__init__()
@@ -65,27 +71,45 @@ class ReZero(nn.Module):
         return x * self.alpha
 
 
+@register_layer("rezero", kind="gate", partner="none", init_rule=rezero_share_alpha,
+                formula="x + α Attn(x); x + α MLP(x); one scalar α = 0 per block, shared by both branches, no norm",
+                source="Bachlechner et al. 2020, ReZero is All You Need; majumderb/rezero rezero/transformer/rztx.py "
+                       "(RZTXEncoderLayer.resweight)")
+class ReZeroShared(ReZero):
+    """ReZero as its official code does it: `rezero_share_alpha` ties the MLP gate's α to the attention gate's."""
+
+
 @register_layer("skipinit", kind="gate", partner="none", formula="x + α F(x); scalar α = 0, no norm",
-                source="De & Smith 2020, Batch Normalization Biases Residual Blocks Towards the Identity (SkipInit)")
+                source="De & Smith 2020, Batch Normalization Biases Residual Blocks Towards the Identity (SkipInit), "
+                       "one α per residual branch")
 class SkipInit(ReZero):
     """SkipInit's multiplier: the same operation as ReZero, from a different paper (ResNets, not Transformers)."""
 
 
 @register_layer("fixup", kind="gate", partner="fixup_bias", init_rule=fixup_init,
-                formula="x + s F(x + b₁) + b₂; s = 1, b = 0; last branch layer 0, others × L^(-1/(2m-2))",
-                source="Zhang et al. 2019, Fixup Initialization: Residual Learning Without Normalization")
+                formula="x + s F(x - b); scalars s = 1, b = 0; Xavier, qkv × L^(-1/6), fc1 × L^(-1/2), "
+                        "proj/fc2/head 0; L = 2·depth",
+                source="Zhang et al. 2019, Fixup; hongyi-zhang/Fixup fairseq/modules/multihead_attention_zero.py "
+                       "reset_parameters + fairseq/models/transformer_zero.py")
 class FixupGate(nn.Module):
-    """Fixup's scalar multiplier (init 1) and scalar bias (init 0) at a branch's output.
-
-    Fixup also puts scalar biases inside the branch; a ViT's Linear layers already carry per-channel biases, which
-    subsume them. The branch-input bias is `fixup_bias` in the norm slot; the rescaling is `fixup_init`.
+    """Fixup's scalar multiplier (init 1) at a branch's output, the official Transformer's `LayerScale`
+    (`x * self.weight`, fairseq/models/transformer_zero.py). The branch-input shift `x - b` is `fixup_bias` in the
+    norm slot; the rescaling (and the shift before fc2) is `fixup_init`.
     """
 
     def __init__(self, dim: int, *, depth: int, init_values: float | None = None, device=None, dtype=None) -> None:
         super().__init__()
         scale = 1.0 if init_values is None else init_values
         self.scale = _no_decay(nn.Parameter(torch.full((1,), scale, device=device, dtype=dtype)))
-        self.bias = _no_decay(nn.Parameter(torch.zeros(1, device=device, dtype=dtype)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.addcmul(self.bias, x, self.scale)
+        return x * self.scale
+
+
+@register_layer("fixup_official", kind="gate", partner="fixup_bias", init_rule=fixup_official_init,
+                formula="fixup, plus the author's optimizer recipe: the scalars at 0.1x lr, weight decay on every "
+                        "parameter",
+                source="hongyi-zhang/Fixup imagenet/imagenet_train.py (param groups: *bias*/*scale* at base_lr/10, "
+                       "one weight_decay for all)")
+class FixupGateOfficial(FixupGate):
+    """`fixup` with the author's training recipe (0.1x lr scalars, full weight decay), as parameter tags."""

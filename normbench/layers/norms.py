@@ -1,7 +1,7 @@
 """Norm-slot layers. Every class follows timm's norm-layer contract `(dim, eps=..., device=None, dtype=None)`,
 so any of them can also be passed as `norm_layer=` to timm's own models."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: torch.fx copies forward annotations into code TorchScript must resolve
 
 import torch
 import torch.nn.functional as F
@@ -12,7 +12,7 @@ from normbench.layers.registry import register_layer
 
 
 @register_layer("layernorm", kind="norm", formula="γ ⊙ (x - μ) / √(σ² + ε) + β, over channels",
-                source="Ba et al. 2016, Layer Normalization; torch's fused kernel")
+                source="Ba et al. 2016, Layer Normalization, Sec. 3; torch.nn.LayerNorm (fused kernel)")
 class LayerNorm(nn.LayerNorm):
     """torch's fused LayerNorm with timm's ViT default eps=1e-6."""
 
@@ -21,7 +21,7 @@ class LayerNorm(nn.LayerNorm):
 
 
 @register_layer("rmsnorm", kind="norm", formula="γ ⊙ x / √(mean(x²) + ε), over channels",
-                source="Zhang & Sennrich 2019, Root Mean Square Layer Normalization; torch's fused kernel")
+                source="Zhang & Sennrich 2019, Root Mean Square Layer Normalization, Eq. 4; torch.nn.RMSNorm")
 class RMSNorm(nn.RMSNorm):
     """torch's fused RMSNorm with eps=1e-6 (as timm's RMSNorm)."""
 
@@ -30,13 +30,20 @@ class RMSNorm(nn.RMSNorm):
 
 
 @register_layer("learnable_scaler", kind="norm", formula="a ⊙ x + b, per channel; a ~ N(0, 1), b = 0",
-                source="LearnableScaler README (seed 004): `a = nn.init.normal_(torch.ones(C))`")
+                source="LearnableScaler README (seed 004) and nghiemtuan/LearnableScaler timm/layers/norm.py: "
+                       "`a = nn.init.normal_(torch.ones(C))`; the layer only, not its training recipe")
 class LearnableScaler(nn.Module):
     """Per-channel affine map in place of a norm, channels last `(..., C)`.
 
-    The source writes `nn.init.normal_(torch.ones(C))`, which overwrites the ones with draws from N(0, 1); that is
-    what its published result (ViT depth 36: 76.32% -> 79.77%) trained with, so it is the default here.
-    `init="ones"` (registered as `learnable_scaler_ones`) is the variant the code's author probably meant.
+    The source writes `nn.init.normal_(torch.ones(C))`, which overwrites the ones with draws from N(0, 1); that is the
+    init its code runs, so it is the default here. `init="ones"` (registered as `learnable_scaler_ones`) is the
+    variant the code's author probably meant.
+
+    This is the layer, not the recipe behind the source's ViT result (depth 36: 76.32% -> 79.77%): that run also used
+    two auxiliary losses (`--attn-extra-loss 0.03` on the first 6 blocks, `--train-feature-decay 0.1`), LAMB at lr
+    5e-3, weight decay 0.02, batch 2048 (256 x 8 accumulated), clip 14, a custom schedule and 300 epochs. The losses
+    are opt-in TrainConfig keys (normbench/aux_losses.py); `suites/learnable-scaler-source.yaml` scales the recipe
+    down to digits. A plain suite trains the layer under the benchmark's shared recipe.
 
     Args:
         dim: channels C.
@@ -72,7 +79,8 @@ class LearnableScaler(nn.Module):
 
 
 @register_layer("learnable_scaler_ones", kind="norm", formula="a ⊙ x + b, per channel; a = 1, b = 0",
-                source="LearnableScaler README (seed 004), with the ones the code builds before overwriting them")
+                source="LearnableScaler README (seed 004), with the ones the code builds before overwriting them; "
+                       "layer only")
 class LearnableScalerOnes(LearnableScaler):
     def __init__(self, dim: int, eps: float = 1e-6, device=None, dtype=None) -> None:
         super().__init__(dim, eps, device, dtype, init="ones")
@@ -86,7 +94,7 @@ class LearnableScaler2d(LearnableScaler):
 
 
 @register_layer("dyt", kind="norm", formula="γ ⊙ tanh(α x) + β; scalar α = 0.5, γ = 1, β = 0",
-                source="Zhu et al. 2025, Transformers without Normalization (DyT)")
+                source="Zhu et al. 2025, Transformers without Normalization (DyT); jiachenzhu/DyT dynamic_tanh.py")
 class DyT(nn.Module):
     """Dynamic Tanh. `alpha_init=0.5` is the paper's default for non-LLM models such as ViT."""
 
@@ -115,21 +123,24 @@ class NoNorm(nn.Identity):
         super().__init__()
 
 
-@register_layer("fixup_bias", kind="norm", formula="x + b; scalar b = 0 (Fixup's bias at a branch's input)",
-                source="Zhang et al. 2019, Fixup Initialization")
+@register_layer("fixup_bias", kind="norm", formula="x - b; scalar b = 0 (Fixup's shift at a branch's input)",
+                source="Zhang et al. 2019, Fixup; hongyi-zhang/Fixup fairseq/models/transformer_zero.py LayerShift")
 class FixupBias(nn.Module):
-    """Fixup's scalar bias before a residual branch; sits in the norm slot since Fixup has no norm."""
+    """Fixup's scalar shift `x - b` before a residual branch (the official `LayerShift`); it sits in the norm slot
+    since Fixup has no norm. `fixup_init` also puts one before fc2."""
 
     def __init__(self, dim: int, eps: float = 1e-6, device=None, dtype=None) -> None:
         super().__init__()
         self.bias = nn.Parameter(torch.zeros(1, device=device, dtype=dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.bias
+        return x - self.bias
 
 
 @register_layer("tfixup", kind="norm", init_rule=tfixup_init,
-                formula="x (no norm); Xavier init, value/out/MLP weights × 0.67 N^(-1/4), embedding ~ N(0, d^-½)",
-                source="Huang et al. 2020, Improving Transformer Optimization Through Better Initialization (T-Fixup)")
+                formula="x (no norm); Xavier init, value/out/MLP weights × 0.67 N^(-1/4), "
+                        "embedding entries std (9N)^(-1/4)",
+                source="Huang et al. 2020, T-Fixup; layer6ai-labs/T-Fixup fairseq/models/transformer.py "
+                       "TransformerEncoder.__init__ and modules/transformer_layer.py fixup_initialization")
 class TFixupNoNorm(NoNorm):
     """T-Fixup removes the norm; its work is all in `tfixup_init`."""

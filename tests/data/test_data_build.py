@@ -11,7 +11,7 @@ def test_unknown_name_suggests_the_closest() -> None:
     with pytest.raises(SuiteError) as info:
         build_data(DataConfig(name="cifar"), batch_size=4, device="cpu")
     assert "dataset.name" in str(info.value) and "'cifar'" in str(info.value) and "cifar10" in str(info.value)
-    assert set(DATASETS) == {"digits", "synthetic", "cifar10", "cifar100", "imagefolder"}
+    assert set(DATASETS) == {"digits", "mnist5k", "synthetic", "cifar10", "cifar100", "imagefolder"}
 
 
 @pytest.mark.parametrize("name", ["digits", "synthetic", "cifar10"])
@@ -26,6 +26,8 @@ def test_randaugment_only_for_imagefolder(name: str) -> None:
         (DataConfig(crop_padding=-1), "dataset.crop_padding"),
         (DataConfig(name="synthetic", num_classes=1), "dataset.num_classes"),
         (DataConfig(name="synthetic", train_size=0), "dataset.train_size"),
+        (DataConfig(name="synthetic", test_size=0), "dataset.test_size"),
+        (DataConfig(name="imagefolder", root="/x", num_workers=0, val_fraction=1.0), "dataset.val_fraction"),
     ],
 )
 def test_bad_values_name_the_key(cfg: DataConfig, key: str) -> None:

@@ -9,6 +9,7 @@ import torch
 
 from normbench.data import DataConfig, build_data
 from normbench.data.cifar import LAYOUTS, load_cifar_splits
+from normbench.data.splits import stratified_holdout
 from normbench.errors import DatasetNotFoundError, SuiteError
 
 
@@ -54,11 +55,14 @@ def test_reads_the_pickle_format_exactly(tmp_path: Path, name: str) -> None:
     files = _fake_cifar(tmp_path, name)
     layout = LAYOUTS[name]
     splits = load_cifar_splits(name, tmp_path)
-    for split in ("train", "val"):
-        data, labels = _read(files[split], layout.label_key)
-        x, y = (splits.train_x, splits.train_y) if split == "train" else (splits.val_x, splits.val_y)
-        assert x.dtype == torch.uint8 and torch.equal(x, torch.from_numpy(data))
-        assert y.dtype == torch.int64 and torch.equal(y, torch.from_numpy(labels))
+    data, labels = _read(files["train"], layout.label_key)
+    train_idx, val_idx = stratified_holdout(labels, 2)  # val: 10% of the official train files
+    test_data, test_labels = _read(files["val"], layout.label_key)  # the official test file is our test split
+    for x, y, want_x, want_y in ((splits.train_x, splits.train_y, data[train_idx], labels[train_idx]),
+                                 (splits.val_x, splits.val_y, data[val_idx], labels[val_idx]),
+                                 (splits.test_x, splits.test_y, test_data, test_labels)):
+        assert x.dtype == torch.uint8 and torch.equal(x, torch.from_numpy(want_x))
+        assert y.dtype == torch.int64 and torch.equal(y, torch.from_numpy(want_y))
     assert splits.num_classes == layout.num_classes
 
 
@@ -67,11 +71,11 @@ def test_bundle_round_trips_pixels_and_labels(tmp_path: Path, name: str) -> None
     files = _fake_cifar(tmp_path, name)
     bundle = build_data(DataConfig(name=name, root=str(tmp_path)), batch_size=4, device="cpu")
     assert (bundle.num_classes, bundle.in_chans, bundle.img_size) == (LAYOUTS[name].num_classes, 3, 32)
-    assert (bundle.num_train, bundle.num_val) == (20, 6)
-    assert len(bundle.train) == 5 and len(bundle.val) == 2
+    assert (bundle.num_train, bundle.num_val, bundle.num_test) == (18, 2, 6)
+    assert len(bundle.train) == 4 and len(bundle.val) == 1 and len(bundle.test) == 2
     assert bundle.train.crop_padding == 4 and bundle.train.flip is True
-    x = torch.cat([xb for xb, _ in bundle.val])
-    y = torch.cat([yb for _, yb in bundle.val])
+    x = torch.cat([xb for xb, _ in bundle.test])
+    y = torch.cat([yb for _, yb in bundle.test])
     mean = torch.tensor(LAYOUTS[name].mean).view(1, 3, 1, 1)
     std = torch.tensor(LAYOUTS[name].std).view(1, 3, 1, 1)
     data, labels = _read(files["val"], LAYOUTS[name].label_key)
@@ -85,7 +89,7 @@ def test_img_size_resizes_once_and_keeps_uint8(tmp_path: Path) -> None:
     _fake_cifar(tmp_path, "cifar10")
     bundle = build_data(DataConfig(name="cifar10", root=str(tmp_path)), batch_size=4, device="cpu", img_size=16)
     assert bundle.img_size == 16 and bundle.train.images.dtype == torch.uint8
-    assert bundle.train.images.shape == (20, 3, 16, 16)
+    assert bundle.train.images.shape == (18, 3, 16, 16)
     assert bundle.train.crop_padding == 2  # default 4 at 32 px, scaled with the image
     assert next(iter(bundle.train))[0].shape == (4, 3, 16, 16)
 
@@ -123,6 +127,6 @@ def test_download_uses_torchvision_archive(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(tv_utils, "download_and_extract_archive", fake_download)
     splits = load_cifar_splits("cifar100", tmp_path, download=True)
     assert calls == [(CIFAR100.url, str(tmp_path), CIFAR100.filename, CIFAR100.tgz_md5)]
-    assert splits.train_x.shape == (20, 3, 32, 32)
+    assert splits.train_x.shape == (18, 3, 32, 32)
     load_cifar_splits("cifar100", tmp_path, download=True)  # present now: no second download
     assert len(calls) == 1

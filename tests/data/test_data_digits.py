@@ -10,7 +10,8 @@ from normbench.data.digits import DIGITS_MEAN, DIGITS_STD, digits_split_indices,
 def test_shapes_and_classes() -> None:
     bundle = build_data(DataConfig(name="digits"), batch_size=64, device="cpu")
     assert (bundle.num_classes, bundle.in_chans, bundle.img_size) == (10, 1, 8)
-    assert (bundle.num_train, bundle.num_val) == (1437, 360)
+    assert (bundle.num_train, bundle.num_val, bundle.num_test) == (1077, 360, 360)
+    assert bundle.sizes() == {"train_size": 1077, "val_size": 360, "test_size": 360}
     x, y = next(iter(bundle.train))
     assert x.shape == (64, 1, 8, 8) and x.dtype == torch.float32
     assert y.shape == (64,) and y.dtype == torch.int64
@@ -19,18 +20,22 @@ def test_shapes_and_classes() -> None:
 
 
 def test_split_is_fixed_disjoint_and_stratified() -> None:
-    train_idx, val_idx = digits_split_indices()
-    assert len(np.intersect1d(train_idx, val_idx)) == 0
-    assert len(np.union1d(train_idx, val_idx)) == 1797
-    counts = np.bincount(load_digits_splits().val_y.numpy(), minlength=10)
-    assert counts.min() >= 35 and counts.max() <= 37  # stratified: ~36 per class
+    train_idx, val_idx, test_idx = digits_split_indices()
+    for a, b in ((train_idx, val_idx), (train_idx, test_idx), (val_idx, test_idx)):
+        assert len(np.intersect1d(a, b)) == 0
+    assert len(np.union1d(np.union1d(train_idx, val_idx), test_idx)) == 1797
+    splits = load_digits_splits()
+    for labels in (splits.val_y, splits.test_y):
+        counts = np.bincount(labels.numpy(), minlength=10)
+        assert counts.min() >= 35 and counts.max() <= 37  # stratified: ~36 per class
 
     # the run seed changes the order of training batches, never which images are in which split
     a = build_data(DataConfig(name="digits"), batch_size=64, device="cpu", seed=0)
     b = build_data(DataConfig(name="digits"), batch_size=64, device="cpu", seed=1)
     assert torch.equal(a.train.images, b.train.images)
-    for (xa, ya), (xb, yb) in zip(a.val, b.val, strict=True):
-        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    for split in ("val", "test"):
+        for (xa, ya), (xb, yb) in zip(getattr(a, split), getattr(b, split), strict=True):
+            assert torch.equal(xa, xb) and torch.equal(ya, yb)
     assert not torch.equal(next(iter(a.train))[1], next(iter(b.train))[1])
 
 

@@ -11,7 +11,7 @@ from normbench.data import DataConfig, build_data
 from normbench.errors import DatasetNotFoundError, SuiteError
 
 
-def _fake_folder(root: Path, train_per_class: int = 3, val_per_class: int = 2, classes=("cat", "dog")) -> Path:
+def _fake_folder(root: Path, train_per_class: int = 5, val_per_class: int = 2, classes=("cat", "dog")) -> Path:
     rng = np.random.default_rng(0)
     for split, count in (("train", train_per_class), ("val", val_per_class)):
         for cls in classes:
@@ -28,20 +28,23 @@ def _cfg(root: Path, **kwargs) -> DataConfig:
 
 
 def test_batches_and_labels(tmp_path: Path) -> None:
-    bundle = build_data(_cfg(_fake_folder(tmp_path)), batch_size=4, device="cpu", img_size=8)
+    # 10 train images: val_fraction 0.2 holds out 2 (one per class) as val; the 4 images of val/ are the test split
+    bundle = build_data(_cfg(_fake_folder(tmp_path), val_fraction=0.2), batch_size=4, device="cpu", img_size=8)
     assert (bundle.num_classes, bundle.in_chans, bundle.img_size) == (2, 3, 8)
-    assert (bundle.num_train, bundle.num_val) == (6, 4)
-    assert len(bundle.train) == 1 and len(bundle.val) == 1
+    assert (bundle.num_train, bundle.num_val, bundle.num_test) == (8, 2, 4)
+    assert len(bundle.train) == 2 and len(bundle.val) == 1 and len(bundle.test) == 1
     x, y = next(iter(bundle.train))
     assert x.shape == (4, 3, 8, 8) and x.dtype == torch.float32 and y.dtype == torch.int64
     xv, yv = next(iter(bundle.val))
-    assert xv.shape == (4, 3, 8, 8) and yv.tolist() == [0, 0, 1, 1]
+    assert xv.shape == (2, 3, 8, 8) and yv.tolist() == [0, 1]  # stratified
+    xt, yt = next(iter(bundle.test))
+    assert xt.shape == (4, 3, 8, 8) and yt.tolist() == [0, 0, 1, 1]
 
 
 def test_default_img_size_is_224(tmp_path: Path) -> None:
-    bundle = build_data(_cfg(_fake_folder(tmp_path, 1, 1)), batch_size=2, device="cpu")
+    bundle = build_data(_cfg(_fake_folder(tmp_path, 2, 1)), batch_size=2, device="cpu")
     assert bundle.img_size == 224
-    assert next(iter(bundle.val))[0].shape == (2, 3, 224, 224)
+    assert next(iter(bundle.test))[0].shape == (2, 3, 224, 224)
 
 
 def test_set_epoch_replays_augmentation(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ def test_sharded_sampler_length_matches_what_it_yields():
     assert list(sampler) == [2, 5] and len(sampler) == 2
 
 
-@pytest.mark.parametrize("split", ["train", "val"])
+@pytest.mark.parametrize("split", ["train", "val", "test"])
 def test_device_loader_shards_make_up_the_single_process_batches(split):
     def batches(shard):
         bundle = build_data(DataConfig(name="digits"), batch_size=64, device="cpu", seed=1, shard=shard)
@@ -42,10 +42,10 @@ def test_device_loader_shards_make_up_the_single_process_batches(split):
 
 
 def test_imagefolder_ranks_decode_disjoint_halves_of_each_batch(tmp_path: Path):
-    root = _fake_folder(tmp_path, train_per_class=4, val_per_class=3)
+    root = _fake_folder(tmp_path, train_per_class=5, val_per_class=3)  # train/: 8 train + 2 held out as val
 
     def labels(shard, split):
-        bundle = build_data(_cfg(root), batch_size=4, device="cpu", img_size=8, seed=0, shard=shard)
+        bundle = build_data(_cfg(root, val_fraction=0.2), batch_size=4, device="cpu", img_size=8, seed=0, shard=shard)
         loader = getattr(bundle, split)
         loader.set_epoch(1)
         return [(x.shape[0], y.tolist()) for x, y in loader]
@@ -55,8 +55,10 @@ def test_imagefolder_ranks_decode_disjoint_halves_of_each_batch(tmp_path: Path):
     assert [n for n, _ in halves[0]] == [2, 2] and len(whole) == 2
     for (_, y), (_, y0), (_, y1) in zip(whole, *halves, strict=True):
         assert y[0::2] == y0 and y[1::2] == y1
+    test = [sum((y for _, y in labels((rank, 2), "test")), []) for rank in (0, 1)]
+    assert sorted(test[0] + test[1]) == [0, 0, 0, 1, 1, 1]  # every test image once across the ranks
     val = [sum((y for _, y in labels((rank, 2), "val")), []) for rank in (0, 1)]
-    assert sorted(val[0] + val[1]) == [0, 0, 0, 1, 1, 1]  # every validation image once across the ranks
+    assert sorted(val[0] + val[1]) == [0, 1]
 
 
 def test_batch_size_must_split_over_the_processes():
@@ -65,6 +67,6 @@ def test_batch_size_must_split_over_the_processes():
 
 
 def test_a_train_set_smaller_than_the_batch_must_still_split():
-    # digits has 1437 train images: a batch of 2000 is capped at 1437, which two processes cannot share evenly
-    with pytest.raises(SuiteError, match="1437"):
+    # digits has 1077 train images: a batch of 2000 is capped at 1077, which two processes cannot share evenly
+    with pytest.raises(SuiteError, match="1077"):
         build_data(DataConfig(name="digits"), batch_size=2000, device="cpu", shard=(0, 2))

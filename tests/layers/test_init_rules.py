@@ -11,6 +11,7 @@ from torch import nn
 from normbench.layers import (
     DeepNormBlock,
     DyT,
+    FixupBias,
     FixupGate,
     LayerNorm,
     LayerScale,
@@ -18,10 +19,12 @@ from normbench.layers import (
     LearnableScaler2d,
     PostNormBlock,
     ReZero,
+    ReZeroShared,
     SkipInit,
     cait_init_values,
     get_layer,
 )
+from normbench.layers.init_rules import fixup_scalars, fixup_scales
 from tests.layers._cases import images, tiny_vit
 
 
@@ -38,7 +41,8 @@ def _close(a: float, b: float, rel: float = 0.1) -> bool:
 # --- ReZero, SkipInit, Fixup: every block is the identity at init ---------------------------------------------------
 
 
-@pytest.mark.parametrize("layer", ["rezero", "skipinit", "fixup", "dyt+rezero", "learnable_scaler+skipinit"])
+@pytest.mark.parametrize("layer", ["rezero", "rezero_per_branch", "skipinit", "fixup", "fixup_official",
+                                   "dyt+rezero", "learnable_scaler+skipinit"])
 @torch.no_grad()
 def test_zero_init_blocks_are_the_identity(layer):
     model = tiny_vit(layer).eval()
@@ -58,49 +62,116 @@ def test_rezero_alpha_is_a_zero_scalar(cls):
 
 
 def test_rezero_and_skipinit_models_have_no_norm():
-    for layer in ("rezero", "skipinit"):
+    for layer in ("rezero", "rezero_per_branch", "skipinit"):
         model = tiny_vit(layer)
         assert not any(isinstance(m, (nn.LayerNorm, nn.RMSNorm)) for m in model.modules())
 
 
-def test_fixup_zeroes_the_head_and_each_branch_output():
-    model = tiny_vit("fixup")
+def test_rezero_shares_one_alpha_per_block_as_rztx_does():
+    # majumderb/rezero rztx.py: `self.resweight` (one per layer) multiplies both the attention and the FFN output
+    model = tiny_vit("rezero", depth=3)
+    alphas = [n for n, _ in model.named_parameters() if n.endswith("alpha")]
+    assert alphas == [f"blocks.{i}.ls1.alpha" for i in range(3)], "one α per block"
+    for block in model.blocks:
+        assert isinstance(block.ls1, ReZeroShared) and block.ls2.alpha is block.ls1.alpha
+        with torch.no_grad():
+            block.ls1.alpha.fill_(0.25)
+        x = torch.randn(2, 17, 32)
+        with torch.no_grad():
+            h = x + 0.25 * block.attn(block.norm1(x))
+            torch.testing.assert_close(block(x), h + 0.25 * block.mlp(block.norm2(h)))
+    # the shared α's gradient is that of the formula with one α in both branches
+    x = torch.randn(2, 17, 32)
+    block = model.blocks[0]
+    block(x).square().sum().backward()
+    alpha = torch.tensor(0.25, requires_grad=True)
+    h = x + alpha * block.attn(block.norm1(x))
+    (grad,) = torch.autograd.grad((h + alpha * block.mlp(block.norm2(h))).square().sum(), alpha)
+    torch.testing.assert_close(block.ls1.alpha.grad[0], grad)
+
+
+def test_rezero_per_branch_has_two_alphas_per_block():
+    model = tiny_vit("rezero_per_branch", depth=2)
+    alphas = sorted(n for n, _ in model.named_parameters() if n.endswith("alpha"))
+    assert alphas == ["blocks.0.ls1.alpha", "blocks.0.ls2.alpha", "blocks.1.ls1.alpha", "blocks.1.ls2.alpha"]
+    assert model.blocks[0].ls1.alpha is not model.blocks[0].ls2.alpha
+
+
+def _official_fixup_std(fan_in: int, fan_out: int, num_blocks: int, power: float) -> tuple[float, float]:
+    """(std, bound) of the official rule: `nn.init.xavier_uniform_` then `*= num_blocks ** power`, with
+    `num_blocks = encoder_layers * 2 + decoder_layers * 3` (hongyi-zhang/Fixup fairseq, no decoder here)."""
+    bound = math.sqrt(6.0 / (fan_in + fan_out)) * num_blocks ** power  # U(-a, a) has std a / √3
+    return bound / math.sqrt(3.0), bound
+
+
+@pytest.mark.parametrize(("depth", "dim"), [(3, 32), (12, 64)])
+def test_fixup_in_projection_and_fc1_follow_the_official_rule(depth, dim):
+    model = tiny_vit("fixup", seed=7, depth=depth, embed_dim=dim)
+    num_blocks = depth * 2 + 0 * 3
+    qkv_std, qkv_bound = _official_fixup_std(dim, 3 * dim, num_blocks, -1.0 / 6.0)  # in_proj_weight (3C, C)
+    fc1_std, fc1_bound = _official_fixup_std(dim, 4 * dim, num_blocks, -0.5)        # Linear(C, ffn), scale 1/√L
+    for block in model.blocks:
+        for w, std, bound in ((block.attn.qkv.weight, qkv_std, qkv_bound), (block.mlp.fc1.weight, fc1_std, fc1_bound)):
+            # sampling error of a uniform's std over n draws is ~√(0.8 / 4n): under 1% here; allow 5%
+            assert _close(w.std().item(), std, rel=0.05), (w.std().item(), std)
+            # uniform, not normal: every entry within the bound, and the extremes reach it
+            assert w.abs().max().item() <= bound * (1 + 1e-6) and w.abs().max().item() > 0.97 * bound
+
+
+def test_fixup_qkv_std_at_the_issue_configuration():
+    # C = 192, depth 36: the official std is sqrt(6 / 768) / √3 × 72^(-1/6) = 0.0250, 10.6x the old rule's
+    # 0.02 × 72^(-1/2) = 0.00236
+    std, _ = _official_fixup_std(192, 576, 72, -1.0 / 6.0)
+    assert std == pytest.approx(0.02502, abs=1e-4)
+    assert std / (0.02 * 72 ** -0.5) == pytest.approx(10.6, abs=0.05)
+    assert fixup_scales(36) == pytest.approx((72 ** (-1 / 6), 72 ** -0.5))
+
+
+@pytest.mark.parametrize("layer", ["fixup", "fixup_official"])
+def test_fixup_zeroes_the_out_projection_fc2_and_head_exactly(layer):
+    model = tiny_vit(layer)
     assert torch.equal(model(images()), torch.zeros(2, 5))
+    assert not model.head.weight.any() and not model.head.bias.any()
     for block in model.blocks:
         assert not block.attn.proj.weight.any() and not block.mlp.fc2.weight.any()
+        for linear in (block.attn.qkv, block.attn.proj, block.mlp.fc1, block.mlp.fc2):
+            assert not linear.bias.any()
         for gate in (block.ls1, block.ls2):
             assert isinstance(gate, FixupGate)
-            assert gate.scale.item() == 1.0 and gate.bias.item() == 0.0
-        assert block.norm1.bias.item() == 0.0 and block.norm2.bias.item() == 0.0
+            assert [n for n, _ in gate.named_parameters()] == ["scale"] and gate.scale.item() == 1.0
+        for shift in (block.norm1, block.norm2, block.mlp.norm):  # shift0/shift1 and shift3 of the official layer
+            assert isinstance(shift, FixupBias) and shift.bias.shape == (1,) and shift.bias.item() == 0.0
 
 
-@pytest.mark.parametrize("depth", [3, 6])
-def test_fixup_scales_the_other_branch_layers(depth):
-    fixup, plain = tiny_vit("fixup", seed=7, depth=depth), tiny_vit("none", seed=7, depth=depth)
-    num_branches, layers_per_branch = 2 * depth, 2
-    scale = num_branches ** (-1 / (2 * layers_per_branch - 2))
-    assert scale == pytest.approx(depth ** -0.5 / math.sqrt(2))
-    for b_fix, b_plain in zip(fixup.blocks, plain.blocks, strict=True):
-        torch.testing.assert_close(b_fix.attn.qkv.weight, b_plain.attn.qkv.weight * scale)
-        torch.testing.assert_close(b_fix.mlp.fc1.weight, b_plain.mlp.fc1.weight * scale)
-
-
-def test_fixup_bias_adds_a_scalar():
+def test_fixup_bias_subtracts_a_scalar():
+    # the official LayerShift: `return x - self.bias`
     norm = get_layer("fixup_bias")(32)
     assert norm.bias.shape == (1,)
     with torch.no_grad():
         norm.bias.fill_(0.5)
     x = torch.randn(2, 5, 32)
-    torch.testing.assert_close(norm(x), x + 0.5)
+    torch.testing.assert_close(norm(x), x - 0.5)
 
 
-def test_fixup_gate_is_scale_then_bias():
+def test_fixup_gate_is_a_scalar_multiplier():
+    # the official LayerScale: `return x * self.weight`, weight = ones(1)
     gate = FixupGate(32, depth=12)
     with torch.no_grad():
         gate.scale.fill_(2.0)
-        gate.bias.fill_(-1.0)
     x = torch.randn(2, 5, 32)
-    torch.testing.assert_close(gate(x), 2.0 * x - 1.0)
+    torch.testing.assert_close(gate(x), 2.0 * x)
+
+
+def test_fixup_official_tags_the_scalars_and_decays_everything():
+    plain, official = tiny_vit("fixup", seed=3), tiny_vit("fixup_official", seed=3)
+    for a, b in zip(plain.parameters(), official.parameters(), strict=True):
+        assert torch.equal(a, b), "the same init; only the optimizer recipe differs"
+    scalars = {id(p) for p in fixup_scalars(official)}
+    assert len(scalars) == 3 * 5 + 1  # per block: 3 shifts, 2 multipliers; plus the final shift
+    for p in official.parameters():
+        assert p._force_weight_decay
+        assert getattr(p, "_lr_scale", 1.0) == (0.1 if id(p) in scalars else 1.0)
+    assert not any(hasattr(p, "_lr_scale") or hasattr(p, "_force_weight_decay") for p in plain.parameters())
 
 
 # --- LayerScale -----------------------------------------------------------------------------------------------------
@@ -325,8 +396,10 @@ def test_tfixup_scales_output_and_mlp_and_keeps_query_and_key(depth):
         for linear in (block.attn.proj, block.mlp.fc1, block.mlp.fc2):
             assert _close(linear.weight.std().item(), scale * _xavier_std(linear))
     assert not any(isinstance(m, (nn.LayerNorm, nn.RMSNorm)) for m in model.modules()), "T-Fixup has no norm"
-    embed = model.patch_embed.proj.weight
-    assert _close(embed.std().item(), 64 ** -0.5)
+    embed = model.patch_embed.proj
+    fan_in = 3 * 4 * 4
+    assert _close(embed.weight.std().item(), (9 * depth) ** -0.25 / math.sqrt(fan_in))
+    assert not embed.bias.any()
 
 
 @pytest.mark.parametrize("depth", [4, 9])
@@ -336,3 +409,30 @@ def test_tfixup_scales_value_from_its_own_xavier(depth):
     for block in model.blocks:
         v = block.attn.qkv.weight.chunk(3)[2]
         assert _close(v.std().item(), scale * _xavier_std(v))
+
+
+# T-Fixup's embedding: entries of std (9N)^(-1/4), measured on real inputs --------------------------------------------
+
+
+def _digits_batch() -> torch.Tensor:
+    from normbench.data.digits import DIGITS_MEAN, DIGITS_STD, load_digits_splits
+
+    x = load_digits_splits().train_x[:512]
+    return (x - DIGITS_MEAN[0]) / DIGITS_STD[0]  # normalized as the data pipeline feeds the model
+
+
+@pytest.mark.parametrize(("name", "in_chans", "img_size", "patch_size", "dim"),
+                         [("digits", 1, 8, 2, 64), ("cifar-shaped", 3, 32, 4, 192)])
+@pytest.mark.parametrize("depth", [6, 36])
+@torch.no_grad()
+def test_tfixup_embedding_entries_have_the_official_std(name, in_chans, img_size, patch_size, dim, depth):
+    # layer6ai-labs/T-Fixup TransformerEncoder.__init__: embedding table (std d^-1/2) × (9N)^(-1/4), looked up ×
+    # sqrt(d): entry std (9N)^(-1/4); 0.236 at N = 36
+    want = (9 * depth) ** -0.25
+    x = _digits_batch() if name == "digits" else torch.randn(256, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    stds = []
+    for seed in range(3):
+        model = tiny_vit("tfixup", seed=seed, depth=depth, embed_dim=dim, num_heads=2, patch_size=patch_size,
+                         img_size=img_size, in_chans=in_chans)
+        stds.append(model.patch_embed(x).std().item())
+    assert _close(sum(stds) / len(stds), want, rel=0.1), (stds, want)

@@ -1,0 +1,48 @@
+"""Parameter groups for the optimizer: weight decay as timm groups it, plus the per-parameter lr multipliers and
+weight-decay overrides that layers declare as tags.
+
+Tags a layer may set on a parameter (read here, nowhere else):
+    `_no_weight_decay = True`     no weight decay (norm and gate parameters; also listed by `model.no_weight_decay()`)
+    `_force_weight_decay = True`  weight decay even where the rule above would skip it (`fixup_official`)
+    `_lr_scale = s`               trains at s x the scheduled lr (`fixup_official`'s scalars: 0.1)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+
+def decays(name: str, p: nn.Parameter, no_weight_decay: set[str]) -> bool:
+    """timm's rule (`param_groups_weight_decay`): no decay for 1-D parameters, biases and the model's
+    `no_weight_decay()` names; a `_force_weight_decay` tag overrides it."""
+    if getattr(p, "_force_weight_decay", False):
+        return True
+    return not (p.ndim <= 1 or name.endswith(".bias") or name in no_weight_decay
+                or getattr(p, "_no_weight_decay", False))
+
+
+def param_groups(model: nn.Module, lr: float, weight_decay: float) -> list[dict[str, Any]]:
+    """The trainable parameters of `model` in groups of equal (weight decay, lr multiplier).
+
+    Each group carries `lr_scale` (timm's key for a per-group lr multiplier; the training loop sets
+    `lr = scheduled lr x lr_scale`), `lr` (= `lr` x `lr_scale`) and `weight_decay` (`weight_decay` or 0). Without tags
+    this is exactly timm's `create_optimizer_v2(model, ...)` grouping: two groups, decay and no decay.
+
+    Args:
+        model: the model; its `no_weight_decay()` (timm's hook), if any, names parameters without decay.
+        lr: the peak learning rate.
+        weight_decay: the decoupled weight decay of decayed parameters.
+    """
+    no_wd = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
+    groups: dict[tuple[bool, float], dict[str, Any]] = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        decay = decays(name, p, no_wd)
+        scale = float(getattr(p, "_lr_scale", 1.0))
+        group = groups.setdefault((decay, scale), {"params": [], "weight_decay": weight_decay if decay else 0.0,
+                                                   "lr_scale": scale, "lr": lr * scale})
+        group["params"].append(p)
+    return list(groups.values())

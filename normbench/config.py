@@ -49,6 +49,7 @@ class TrainConfig:
     compile: str = "auto"              # auto (on for CUDA), on, off
     max_loss: float | None = None      # a train loss above this is divergence; None: 10 x ln(num_classes)
     log_interval: int = 50             # steps between the loop's only host syncs (divergence check)
+    telemetry_every: int = 25          # steps between per-block telemetry samples (normbench/telemetry.py); 0: off
     seed: int = 0                      # model init, data order and augmentation
     attn_extra_loss: float = 0.0       # LearnableScaler recipe's attention loss coefficient (source 0.03); 0: off
     attn_extra_loss_layers: int = 6    # the first blocks it applies to (source 6)

@@ -31,6 +31,7 @@ from normbench.report.tables import (
     throughput_table,
     tuned_table,
 )
+from normbench.report_telemetry import telemetry_section
 from normbench.suite import Suite
 
 SCORE_DEFINITION = ("score = test top-1 (%) at the final epoch, at the lr whose seed-mean val top-1 (final epoch) "
@@ -121,7 +122,7 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     cells = _with_fixed_axes(cells_frame(ledger, f"run:{name}"), suite)
     tuned = _with_fixed_axes(cells_frame(ledger, f"tuned:{name}"), suite)
     if not cells.empty:
-        cells.drop(columns=["history"], errors="ignore").to_csv(out_dir / "results.csv", index=False)
+        cells.drop(columns=["history", "telemetry"], errors="ignore").to_csv(out_dir / "results.csv", index=False)
     lines = header(suite, cells)
     if cells.empty:
         lines.append("No finished cells yet.")
@@ -132,6 +133,7 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
                   "did not train on)", "", markdown_table(tuned_table(tuned)), ""]
     lines += budget_section(ledger, name)
     # further sections (e.g. telemetry figures) append to `lines` here, before it is written
+    lines += telemetry_section(cells, out_dir)
     path = out_dir / "leaderboard.md"
     path.write_text("\n".join(lines))
     if tracker is not None:

@@ -122,6 +122,17 @@ class Tracker:
         if time.monotonic() - self._last_flush.get(run_id, 0.0) > FLUSH_SECONDS:
             self.flush(run_id)
 
+    def log_telemetry(self, run_id: str, records: list[dict[str, Any]]) -> None:
+        """Per-block telemetry (normbench/telemetry.py) as step metrics, one per block and quantity, named so they
+        sort: `block03/attn_entropy`. Buffered like the epochs; `summarize` flushes. None values are skipped."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        width = max(2, len(str(max((int(r["block"]) for r in records), default=0))))
+        self._buffer.setdefault(run_id, []).extend(
+            Metric(f"block{int(r['block']):0{width}d}/{k}", float(v), now, int(r["step"]))
+            for r in records for k, v in r.items() if k not in ("step", "block") and v is not None)
+
     def flush(self, run_id: str) -> None:
         metrics = self._buffer.pop(run_id, [])
         for i in range(0, len(metrics), 1000):  # MLflow caps a batch at 1000 metrics

@@ -29,6 +29,7 @@ from normbench.errors import SuiteError
 from normbench.model import NormbenchViT
 from normbench.optim_groups import param_groups
 from normbench.schedule import warmup_cosine
+from normbench.telemetry import BlockTelemetry
 
 EpochCallback = Callable[[dict[str, Any]], bool | None]  # gets the epoch's record; True stops the cell (pruning)
 
@@ -55,8 +56,9 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         status ("ok", "diverged" or "pruned"), best_val_top1 and final_val_top1 (percent), val_top1 and test_top1
         (final epoch, percent; NaN unless status is "ok"), best_val_epoch, train_size/val_size/test_size (the
         bundle's true split sizes), train_loss (last epoch),
-        epochs_run, images_per_sec (training steps only), params, seconds, and `history`: one dict per epoch
-        (epoch, train_loss, val_top1, lr, grad_norm, images_per_sec).
+        epochs_run, images_per_sec (training steps only), params, seconds, `history`: one dict per epoch
+        (epoch, train_loss, val_top1, lr, grad_norm, images_per_sec), and `telemetry`: per-block records of the
+        observed steps (normbench/telemetry.py; [] when `train.telemetry_every` is 0).
     """
     t_start = time.perf_counter()
     tc = cell.train
@@ -96,6 +98,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     total_steps = steps_per_epoch * tc.epochs
     warmup_steps = round(tc.warmup_epochs * steps_per_epoch)
     trainable = [p for p in model.parameters() if p.requires_grad]
+    telemetry = BlockTelemetry(model)  # records nothing unless a step is observed
 
     history: list[dict[str, Any]] = []
     status, step, train_seconds, images_seen = "ok", 0, 0.0, 0
@@ -112,10 +115,11 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
                 x, y = mixup(x, y)
             micro += 1
             steps_now = micro % tc.grad_accum_steps == 0
+            observed = tc.telemetry_every > 0 and step % tc.telemetry_every == 0  # hooks run eagerly, uncompiled
             # under DDP only the micro-batch that ends an accumulation all-reduces; the others keep their grads local
             with parallel.no_sync() if dist is not None and not steps_now else nullcontext():
-                with autocast():
-                    loss = loss_fn(forward(x), y)
+                with autocast(), telemetry.observe() if observed else nullcontext():
+                    loss = loss_fn((parallel if observed else forward)(x), y)
                     if aux is not None:
                         loss = loss + aux.pop()
                 (loss / tc.grad_accum_steps).backward()
@@ -127,8 +131,12 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
                                warmup_lr=tc.warmup_lr, min_lr=tc.min_lr)
             for group in optimizer.param_groups:
                 group["lr"] = lr * group.get("lr_scale", 1.0)
+            if observed:
+                telemetry.before_update()
             grad_norm_sum += nn.utils.clip_grad_norm_(trainable, tc.clip_grad or math.inf)
             optimizer.step()
+            if observed:
+                telemetry.after_update(step)
             optimizer.zero_grad(set_to_none=True)
             step += 1
             optimizer_steps += 1
@@ -137,6 +145,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
                 break
         world = dist.world if dist else 1
         train_loss = all_sum(loss_sum, dist).item() / world / max(1, micro)  # the epoch's sync
+        telemetry.collect()
         epoch_images *= world
         epoch_seconds = time.perf_counter() - t0
         train_seconds += epoch_seconds
@@ -173,6 +182,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         "params": params,
         "seconds": time.perf_counter() - t_start,
         "history": history,
+        "telemetry": telemetry.records(),
     }
 
 

@@ -147,6 +147,7 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
             raise
         return False, time.perf_counter() - train_started - between_epochs
     trained = time.perf_counter() - train_started - between_epochs
+    tracker.log_telemetry(run_id, result.get("telemetry", []))
     tracker.summarize(run_id, result)
     ledger.finish(job.study, trial, result)
     tracker.close(run_id)

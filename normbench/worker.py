@@ -2,7 +2,9 @@
 
 Order matters for exactly-once results: metrics go to MLflow first, then the ledger marks the cell COMPLETE, then
 the MLflow run is closed. A crash before COMPLETE re-runs the cell (its MLflow run is closed as FAILED); a crash
-after it only leaves a run to close, which `close_orphans` does on the next start.
+after it only leaves a run to close, which `close_orphans` does on the next start. A worker whose claim another
+took over (it stalled past the heartbeat grace) stops that cell and closes its run as KILLED; a tracking server that
+stays away past NORMBENCH_RETRY_SECONDS after training keeps the result in the ledger and spools the MLflow part.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from optuna.trial import TrialState
 
 from normbench.config import CellConfig
 from normbench.distributed import Dist, broadcast
-from normbench.errors import NormbenchError
+from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
 from normbench.ledger import Ledger
 from normbench.progress import Progress
 from normbench.tracking import Tracker, running_run_ids
@@ -120,6 +122,8 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
     def on_epoch(record: dict[str, Any]) -> bool:
         nonlocal between_epochs
         started = time.perf_counter()
+        if not ledger.claim_held(trial):  # another worker took this cell over: stop training it
+            raise ClaimLostError(f"trial {trial.number} was taken over")
         tracker.log_epoch(run_id, record)
         progress.epoch(record)
         prune = False
@@ -134,9 +138,10 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
         with ledger.heartbeat(trial):
             broadcast(config, dist)  # the other ranks train the same cell
             result = train_cell(config, device=device, on_epoch=on_epoch, dist=dist)
+    except ClaimLostError:
+        return _lost_claim(cell_id, run_id, tracker, progress), time.perf_counter() - train_started - between_epochs
     except (KeyboardInterrupt, NormbenchError):  # stop the suite; the cell goes back to the queue
-        tracker.fail(run_id, "KILLED")
-        ledger.release(job.study, trial)
+        release(job, trial, run_id, ledger, tracker)
         raise
     except Exception as e:  # a crash in one cell must not take the suite down
         tracker.fail(run_id)
@@ -147,11 +152,39 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
             raise
         return False, time.perf_counter() - train_started - between_epochs
     trained = time.perf_counter() - train_started - between_epochs
-    tracker.summarize(run_id, result)
-    ledger.finish(job.study, trial, result)
+    try:
+        if not ledger.claim_held(trial, ask=True):
+            raise ClaimLostError(f"trial {trial.number} was taken over")
+        try:
+            tracker.summarize(run_id, result)
+        except ServerUnreachableError:  # spooled by summarize: keep the result, MLflow gets it on the next run
+            ledger.finish(job.study, trial, result)
+            progress.note(f"cell {cell_id} finished; its MLflow summary is spooled in {tracker.spool_dir} and "
+                          "logged on the next run")
+            raise
+        ledger.finish(job.study, trial, result)
+    except ClaimLostError:
+        return _lost_claim(cell_id, run_id, tracker, progress), trained
     tracker.close(run_id)
     progress.end_cell(result)
     return True, trained
+
+
+def release(job: Job, trial: optuna.Trial, run_id: str, ledger: Ledger, tracker: Tracker) -> None:
+    """Give a claimed cell back on the way out (Ctrl-C, SIGTERM, an outage past the budget): its run KILLED, its
+    trial queued again. Best effort: the server that stopped us may be the one we cannot tell."""
+    tracker.fail(run_id, "KILLED")
+    try:
+        ledger.release(job.study, trial)
+    except Exception:  # the ledger is away: the heartbeat (database) or the lock (journal) frees the cell instead
+        pass
+
+
+def _lost_claim(cell_id: str, run_id: str, tracker: Tracker, progress: Progress) -> bool:
+    tracker.fail(run_id, "KILLED")  # never FINISHED, never FAILED-with-status-ok
+    progress.note(f"cell {cell_id}: another worker took it over while this one was stalled or cut off from the "
+                  "ledger; stopped it here (it is recorded once, by that worker)")
+    return True
 
 
 def close_orphans(ledger: Ledger, study: optuna.Study, tracker: Tracker) -> None:

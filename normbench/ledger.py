@@ -178,6 +178,12 @@ class Ledger:
         except UpdateFinishedTrialError:
             return False  # someone else already finished or failed it
 
+    def close(self) -> None:
+        """This process claims no more cells: free its OS lock (the kernel would at exit; a library caller lives on)."""
+        if self._life is not None:
+            self._life.release()
+            self._life = None
+
     def release(self, study: optuna.Study, trial: optuna.Trial) -> None:
         """Give a claimed trial back (Ctrl-C): failed here, queued again for the next run."""
         if self._fail(trial._trial_id):

@@ -66,7 +66,10 @@ def work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device
     """Run cells until every study of `jobs()` is finished. `jobs` is re-read when the current ones run dry, so
     tuning can add its re-runs of the best configurations once the searches end. Under torchrun this is rank 0;
     the other ranks `follow` it."""
-    summary = _work(jobs, ledger, tracker, device, progress, suite_name, max_cells, dist)
+    try:
+        summary = _work(jobs, ledger, tracker, device, progress, suite_name, max_cells, dist)
+    finally:
+        ledger.close()
     broadcast(None, dist)  # no more cells: the following ranks return
     return summary
 

@@ -34,7 +34,11 @@ def run_study_name(suite: Suite) -> str:
 
 def open_run_study(ledger: Ledger, suite: Suite) -> optuna.Study:
     """The suite's run study, refusing to resume a ledger trained with a different recipe."""
-    study = ledger.study(run_study_name(suite))
+    name = run_study_name(suite)
+    # load an existing study without writing (create_study appends a record even when it exists): a refused run
+    # must leave the ledger byte for byte as it was
+    study = (optuna.load_study(study_name=name, storage=ledger.storage) if name in ledger.study_names()
+             else ledger.study(name))
     recipe = study.user_attrs.get("recipe")
     if recipe is None:
         study.set_user_attr("recipe", suite.recipe_hash())

@@ -75,7 +75,11 @@ class Ledger:
             try:
                 self.storage = retrying(optuna.storages.RDBStorage(
                     url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
-                    heartbeat_stale_trial_callback=self._on_stale, engine_kwargs={"pool_pre_ping": True}),
+                    heartbeat_stale_trial_callback=self._on_stale, engine_kwargs={
+                        "pool_pre_ping": True,
+                        # a worker stopped (SIGSTOP, a frozen VM) inside a transaction would hold its row locks and
+                        # block every peer; the server ends such a session after the grace, the worker retries
+                        "connect_args": {"options": f"-c idle_in_transaction_session_timeout={grace_period * 1000}"}}),
                     what=f"the ledger database {redact(self.url)}")
                 error = None
                 break

@@ -208,7 +208,11 @@ def default_tags() -> dict[str, str]:
             "timm_version": timm.__version__, "device": device, "host": socket.gethostname()}
 
 
-def running_run_ids(tracker: Tracker) -> list[str]:
-    """Runs of this experiment still marked RUNNING (to be reconciled with the ledger)."""
+def running_run_ids(tracker: Tracker, with_trial: bool = False) -> Any:
+    """Runs of this experiment still marked RUNNING (to be reconciled with the ledger); with `with_trial`, a dict
+    run id -> (study tag, trial number tag) for those that carry them."""
     runs = tracker.client.search_runs([tracker.experiment_id], "attributes.status = 'RUNNING'", max_results=10000)
-    return [r.info.run_id for r in runs]
+    if not with_trial:
+        return [r.info.run_id for r in runs]
+    return {r.info.run_id: (r.data.tags["study"], int(r.data.tags["trial"])) for r in runs
+            if "study" in r.data.tags and r.data.tags.get("trial", "").isdigit()}

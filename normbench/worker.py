@@ -116,8 +116,15 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
     """Train one claimed cell. Returns (False, ...) if it raised (recorded as a failed trial, retried on the next
     run), and the seconds spent training, not counting the logging and pruning calls made between epochs."""
     cell_id, params, config = job.cell_for(trial)
-    run_id = tracker.start(cell_id, params, tags={"suite": suite_name, "study": job.study.study_name,
-                                                  "trial": str(trial.number)})
+    try:
+        run_id = tracker.start(cell_id, params, tags={"suite": suite_name, "study": job.study.study_name,
+                                                      "trial": str(trial.number)})
+    except (KeyboardInterrupt, NormbenchError):  # the server went away as the run opened: give the cell back
+        try:
+            ledger.release(job.study, trial)
+        except Exception:
+            pass
+        raise
     trial.set_user_attr("mlflow_run_id", run_id)
     progress.start_cell(cell_id, config.train.epochs)
     between_epochs = 0.0
@@ -195,10 +202,15 @@ def close_orphans(ledger: Ledger, study: optuna.Study, tracker: Tracker) -> None
     for failed in ledger.reclaim(study):
         if run_id := failed.user_attrs.get("mlflow_run_id"):
             tracker.fail(run_id)
-    running = set(running_run_ids(tracker))
+    running = running_run_ids(tracker, with_trial=True)
     if not running:
         return
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
-        run_id = t.user_attrs.get("mlflow_run_id")
-        if run_id in running:
-            tracker.close(run_id) if t.state != TrialState.FAIL else tracker.fail(run_id)
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    for run_id, (study_name, number) in running.items():
+        # found by the run's own study/trial tags: a worker killed between opening the run and writing its id to
+        # the trial leaves a run no trial names
+        t = trials.get(number) if study_name == study.study_name else None
+        if t is None or t.state in (TrialState.RUNNING, TrialState.WAITING):
+            continue
+        done = t.state in (TrialState.COMPLETE, TrialState.PRUNED) and t.user_attrs.get("mlflow_run_id") == run_id
+        tracker.close(run_id) if done else tracker.fail(run_id)

@@ -50,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", type=Path, help="a suite's output folder, e.g. results/smoke")
     p.add_argument("--storage", help="ledger URL, if the suite ran on a shared database")
 
+    p = sub.add_parser("ledger", help="check or repair a suite's ledger.journal")
+    p.add_argument("action", choices=("repair",), help="repair: keep every record before the first damaged line")
+    p.add_argument("out", type=Path, help="a suite's output folder (or its ledger.journal)")
+
     p = sub.add_parser("ui", help="start the MLflow UI on a suite's runs table, sorted by score")
     p.add_argument("out", type=Path, nargs="?", default=Path("results"), help="a suite's output folder")
     p.add_argument("--host", default="127.0.0.1")
@@ -95,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM as Terminated
         print(_stopped_message(args, e, sys.argv[1:] if argv is None else argv), file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
+    except OSError as e:  # a disk fault mid-run (full, read-only, a folder in the way): what finished is kept
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"normbench: error: {where}{e.strerror or e}; free space or fix the path, then run the same command "
+              "to resume (finished cells are in the ledger)", file=sys.stderr)
+        return 2
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -104,6 +113,7 @@ def _raise_on_sigterm() -> Any:
     """Make SIGTERM raise `Terminated` (a KeyboardInterrupt) so it stops like Ctrl-C; returns the old handler
     (None when not on the main thread, where signals cannot be set)."""
     def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one release, even if SIGTERM comes again meanwhile
         raise Terminated()
 
     if threading.current_thread() is not threading.main_thread():
@@ -154,7 +164,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _dry_run(suite, out, args.storage)
     from normbench.runner import run_suite
 
-    _save_suite_copy(suite, out)
     summary = run_suite(suite, out, storage=args.storage, device=args.device, workers=args.workers, quiet=args.quiet)
     return 1 if summary.errors else 0
 
@@ -238,6 +247,22 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ledger(args: argparse.Namespace) -> int:
+    from normbench.journal import repair
+
+    path = args.out if args.out.suffix == ".journal" else args.out / "ledger.journal"
+    if not path.is_file():
+        raise NormbenchError(f"{path}: no such file; pass a suite's output folder (ledger repair works on journal "
+                             "files; a database ledger is repaired by its server)")
+    kept, moved = repair(path)
+    if moved:
+        print(f"{path}: kept the first {kept} records; moved {moved} damaged or later lines to {path.name}.damaged. "
+              "Run the suite again: cells whose records were moved run again.")
+    else:
+        print(f"{path}: all {kept} records are intact; nothing to repair")
+    return 0
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     from normbench.tracking import tracking_uri
 
@@ -304,3 +329,4 @@ def _version() -> str:
 
 COMMANDS = {"run": cmd_run, "tune": cmd_tune, "worker": cmd_worker, "leaderboard": cmd_leaderboard, "ui": cmd_ui,
             "layers": cmd_layers, "bench": cmd_bench, "probe": cmd_probe}
+COMMANDS["ledger"] = cmd_ledger

@@ -31,6 +31,11 @@ class ServerUnreachableError(NormbenchError):
     exit_code = 3
 
 
+class ClaimLostError(Exception):
+    """This worker's cell was taken over by another (it stalled or was cut off past the heartbeat grace period):
+    it stops that cell and goes on; not a user error, never shown as one."""
+
+
 def did_you_mean(value: object, choices: Iterable[str]) -> str:
     """' (did you mean `x`?)' for the closest choice, or ' (choose from a, b, c)' when none is close."""
     choices = sorted(str(c) for c in choices)

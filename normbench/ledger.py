@@ -3,8 +3,10 @@
 Locally the ledger is a journal file in the output folder (safe for many processes on one machine); with
 `--storage postgresql://...` it is a shared database for workers on many machines. A cell is a WAITING trial until
 a worker claims it (atomically: Optuna's WAITING -> RUNNING transition), then COMPLETE (or PRUNED). A worker that
-dies mid-cell is noticed two ways: on the same host its pid is gone; anywhere, its heartbeat stops for longer than
-the grace period. Either way the trial is failed and a WAITING copy is queued, so the cell runs again.
+dies mid-cell is noticed two ways: on a journal file, the OS lock its process held is free (whatever its host name
+or pid); on a database, its heartbeat stops for longer than the grace period. Either way the trial is failed and a
+WAITING copy is queued, so the cell runs again. A database outage is waited out (normbench.retry); a worker whose
+claim was taken while it was stalled or cut off stops that cell (`claim_held`) instead of finishing it twice.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
-from normbench.errors import ServerUnreachableError
+from normbench.errors import ClaimLostError, ServerUnreachableError
+from normbench.journal import SafeJournalFileBackend
+from normbench.locks import LifeLock, holder_dead
+from normbench.retry import raw, redact, retrying
 from normbench.trial_params import add_waiting_trial, axis_distributions
 
 WORKER_ATTRS = ("worker_host", "worker_pid", "mlflow_run_id")
@@ -44,15 +49,6 @@ def _env_seconds(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
 
-def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
-    return url
-
-
 class Ledger:
     """The record of cells. `url=None` keeps it in `<out_dir>/ledger.journal`."""
 
@@ -65,9 +61,11 @@ class Ledger:
         self.url = url or str(Path(out_dir) / "ledger.journal")
         self.heartbeat_interval = heartbeat_interval
         self._stale: list[FrozenTrial] = []
+        self._life: LifeLock | None = None  # journal ledgers: held while this process lives, named by its claims
+        self._lost: set[int] = set()  # trial ids whose claim another worker took (seen by the heartbeat)
         if url is None or "://" not in url:
             Path(self.url).parent.mkdir(parents=True, exist_ok=True)
-            backend = optuna.storages.journal.JournalFileBackend(self.url)
+            backend = SafeJournalFileBackend(self.url)
             self.storage: optuna.storages.BaseStorage = optuna.storages.JournalStorage(backend)
             self.heartbeats = False
             return
@@ -77,9 +75,14 @@ class Ledger:
         error: Exception | None = None
         for attempt in range(3):
             try:
-                self.storage = optuna.storages.RDBStorage(
+                self.storage = retrying(optuna.storages.RDBStorage(
                     url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
-                    heartbeat_stale_trial_callback=self._on_stale, engine_kwargs={"pool_pre_ping": True})
+                    heartbeat_stale_trial_callback=self._on_stale, engine_kwargs={
+                        "pool_pre_ping": True,
+                        # a worker stopped (SIGSTOP, a frozen VM) inside a transaction would hold its row locks and
+                        # block every peer; the server ends such a session after the grace, the worker retries
+                        "connect_args": {"options": f"-c idle_in_transaction_session_timeout={grace_period * 1000}"}}),
+                    what=f"the ledger database {redact(self.url)}")
                 error = None
                 break
             except Exception as e:  # sqlalchemy raises many types; all mean "cannot use this URL"
@@ -114,7 +117,11 @@ class Ledger:
                 extra: dict[str, dict[str, Any]] | None = None) -> int:
         """Queue each `cell_id -> axes` that has no live trial yet (with `extra[cell_id]` as further user attrs);
         returns how many were queued."""
-        present = {t.user_attrs.get("cell_id") for t in study.get_trials(deepcopy=False, states=LIVE)}
+        from normbench.suite import cell_id
+
+        # ids recomputed from the axes: a ledger written before ids sorted their axes is not queued twice
+        present = {cell_id(t.user_attrs["axes"]) if "axes" in t.user_attrs else t.user_attrs.get("cell_id")
+                   for t in study.get_trials(deepcopy=False, states=LIVE)}
         missing = {cid: axes for cid, axes in items.items() if cid not in present}
         queued = [t.user_attrs.get("axes") or {} for t in study.get_trials(deepcopy=False)]
         distributions = axis_distributions([*queued, *missing.values()])  # the axes as params, for the dashboard
@@ -136,6 +143,9 @@ class Ledger:
             if self.heartbeats:  # beat at once: a worker lost before its cell's heartbeat thread starts is still seen
                 self.storage.record_heartbeat(frozen._trial_id)  # type: ignore[attr-defined]
             trial = optuna.Trial(study, frozen._trial_id)
+            if not self.heartbeats:  # a journal file: peers tell this process alive by its OS lock
+                self._life = self._life or LifeLock(Path(self.url).parent)
+                trial.set_user_attr("worker_lock", self._life.path.name)
             trial.set_user_attr("worker_host", worker_host())
             trial.set_user_attr("worker_pid", os.getpid())
             if self._duplicate(study, frozen):
@@ -157,9 +167,12 @@ class Ledger:
         failed: list[FrozenTrial] = []
         host = worker_host()
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            pid = t.user_attrs.get("worker_pid")
-            mine_and_dead = t.user_attrs.get("worker_host") == host and pid is not None and not pid_alive(pid)
-            if mine_and_dead or _never_owned(t):
+            pid, lock = t.user_attrs.get("worker_pid"), t.user_attrs.get("worker_lock")
+            if lock is not None:  # its OS lock: free means dead, whatever host or pid it had
+                dead = not self.heartbeats and holder_dead(Path(self.url).parent / ".locks" / lock)
+            else:  # claimed by a normbench without locks: same host and pid gone
+                dead = t.user_attrs.get("worker_host") == host and pid is not None and not pid_alive(pid)
+            if dead or _never_owned(t):
                 if self._fail(t._trial_id):
                     requeue(study, t)
                     failed.append(t)
@@ -179,6 +192,12 @@ class Ledger:
         except UpdateFinishedTrialError:
             return False  # someone else already finished or failed it
 
+    def close(self) -> None:
+        """This process claims no more cells: free its OS lock (the kernel would at exit; a library caller lives on)."""
+        if self._life is not None:
+            self._life.release()
+            self._life = None
+
     def release(self, study: optuna.Study, trial: optuna.Trial) -> None:
         """Give a claimed trial back (Ctrl-C): failed here, queued again for the next run."""
         if self._fail(trial._trial_id):
@@ -191,11 +210,21 @@ class Ledger:
             yield
             return
         stop = threading.Event()
+        record, get_trial = raw(self.storage, "record_heartbeat"), raw(self.storage, "get_trial")
 
         def beat() -> None:
+            # Its own rhythm, not the retrying wrapper's backoff: after a blip the next beat must come within the
+            # grace period, and a failed beat must never end the thread (peers would take the live cell).
             while not stop.is_set():
-                self.storage.record_heartbeat(trial._trial_id)  # type: ignore[attr-defined]
-                stop.wait(self.heartbeat_interval)
+                wait = float(self.heartbeat_interval)
+                try:
+                    if get_trial(trial._trial_id).state != TrialState.RUNNING:  # failed as stale while we stalled
+                        self._lost.add(trial._trial_id)
+                        return
+                    record(trial._trial_id)
+                except Exception:  # the database is away (or slow): try again soon, never give up while training
+                    wait = min(wait, 0.5)
+                stop.wait(wait)
 
         thread = threading.Thread(target=beat, daemon=True)
         thread.start()
@@ -207,15 +236,30 @@ class Ledger:
 
     # ---------------------------------------------------------------------------------------------- finishing
 
+    def claim_held(self, trial: optuna.Trial, *, ask: bool = False) -> bool:
+        """False once another worker took this trial over (this one stalled or was cut off past the grace period).
+        From the heartbeat's last look; `ask=True` asks the ledger now."""
+        if trial._trial_id in self._lost:
+            return False
+        if ask and self.storage.get_trial(trial._trial_id).state != TrialState.RUNNING:
+            self._lost.add(trial._trial_id)
+            return False
+        return True
+
     def finish(self, study: optuna.Study, trial: optuna.Trial, result: dict[str, Any]) -> None:
-        """Store the metrics on the trial, then mark it COMPLETE (or PRUNED)."""
+        """Store the metrics on the trial, then mark it COMPLETE (or PRUNED). Raises ClaimLostError when another
+        worker took the trial over meanwhile (it trains the cell; this result is not recorded twice)."""
         summary = {k: _json_safe(v) for k, v in result.items() if k != "history"}
-        trial.set_user_attr("result", summary)
-        trial.set_user_attr("history", [{k: _json_safe(v) for k, v in h.items()} for h in result["history"]])
-        if result["status"] == "pruned":
-            study.tell(trial, state=TrialState.PRUNED)
-        else:
-            study.tell(trial, result["best_val_top1"])
+        try:
+            trial.set_user_attr("result", summary)
+            trial.set_user_attr("history", [{k: _json_safe(v) for k, v in h.items()} for h in result["history"]])
+            if result["status"] == "pruned":
+                study.tell(trial, state=TrialState.PRUNED)
+            else:
+                study.tell(trial, result["best_val_top1"])
+        except UpdateFinishedTrialError:
+            self._lost.add(trial._trial_id)
+            raise ClaimLostError(f"trial {trial.number} was taken over by another worker") from None
 
 
 def requeue(study: optuna.Study, failed: FrozenTrial) -> None:

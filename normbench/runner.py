@@ -10,6 +10,7 @@ every cell so far finished.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -22,10 +23,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from normbench.config import CellConfig
 from normbench.device import resolve_device
-from normbench.errors import SuiteError, Terminated
+from normbench.errors import NormbenchError, SuiteError, Terminated
 from normbench.ledger import LIVE, UNFINISHED, Ledger
 from normbench.progress import Progress
-from normbench.suite import Suite
+from normbench.suite import Suite, cell_id
 from normbench.tracking import Tracker
 from normbench.worker import Job, WorkSummary, work
 
@@ -36,7 +37,11 @@ def run_study_name(suite: Suite) -> str:
 
 def open_run_study(ledger: Ledger, suite: Suite) -> optuna.Study:
     """The suite's run study, refusing to resume a ledger trained with a different recipe."""
-    study = ledger.study(run_study_name(suite))
+    name = run_study_name(suite)
+    # load an existing study without writing (create_study appends a record even when it exists): a refused run
+    # must leave the ledger byte for byte as it was
+    study = (optuna.load_study(study_name=name, storage=ledger.storage) if name in ledger.study_names()
+             else ledger.study(name))
     recipe = study.user_attrs.get("recipe")
     if recipe is None:
         study.set_user_attr("recipe", suite.recipe_hash())
@@ -118,12 +123,15 @@ def run_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, device
               workers: int | None = None, quiet: bool = False) -> WorkSummary:
     """Train every unfinished cell of the suite, then write the leaderboard."""
     device = preflight(suite, device)
+    check_output_folder(out_dir)
     ledger = Ledger(storage, out_dir)
     tracker = Tracker(out_dir, suite.name)
     study = open_run_study(ledger, suite)
+    save_suite_copy(suite, out_dir)  # after the recipe check: a refused run changes nothing in the folder
     cells = suite.cells()
     ledger.enqueue(study, {c.cell_id: c.axes for c in cells})
-    finished = {t.user_attrs.get("cell_id") for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
+    finished = {cell_id(t.user_attrs.get("axes", {})) or t.user_attrs.get("cell_id")
+                for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
     done = len(finished)
     costs = {c.cell_id: c.config.model.depth * c.config.train.epochs for c in cells if c.cell_id not in finished}
     progress = Progress(total=len(cells), done=done, quiet=quiet, costs=costs)
@@ -134,6 +142,36 @@ def run_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, device
                               progress=progress, mode="run")
     finish_suite(suite, out_dir, storage=storage, tracker=tracker, progress=progress, summary=summary)
     return summary
+
+
+OUTPUT_FILES = ("leaderboard.md", "results.csv", "suite.yaml", "mlflow.db", "ledger.journal",
+                "accuracy_vs_depth.png", "accuracy_vs_lr.png")
+
+
+def check_output_folder(out_dir: Path) -> None:
+    """Before training: the output folder can be created and written, and no output file's path is taken by a
+    folder. Raises NormbenchError (exit 2) naming the path, so a disk fault costs no training."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"\0" * 4096)
+        probe.unlink()
+    except OSError as e:
+        raise NormbenchError(f"{out_dir}: cannot write the output folder ({e.strerror}); make it writable, free "
+                             "space, or pass another --out. Nothing was trained.") from None
+    for name in OUTPUT_FILES:
+        if (out_dir / name).is_dir():
+            raise NormbenchError(f"{out_dir / name}: is a folder, where normbench writes a file; move it away and "
+                                 "run again. Nothing was trained.")
+
+
+def save_suite_copy(suite: Suite, out: Path) -> None:
+    """OUT/suite.yaml, read back by `normbench leaderboard OUT`."""
+    out.mkdir(parents=True, exist_ok=True)
+    if suite.path.resolve() != (out / "suite.yaml").resolve():
+        tmp = out / f".suite.yaml.{os.getpid()}"
+        shutil.copyfile(suite.path, tmp)
+        tmp.replace(out / "suite.yaml")
 
 
 def work_everywhere(suite: Suite, out_dir: Path, *, jobs: Callable[[], list[Job]], study_names: list[str],
@@ -216,11 +254,15 @@ def spawn_workers(suite: Suite, out_dir: Path, *, storage: str | None, device: s
                 progress.record(t.user_attrs.get("cell_id", f"trial {t.number}"), t.user_attrs.get("result"),
                                 where=f"  (worker {t.user_attrs.get('worker_pid', '?')})")
                 reported += 1
-    except KeyboardInterrupt as stop:
+    except KeyboardInterrupt as stop:  # Ctrl-C reaches every worker; SIGTERM (SLURM, Kubernetes) only this process
+        deadline = time.monotonic() + (0.0 if isinstance(stop, Terminated) else 5.0)
         for p in procs:
-            if isinstance(stop, Terminated):
-                p.terminate()  # a SIGTERM reached only this process: pass it on, each worker gives its cell back
-            p.wait()  # on Ctrl-C each worker got it too and gives its cell back
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.terminate()  # each worker gives its cell back on SIGTERM as on Ctrl-C
+        for p in procs:
+            p.wait()
         raise
     failed = [p.returncode for p in procs if p.returncode]
     if failed:

@@ -99,7 +99,8 @@ class Suite:
 
 
 def cell_id(axes: dict[str, Any]) -> str:
-    return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in axes.items())
+    """`depth=2,layer=rmsnorm,lr=0.001,seed=0`: axes sorted by name, so reordering a suite's keys keeps every id."""
+    return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(axes.items()))
 
 
 # ---------------------------------------------------------------------------------------------------- loading

@@ -2,11 +2,13 @@
 
 The tracking URI is MLFLOW_TRACKING_URI when set, else a SQLite store in the suite's output folder (never MLflow's
 default `./mlflow.db`). Per-epoch metrics are buffered and written with `log_batch` at most every few seconds, so
-logging stays a small fraction of a cell's time.
+logging stays a small fraction of a cell's time. A server that goes away mid-run is waited for (normbench.retry); a
+summary that cannot be logged in that time is spooled in `<out>/mlflow-spool/` and logged by the next Tracker.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -17,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from normbench.errors import ServerUnreachableError
+from normbench.locks import folder_lock
+from normbench.retry import retrying
 
 # Fail fast on an unreachable server instead of MLflow's minutes of retries; users may override either.
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
@@ -44,6 +48,9 @@ class Tracker:
         quiet_mlflow_logging()
         self.uri = tracking_uri(out_dir)
         Path(out_dir).mkdir(parents=True, exist_ok=True)
+        self.spool_dir = Path(out_dir) / "mlflow-spool"
+        if self.uri.startswith("sqlite:") and not os.environ.get("MLFLOW_TRACKING_URI"):
+            create_sqlite_store(Path(out_dir))
         self.client = MlflowClient(tracking_uri=self.uri)
         try:
             found = self.client.get_experiment_by_name(experiment)
@@ -62,6 +69,8 @@ class Tracker:
         self._buffer: dict[str, list[Any]] = {}
         self._last_flush: dict[str, float] = {}
         self._parent: str | None = None
+        self.client = retrying(self.client, what=f"the MLflow tracking store {self.uri}")
+        self.replay_spool()
 
     def _create(self, name: str, artifacts: str | None) -> str:
         from mlflow.exceptions import MlflowException
@@ -134,9 +143,11 @@ class Tracker:
             for r in records for k, v in r.items() if k not in ("step", "block") and v is not None)
 
     def flush(self, run_id: str) -> None:
-        metrics = self._buffer.pop(run_id, [])
-        for i in range(0, len(metrics), 1000):  # MLflow caps a batch at 1000 metrics
-            self.client.log_batch(run_id, metrics=metrics[i:i + 1000])
+        metrics = self._buffer.get(run_id, [])
+        while metrics:  # MLflow caps a batch at 1000 metrics; what is not logged stays buffered
+            self.client.log_batch(run_id, metrics=metrics[:1000])
+            del metrics[:1000]
+        self._buffer.pop(run_id, None)
         self._last_flush[run_id] = time.monotonic()
 
     def summarize(self, run_id: str, result: dict[str, Any]) -> None:
@@ -144,14 +155,45 @@ class Tracker:
         the ledger has the cell, so a crash in between is repaired (not duplicated) by the next run."""
         from mlflow.entities import Metric, RunTag
 
-        self.flush(run_id)
+        try:
+            self.flush(run_id)
+        except ServerUnreachableError:
+            self._spool(run_id, result)
+            raise
         now = int(time.time() * 1000)
         summary = {"best_val_top1": result["best_val_top1"], "final_val_top1": result["final_val_top1"],
                    "diverged": float(result["status"] == "diverged"), "epochs_run": result["epochs_run"],
                    "images_per_sec_mean": result["images_per_sec"], "params": result["params"],
                    "cell_seconds": result["seconds"], **leaderboard_scores(result)}
-        self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in summary.items()],
-                              tags=[RunTag("status", result["status"])])
+        try:
+            self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in summary.items()],
+                                  tags=[RunTag("status", result["status"])])
+        except ServerUnreachableError:
+            self._spool(run_id, result["status"], summary)
+            raise
+
+    def _spool(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
+        """Keep what the server could not take (epoch metrics still buffered, the summary) for `replay_spool`."""
+        pending = [[m.key, m.value, m.timestamp, m.step] for m in self._buffer.pop(run_id, [])]
+        now = int(time.time() * 1000)
+        pending += [[k, float(v), now, 0] for k, v in summary.items() if v is not None]
+        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.spool_dir / f".{run_id}.json.tmp"
+        tmp.write_text(json.dumps({"run_id": run_id, "metrics": pending, "status": status}))
+        tmp.replace(self.spool_dir / f"{run_id}.json")
+
+    def replay_spool(self) -> None:
+        """Log the summaries spooled while the server was away, and close their runs FINISHED."""
+        from mlflow.entities import Metric, RunTag
+
+        for path in sorted(self.spool_dir.glob("*.json")) if self.spool_dir.is_dir() else []:
+            spooled = json.loads(path.read_text())
+            metrics = [Metric(k, v, ts, step) for k, v, ts, step in spooled["metrics"]]
+            for i in range(0, max(len(metrics), 1), 1000):
+                self.client.log_batch(spooled["run_id"], metrics=metrics[i:i + 1000],
+                                      tags=[RunTag("status", spooled["status"])])
+            self.client.set_terminated(spooled["run_id"], "FINISHED")
+            path.unlink()
 
     def close(self, run_id: str) -> None:
         self.client.set_terminated(run_id, "FINISHED")
@@ -209,6 +251,24 @@ def quiet_mlflow_logging() -> None:
             logger.setLevel(logging.WARNING)
 
 
+def create_sqlite_store(out_dir: Path) -> None:
+    """Create `<out>/mlflow.db` atomically: under the folder's lock (N runs started at once wait for the first), in a
+    temporary file renamed into place, so a kill -9 during MLflow's table creation leaves no half-made store."""
+    db = out_dir / "mlflow.db"
+    if db.exists():
+        return
+    with folder_lock(out_dir):
+        if db.exists():
+            return
+        for stale in out_dir.glob(".mlflow.db.creating-*"):  # left by a process killed while creating
+            stale.unlink(missing_ok=True)
+        tmp = out_dir / f".mlflow.db.creating-{os.getpid()}"
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient(tracking_uri=f"sqlite:///{tmp.resolve()}").search_experiments(max_results=1)  # makes the schema
+        tmp.replace(db)
+
+
 def default_tags() -> dict[str, str]:
     import timm
     import torch
@@ -220,7 +280,11 @@ def default_tags() -> dict[str, str]:
             "timm_version": timm.__version__, "device": device, "host": socket.gethostname()}
 
 
-def running_run_ids(tracker: Tracker) -> list[str]:
-    """Runs of this experiment still marked RUNNING (to be reconciled with the ledger)."""
+def running_run_ids(tracker: Tracker, with_trial: bool = False) -> Any:
+    """Runs of this experiment still marked RUNNING (to be reconciled with the ledger); with `with_trial`, a dict
+    run id -> (study tag, trial number tag) for those that carry them."""
     runs = tracker.client.search_runs([tracker.experiment_id], "attributes.status = 'RUNNING'", max_results=10000)
-    return [r.info.run_id for r in runs]
+    if not with_trial:
+        return [r.info.run_id for r in runs]
+    return {r.info.run_id: (r.data.tags["study"], int(r.data.tags["trial"])) for r in runs
+            if "study" in r.data.tags and r.data.tags.get("trial", "").isdigit()}

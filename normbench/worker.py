@@ -2,7 +2,9 @@
 
 Order matters for exactly-once results: metrics go to MLflow first, then the ledger marks the cell COMPLETE, then
 the MLflow run is closed. A crash before COMPLETE re-runs the cell (its MLflow run is closed as FAILED); a crash
-after it only leaves a run to close, which `close_orphans` does on the next start.
+after it only leaves a run to close, which `close_orphans` does on the next start. A worker whose claim another
+took over (it stalled past the heartbeat grace) stops that cell and closes its run as KILLED; a tracking server that
+stays away past NORMBENCH_RETRY_SECONDS after training keeps the result in the ledger and spools the MLflow part.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from optuna.trial import TrialState
 
 from normbench.config import CellConfig
 from normbench.distributed import Dist, broadcast
-from normbench.errors import NormbenchError
+from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
 from normbench.ledger import Ledger
 from normbench.progress import Progress
 from normbench.tracking import Tracker, running_run_ids
@@ -64,7 +66,10 @@ def work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device
     """Run cells until every study of `jobs()` is finished. `jobs` is re-read when the current ones run dry, so
     tuning can add its re-runs of the best configurations once the searches end. Under torchrun this is rank 0;
     the other ranks `follow` it."""
-    summary = _work(jobs, ledger, tracker, device, progress, suite_name, max_cells, dist)
+    try:
+        summary = _work(jobs, ledger, tracker, device, progress, suite_name, max_cells, dist)
+    finally:
+        ledger.close()
     broadcast(None, dist)  # no more cells: the following ranks return
     return summary
 
@@ -111,8 +116,15 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
     """Train one claimed cell. Returns (False, ...) if it raised (recorded as a failed trial, retried on the next
     run), and the seconds spent training, not counting the logging and pruning calls made between epochs."""
     cell_id, params, config = job.cell_for(trial)
-    run_id = tracker.start(cell_id, params, tags={"suite": suite_name, "study": job.study.study_name,
-                                                  "trial": str(trial.number)})
+    try:
+        run_id = tracker.start(cell_id, params, tags={"suite": suite_name, "study": job.study.study_name,
+                                                      "trial": str(trial.number)})
+    except (KeyboardInterrupt, NormbenchError):  # the server went away as the run opened: give the cell back
+        try:
+            ledger.release(job.study, trial)
+        except Exception:
+            pass
+        raise
     trial.set_user_attr("mlflow_run_id", run_id)
     progress.start_cell(cell_id, config.train.epochs)
     between_epochs = 0.0
@@ -120,6 +132,8 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
     def on_epoch(record: dict[str, Any]) -> bool:
         nonlocal between_epochs
         started = time.perf_counter()
+        if not ledger.claim_held(trial):  # another worker took this cell over: stop training it
+            raise ClaimLostError(f"trial {trial.number} was taken over")
         tracker.log_epoch(run_id, record)
         progress.epoch(record)
         prune = False
@@ -134,9 +148,10 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
         with ledger.heartbeat(trial):
             broadcast(config, dist)  # the other ranks train the same cell
             result = train_cell(config, device=device, on_epoch=on_epoch, dist=dist)
+    except ClaimLostError:
+        return _lost_claim(cell_id, run_id, tracker, progress), time.perf_counter() - train_started - between_epochs
     except (KeyboardInterrupt, NormbenchError):  # stop the suite; the cell goes back to the queue
-        tracker.fail(run_id, "KILLED")
-        ledger.release(job.study, trial)
+        release(job, trial, run_id, ledger, tracker)
         raise
     except Exception as e:  # a crash in one cell must not take the suite down
         tracker.fail(run_id)
@@ -147,12 +162,40 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
             raise
         return False, time.perf_counter() - train_started - between_epochs
     trained = time.perf_counter() - train_started - between_epochs
-    tracker.log_telemetry(run_id, result.get("telemetry", []))
-    tracker.summarize(run_id, result)
-    ledger.finish(job.study, trial, result)
+    try:
+        if not ledger.claim_held(trial, ask=True):
+            raise ClaimLostError(f"trial {trial.number} was taken over")
+        try:
+            tracker.log_telemetry(run_id, result.get("telemetry", []))
+            tracker.summarize(run_id, result)
+        except ServerUnreachableError:  # spooled by summarize: keep the result, MLflow gets it on the next run
+            ledger.finish(job.study, trial, result)
+            progress.note(f"cell {cell_id} finished; its MLflow summary is spooled in {tracker.spool_dir} and "
+                          "logged on the next run")
+            raise
+        ledger.finish(job.study, trial, result)
+    except ClaimLostError:
+        return _lost_claim(cell_id, run_id, tracker, progress), trained
     tracker.close(run_id)
     progress.end_cell(result)
     return True, trained
+
+
+def release(job: Job, trial: optuna.Trial, run_id: str, ledger: Ledger, tracker: Tracker) -> None:
+    """Give a claimed cell back on the way out (Ctrl-C, SIGTERM, an outage past the budget): its run KILLED, its
+    trial queued again. Best effort: the server that stopped us may be the one we cannot tell."""
+    tracker.fail(run_id, "KILLED")
+    try:
+        ledger.release(job.study, trial)
+    except Exception:  # the ledger is away: the heartbeat (database) or the lock (journal) frees the cell instead
+        pass
+
+
+def _lost_claim(cell_id: str, run_id: str, tracker: Tracker, progress: Progress) -> bool:
+    tracker.fail(run_id, "KILLED")  # never FINISHED, never FAILED-with-status-ok
+    progress.note(f"cell {cell_id}: another worker took it over while this one was stalled or cut off from the "
+                  "ledger; stopped it here (it is recorded once, by that worker)")
+    return True
 
 
 def close_orphans(ledger: Ledger, study: optuna.Study, tracker: Tracker) -> None:
@@ -160,10 +203,15 @@ def close_orphans(ledger: Ledger, study: optuna.Study, tracker: Tracker) -> None
     for failed in ledger.reclaim(study):
         if run_id := failed.user_attrs.get("mlflow_run_id"):
             tracker.fail(run_id)
-    running = set(running_run_ids(tracker))
+    running = running_run_ids(tracker, with_trial=True)
     if not running:
         return
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
-        run_id = t.user_attrs.get("mlflow_run_id")
-        if run_id in running:
-            tracker.close(run_id) if t.state != TrialState.FAIL else tracker.fail(run_id)
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    for run_id, (study_name, number) in running.items():
+        # found by the run's own study/trial tags: a worker killed between opening the run and writing its id to
+        # the trial leaves a run no trial names
+        t = trials.get(number) if study_name == study.study_name else None
+        if t is None or t.state in (TrialState.RUNNING, TrialState.WAITING):
+            continue
+        done = t.state in (TrialState.COMPLETE, TrialState.PRUNED) and t.user_attrs.get("mlflow_run_id") == run_id
+        tracker.close(run_id) if done else tracker.fail(run_id)

@@ -116,8 +116,11 @@ def test_kill_9_mid_suite_then_resume_runs_every_cell_exactly_once(write_suite, 
         time.sleep(0.5)
         if not (out / "ledger.journal").exists():
             continue
-        states = [t.state for t in ledger_cells(out, "crash")]
-        if TrialState.COMPLETE in states and TrialState.RUNNING in states:
+        cells = ledger_cells(out, "crash")
+        states = [t.state for t in cells]
+        # mid-cell: its MLflow run started (killed between the claim and the run, it would have no run to fail)
+        if TrialState.COMPLETE in states and any(t.state == TrialState.RUNNING and "mlflow_run_id" in t.user_attrs
+                                                 for t in cells):
             break
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

@@ -55,9 +55,9 @@ def test_matrix_expands_in_order_with_single_values_and_extra_axes(write_suite):
     path = write_suite(matrix={"depth": [2, 4], "layer": "rezero", "drop_path_rate": [0.0, 0.1], "seed": [0]})
     suite = load_suite(path)
     cells = suite.cells()
-    assert [c.cell_id for c in cells] == [
-        "depth=2,layer=rezero,drop_path_rate=0,seed=0", "depth=2,layer=rezero,drop_path_rate=0.1,seed=0",
-        "depth=4,layer=rezero,drop_path_rate=0,seed=0", "depth=4,layer=rezero,drop_path_rate=0.1,seed=0"]
+    assert [c.cell_id for c in cells] == [  # expanded in file order; each id names its axes sorted
+        "depth=2,drop_path_rate=0,layer=rezero,seed=0", "depth=2,drop_path_rate=0.1,layer=rezero,seed=0",
+        "depth=4,drop_path_rate=0,layer=rezero,seed=0", "depth=4,drop_path_rate=0.1,layer=rezero,seed=0"]
     assert cells[1].config.model.drop_path_rate == 0.1 and cells[3].config.model.depth == 4
     assert cells[0].config.model.embed_dim == 16  # the base recipe reaches every cell
 

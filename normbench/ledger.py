@@ -49,6 +49,16 @@ def _env_seconds(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
 
+def engine_kwargs(url: str, grace_period: int) -> dict[str, Any]:
+    """SQLAlchemy engine options for a ledger database. On PostgreSQL a worker stopped (SIGSTOP, a frozen VM)
+    inside a transaction would hold its row locks and block every peer: the server ends such a session after the
+    grace, and the worker retries. Other databases (SQLite) take no such option."""
+    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if url.startswith("postgresql"):
+        kwargs["connect_args"] = {"options": f"-c idle_in_transaction_session_timeout={grace_period * 1000}"}
+    return kwargs
+
+
 class Ledger:
     """The record of cells. `url=None` keeps it in `<out_dir>/ledger.journal`."""
 
@@ -77,11 +87,7 @@ class Ledger:
             try:
                 self.storage = retrying(optuna.storages.RDBStorage(
                     url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
-                    heartbeat_stale_trial_callback=self._on_stale, engine_kwargs={
-                        "pool_pre_ping": True,
-                        # a worker stopped (SIGSTOP, a frozen VM) inside a transaction would hold its row locks and
-                        # block every peer; the server ends such a session after the grace, the worker retries
-                        "connect_args": {"options": f"-c idle_in_transaction_session_timeout={grace_period * 1000}"}}),
+                    heartbeat_stale_trial_callback=self._on_stale, engine_kwargs=engine_kwargs(url, grace_period)),
                     what=f"the ledger database {redact(self.url)}")
                 error = None
                 break

@@ -155,20 +155,16 @@ class Tracker:
         the ledger has the cell, so a crash in between is repaired (not duplicated) by the next run."""
         from mlflow.entities import Metric, RunTag
 
-        try:
-            self.flush(run_id)
-        except ServerUnreachableError:
-            self._spool(run_id, result)
-            raise
-        now = int(time.time() * 1000)
         summary = {"best_val_top1": result["best_val_top1"], "final_val_top1": result["final_val_top1"],
                    "diverged": float(result["status"] == "diverged"), "epochs_run": result["epochs_run"],
                    "images_per_sec_mean": result["images_per_sec"], "params": result["params"],
                    "cell_seconds": result["seconds"], **leaderboard_scores(result)}
         try:
+            self.flush(run_id)
+            now = int(time.time() * 1000)
             self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in summary.items()],
                                   tags=[RunTag("status", result["status"])])
-        except ServerUnreachableError:
+        except ServerUnreachableError:  # the server is away past the retry budget: keep it for the next run
             self._spool(run_id, result["status"], summary)
             raise
 

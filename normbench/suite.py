@@ -307,6 +307,13 @@ def _check_cell(cell: Cell, where: str) -> None:
     for key, value in positive.items():
         if value <= 0:
             raise SuiteError(f"{where}: {key}: must be positive, got {value!r}")
+    t = cell.config.train
+    not_negative = {"train.telemetry_every": t.telemetry_every, "train.attn_extra_loss": t.attn_extra_loss,
+                    "train.attn_extra_loss_layers": t.attn_extra_loss_layers,
+                    "train.train_feature_decay": t.train_feature_decay}  # 0 turns each off
+    for key, value in not_negative.items():
+        if value < 0:
+            raise SuiteError(f"{where}: {key}: must be 0 (off) or more, got {value!r}")
     choices = {"model.drop_path_mode": (m.drop_path_mode, ("linear", "uniform")),
                "model.global_pool": (m.global_pool, ("token", "avg")),
                "train.amp": (cell.config.train.amp, ("auto", "bf16", "none")),

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from normbench.cli import main
+from normbench.errors import SuiteError
 from normbench.suite import load_suite
 from tests.conftest import REPO
 
@@ -112,3 +113,13 @@ def test_shipped_suites_state_the_seed_claims():
     assert {(c["layer"], c["beats"], c["depth"], c["by"]) for c in suite.claims} == {
         ("layerscale", "layernorm", 24, 0.0), ("layerscale", "layernorm", 36, 0.0),
         ("learnable_scaler", "layernorm", 36, 3.4)}
+
+
+@pytest.mark.parametrize("key", ["telemetry_every", "attn_extra_loss", "attn_extra_loss_layers",
+                                 "train_feature_decay"])
+def test_a_negative_telemetry_or_aux_loss_setting_is_refused_naming_the_key(tmp_path, key):
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: s\ndataset: {{name: digits}}\ntrain: {{{key}: -1}}\n"
+                    "matrix: {depth: [1], layer: [layernorm], lr: [1.0e-3], seed: [0]}\n")
+    with pytest.raises(SuiteError, match=f"train.{key}: must be 0"):
+        load_suite(path)

@@ -149,16 +149,24 @@ class Ledger:
             if self.heartbeats:  # beat at once: a worker lost before its cell's heartbeat thread starts is still seen
                 self.storage.record_heartbeat(frozen._trial_id)  # type: ignore[attr-defined]
             trial = optuna.Trial(study, frozen._trial_id)
-            if not self.heartbeats:  # a journal file: peers tell this process alive by its OS lock
-                self._life = self._life or LifeLock(Path(self.url).parent)
-                trial.set_user_attr("worker_lock", self._life.path.name)
-            trial.set_user_attr("worker_host", worker_host())
-            trial.set_user_attr("worker_pid", os.getpid())
-            if self._duplicate(study, frozen):
-                study.tell(trial, state=TrialState.FAIL)
+            try:
+                with self.owned(trial):
+                    self._sign(trial)
+                    if self._duplicate(study, frozen):
+                        study.tell(trial, state=TrialState.FAIL)
+                        continue
+            except ClaimLostError:  # stalled past the grace while signing: a peer failed and re-queued it
                 continue
             return trial
         return None
+
+    def _sign(self, trial: optuna.Trial) -> None:
+        """Write who holds the trial, so peers can tell a dead holder from a live one."""
+        if not self.heartbeats:  # a journal file: peers tell this process alive by its OS lock
+            self._life = self._life or LifeLock(Path(self.url).parent)
+            trial.set_user_attr("worker_lock", self._life.path.name)
+        trial.set_user_attr("worker_host", worker_host())
+        trial.set_user_attr("worker_pid", os.getpid())
 
     def _duplicate(self, study: optuna.Study, claimed: FrozenTrial) -> bool:
         """Two workers can queue the same cell at once; the second copy is dropped when claimed."""
@@ -256,13 +264,20 @@ class Ledger:
         """Store the metrics on the trial, then mark it COMPLETE (or PRUNED). Raises ClaimLostError when another
         worker took the trial over meanwhile (it trains the cell; this result is not recorded twice)."""
         summary = {k: _json_safe(v) for k, v in result.items() if k != "history"}
-        try:
+        with self.owned(trial):
             trial.set_user_attr("result", summary)
             trial.set_user_attr("history", [{k: _json_safe(v) for k, v in h.items()} for h in result["history"]])
             if result["status"] == "pruned":
                 study.tell(trial, state=TrialState.PRUNED)
             else:
                 study.tell(trial, result["best_val_top1"])
+
+    @contextmanager
+    def owned(self, trial: optuna.Trial) -> Iterator[None]:
+        """Write to a claimed trial. If another worker failed it as stale meanwhile (this one stalled past the
+        grace at any point, even before its first epoch), the write raises ClaimLostError, not Optuna's error."""
+        try:
+            yield
         except UpdateFinishedTrialError:
             self._lost.add(trial._trial_id)
             raise ClaimLostError(f"trial {trial.number} was taken over by another worker") from None

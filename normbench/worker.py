@@ -125,7 +125,11 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
         except Exception:
             pass
         raise
-    trial.set_user_attr("mlflow_run_id", run_id)
+    try:
+        with ledger.owned(trial):
+            trial.set_user_attr("mlflow_run_id", run_id)
+    except ClaimLostError:  # stalled between the claim and here: the cell is another worker's now
+        return _lost_claim(cell_id, run_id, tracker, progress), 0.0
     progress.start_cell(cell_id, config.train.epochs)
     between_epochs = 0.0
 
@@ -138,7 +142,8 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
         progress.epoch(record)
         prune = False
         if job.report:
-            trial.report(record["val_top1"], record["epoch"])
+            with ledger.owned(trial):
+                trial.report(record["val_top1"], record["epoch"])
             prune = trial.should_prune()
         between_epochs += time.perf_counter() - started
         return prune
@@ -155,8 +160,12 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
         raise
     except Exception as e:  # a crash in one cell must not take the suite down
         tracker.fail(run_id)
-        trial.set_user_attr("error", f"{type(e).__name__}: {e}"[:1000])
-        job.study.tell(trial, state=TrialState.FAIL)
+        try:
+            with ledger.owned(trial):
+                trial.set_user_attr("error", f"{type(e).__name__}: {e}"[:1000])
+                job.study.tell(trial, state=TrialState.FAIL)
+        except ClaimLostError:  # already failed as stale and queued again: nothing more to record here
+            pass
         progress.note(f"cell {cell_id} failed: {type(e).__name__}: {e} (it is retried on the next run)")
         if dist is not None:  # the other ranks may be inside a collective: end the group (torchrun stops them)
             raise

@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("leaderboard", help="regenerate leaderboard.md, results.csv and plots from a ledger")
     p.add_argument("out", type=Path, help="a suite's output folder, e.g. results/smoke")
     p.add_argument("--storage", help="ledger URL, if the suite ran on a shared database")
+    p.add_argument("--reference", type=Path, help="another suite's output folder: check whether its layer ranking "
+                   "holds here (overrides the suite's `reference:`)")
 
     p = sub.add_parser("ledger", help="check or repair a suite's ledger.journal")
     p.add_argument("action", choices=("repair",), help="repair: keep every record before the first damaged line")
@@ -242,7 +244,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         raise NormbenchError(f"{args.out}: no such folder; pass a suite's output folder, e.g. results/smoke")
     suite_file = args.out / "suite.yaml"
     suite = load_suite(suite_file) if suite_file.exists() else None
-    path = write_leaderboard(args.out, suite=suite, storage=args.storage)
+    path = write_leaderboard(args.out, suite=suite, storage=args.storage, reference=args.reference)
     print(path)
     return 0
 

@@ -28,9 +28,12 @@ from normbench.report.tables import (
     claims_table,
     layer_table,
     markdown_table,
+    rankings_table,
     throughput_table,
+    transfer_table,
     tuned_table,
 )
+from normbench.report.transfer import RESAMPLES, ranking_transfer
 from normbench.report_telemetry import telemetry_section
 from normbench.suite import Suite
 
@@ -114,8 +117,12 @@ def header(suite: Suite | None, cells: pd.DataFrame) -> list[str]:
 
 
 def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None = None,
-                      tracker: Any = None) -> Path:
-    """Write results.csv, leaderboard.md and the plots into `out_dir`; log them to MLflow when a tracker is given."""
+                      tracker: Any = None, reference: str | Path | None = None) -> Path:
+    """Write results.csv, leaderboard.md and the plots into `out_dir`; log them to MLflow when a tracker is given.
+
+    `reference` (default: the suite's `reference:`) is another suite's output folder: the leaderboard then says
+    whether its layer ranking holds here, and transfer.csv is written.
+    """
     out_dir = Path(out_dir)
     ledger = Ledger(storage, out_dir)
     name = suite.name if suite else _single_suite_name(ledger)
@@ -128,6 +135,9 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
         lines.append("No finished cells yet.")
     else:
         lines += run_sections(cells, suite, out_dir)
+        reference = reference if reference is not None else suite.reference if suite else None
+        if reference is not None:
+            lines += transfer_section(cells, Path(reference), out_dir)
     if not tuned.empty:
         lines += ["## tuned (equal Optuna budget per layer and depth, chosen on val, re-run on seeds the search "
                   "did not train on)", "", markdown_table(tuned_table(tuned)), ""]
@@ -174,6 +184,51 @@ def run_sections(cells: pd.DataFrame, suite: Suite | None, out_dir: Path) -> lis
         else str(suite.cell({}).config.train.epochs)
     plots = write_plots(cells, select_lr(cells, ["layer", "depth"]), out_dir, dataset=dataset, epochs=epochs)
     return [*lines, *(f"![{p.stem}]({p.name})" for p in plots), ""]
+
+
+TRANSFER_DEFINITION = (f"score = test top-1 (%) at each suite's own val-selected lr, mean over seeds (as above); "
+                       "rho = Spearman's rank correlation over the layers both suites ran at a depth (ties get "
+                       f"average ranks); 95% interval = percentile bootstrap, {RESAMPLES} resamples of the seeds with "
+                       "replacement within each layer's selected lr, each suite independently, the selected lrs kept "
+                       "fixed; 'all' = the mean of the per-depth rhos, its interval from the same resamples; holds: "
+                       "the interval lies above 0, reversed: below 0, else not settled")
+
+
+def transfer_section(cells: pd.DataFrame, reference: Path, out_dir: Path) -> list[str]:
+    """Does `reference`'s layer ranking hold here? Writes transfer.csv and transfer_rankings.csv into `out_dir`."""
+    title = f"## Ranking transfer from {reference.name or reference}"
+    there, problem = _reference_cells(reference)
+    if problem is None and cells.attrs.get("legacy"):
+        problem = "this suite's cells predate the test split (no val_top1/test_top1)"
+    if problem is not None:
+        return [title, "", f"NOTE: no ranking transfer check: {problem}.", ""]
+    result = ranking_transfer(cells, there)
+    result.summary.assign(reference=str(reference)).to_csv(out_dir / "transfer.csv", index=False)
+    result.rankings.to_csv(out_dir / "transfer_rankings.csv", index=False)
+    lines = [title, "", f"Reference: `{reference}`. {TRANSFER_DEFINITION}.", ""]
+    if not result.summary.empty:
+        lines += [markdown_table(transfer_table(result.summary)), ""]
+    lines += [f"- NOTE: {note}" for note in result.notes] + ([""] if result.notes else [])
+    for depth, group in result.rankings.groupby("depth", sort=True):
+        lines += [f"### depth {depth}: both rankings (rank 1 = best)", "",
+                  markdown_table(rankings_table(group, reference.name or str(reference))), ""]
+    return lines
+
+
+def _reference_cells(reference: Path) -> tuple[pd.DataFrame, str | None]:
+    """The reference's cells with scores, or why there are none (a note for the leaderboard, never a crash)."""
+    csv = reference / "results.csv"
+    if not reference.is_dir():
+        return pd.DataFrame(), f"reference folder `{reference}` not found (resolved from {Path.cwd()})"
+    if not csv.is_file():
+        return pd.DataFrame(), f"`{csv}` not found (has the reference suite run and written its leaderboard?)"
+    there = pd.read_csv(csv)
+    missing = [c for c in ("depth", "layer", "lr", "seed", "status", "val_top1", "test_top1") if c not in there]
+    if missing:
+        return there, f"`{csv}` lacks {', '.join(missing)} (written before the test split? re-run its leaderboard)"
+    if there["test_top1"].isna().all() and not (there["status"] == "diverged").all():
+        return there, f"`{csv}` has no test scores (val_top1/test_top1 are empty)"
+    return add_scores(there), None
 
 
 def budget_section(ledger: Ledger, suite_name: str) -> list[str]:

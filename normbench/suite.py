@@ -2,7 +2,8 @@
 
 A suite names a dataset, a base recipe (`model:`, `train:`), a `matrix:` whose axes are any model or train key
 (`depth`, `layer`, `lr`, `seed`, `drop_path_rate`, ...) and optionally a `tune:` section, lr bracketing
-(`bracket`, `bracket_max_steps`), the `baseline` layer of the paired comparisons and `claims` to check. Errors name
+(`bracket`, `bracket_max_steps`), the `baseline` layer of the paired comparisons, `claims` to check and a
+`reference` suite's output folder whose layer ranking the leaderboard tests for transfer. Errors name
 the file, the key, the bad value and the closest valid one.
 """
 
@@ -24,7 +25,7 @@ from normbench.data.config import DataConfig
 from normbench.errors import NormbenchError, SuiteError, did_you_mean
 
 TOP_LEVEL = ("name", "description", "dataset", "model", "train", "matrix", "tune", "device", "bracket",
-             "bracket_max_steps", "baseline", "claims")
+             "bracket_max_steps", "baseline", "claims", "reference")
 CLAIM_KEYS = ("layer", "beats", "depth", "by")
 SECTIONS: dict[str, type] = {"dataset": DataConfig, "model": ModelConfig, "train": TrainConfig}
 AXIS_SECTIONS = {"model": ModelConfig, "train": TrainConfig}
@@ -64,6 +65,7 @@ class Suite:
     bracket_max_steps: int = 3     # at most this many grid steps beyond each end of the lr grid
     baseline: str | None = None    # the layer every other is compared with (default layernorm when present)
     claims: list[dict[str, Any]] = field(default_factory=list)  # {layer, beats, depth, by}: checked in the report
+    reference: str | None = None   # another suite's output folder (relative to the cwd): does its ranking hold here?
 
     def cells(self) -> list[Cell]:
         """The matrix expanded in file order (the last axis varies fastest)."""
@@ -235,7 +237,7 @@ def _tune(raw: Any, suite: Suite, where: str) -> TuneConfig | None:
 
 
 def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
-    """bracket, bracket_max_steps, baseline and claims."""
+    """bracket, bracket_max_steps, baseline, claims and reference."""
     bracket, steps = raw.get("bracket", False), raw.get("bracket_max_steps", 3)
     if not isinstance(bracket, bool):
         raise SuiteError(f"{where}: bracket: expected true or false, got {bracket!r}")
@@ -273,6 +275,12 @@ def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
         if isinstance(by, bool) or not isinstance(by, (int, float)):
             raise SuiteError(f"{where}: {key}.by: expected a number of points, got {by!r}")
     suite.claims = [{**c, "by": float(c.get("by", 0))} for c in claims]
+    reference = raw.get("reference")
+    # checked for existence only by the leaderboard: the reference may finish after this suite starts
+    if reference is not None and (not isinstance(reference, str) or not reference.strip()):
+        raise SuiteError(f"{where}: reference: expected the path of another suite's output folder as a string, "
+                         f"e.g. results/depth-sweep-digits, got {reference!r}")
+    suite.reference = reference
 
 
 def _device(value: Any, where: str) -> str:

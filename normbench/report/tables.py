@@ -122,3 +122,20 @@ def throughput_table(cells: pd.DataFrame, row_keys: list[str]) -> pd.DataFrame:
     pivot = cells.pivot_table(index=row_keys, columns="depth", values="images_per_sec", aggfunc="median")
     pivot.columns = [f"depth {d}" for d in pivot.columns]
     return pivot.map(lambda v: "" if pd.isna(v) else f"{v:.0f}").reset_index()
+
+
+def transfer_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """transfer.ranking_transfer's summary: depth, layers, rho, 95% interval, verdict."""
+    return pd.DataFrame([{"depth": str(r["depth"]) if r["depth"] != "all" else "all (mean of depths)",
+                          "layers": str(r["layers"]), "rho": "—" if math.isnan(r["rho"]) else f"{r['rho']:+.2f}",
+                          "95% interval": ci_text(r["low"], r["high"]), "verdict": r["verdict"]}
+                         for _, r in summary.iterrows()])
+
+
+def rankings_table(rankings: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Both rankings of one depth side by side, in this suite's order."""
+    rows = rankings.sort_values(["rank_here", "layer"], kind="stable")
+    return pd.DataFrame([{"layer": r["layer"], "score here (%)": f"{r['score_here']:.2f}",
+                          f"score in {reference} (%)": f"{r['score_there']:.2f}",
+                          "rank here": f"{r['rank_here']:g}", f"rank in {reference}": f"{r['rank_there']:g}"}
+                         for _, r in rows.iterrows()])

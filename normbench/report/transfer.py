@@ -1,0 +1,141 @@
+"""Does a reference suite's layer ranking hold here? Spearman's rho between the two suites' scores, with an interval.
+
+Both frames are cell frames with `select`/`score` (stats.add_scores). Per (layer, depth) each frame's lr is chosen by
+stats.select_lr (val only) and its score is the test mean over seeds there. Per depth present in both frames, rho is
+taken over the layers both ran; with fewer than MIN_LAYERS there is no rho, only a note. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from normbench.report.stats import select_lr, selected_cells
+
+KEYS = ["layer", "depth"]
+MIN_LAYERS = 3  # two layers give rho = ±1 whatever the evidence
+RESAMPLES = 2000
+CONFIDENCE = 0.95
+POOLED = "all"  # the `depth` of the pooled row
+
+
+@dataclass
+class Transfer:
+    """summary: one row per common depth (and a pooled row, depth "all"): depth, layers, rho, low, high, verdict.
+    rankings: one row per (depth, common layer): scores, ranks (1 = best, ties averaged) and lrs of both frames.
+    notes: why a depth has no rho or no interval."""
+
+    summary: pd.DataFrame
+    rankings: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+
+def ranks(scores: np.ndarray) -> np.ndarray:
+    """Ranks along the last axis, 1 = the highest score, ties get the average of the ranks they span."""
+    frame = pd.DataFrame(np.atleast_2d(scores))
+    return frame.rank(axis=1, method="average", ascending=False).to_numpy().reshape(np.shape(scores))
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray | float:
+    """Spearman's rho along the last axis: Pearson's r of the average ranks; NaN where either side is constant."""
+    ra, rb = ranks(np.asarray(a, dtype=float)), ranks(np.asarray(b, dtype=float))
+    ra, rb = ra - ra.mean(axis=-1, keepdims=True), rb - rb.mean(axis=-1, keepdims=True)
+    denominator = np.sqrt((ra ** 2).sum(axis=-1) * (rb ** 2).sum(axis=-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = np.where(denominator > 0, (ra * rb).sum(axis=-1) / denominator, np.nan)
+    return float(rho) if rho.ndim == 0 else rho
+
+
+def verdict(low: float, high: float) -> str:
+    """"holds" when the interval lies above 0, "reversed" when below, else "not settled"."""
+    if math.isnan(low) or math.isnan(high):
+        return "not settled"
+    return "holds" if low > 0 else "reversed" if high < 0 else "not settled"
+
+
+def seed_scores(cells: pd.DataFrame) -> tuple[pd.DataFrame, dict[tuple[str, int], np.ndarray]]:
+    """select_lr's rows (layer, depth) and, per row, the seed scores at its selected lr."""
+    selected = select_lr(cells, KEYS)
+    at_best = selected_cells(cells, selected, KEYS)
+    scores = {(layer, depth): g["score"].to_numpy(dtype=float) for (layer, depth), g in at_best.groupby(KEYS)}
+    return selected, scores
+
+
+def _resampled_means(scores: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """`resamples` means of `scores` drawn with replacement (the seed bootstrap of one layer at one lr)."""
+    draws = rng.integers(0, len(scores), size=(resamples, len(scores)))
+    return scores[draws].mean(axis=1)
+
+
+def _interval(replicates: np.ndarray) -> tuple[float, float]:
+    tail = 100 * (1 - CONFIDENCE) / 2
+    finite = replicates[np.isfinite(replicates)]
+    if len(finite) == 0:
+        return math.nan, math.nan
+    low, high = np.percentile(finite, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def ranking_transfer(here: pd.DataFrame, there: pd.DataFrame, *, resamples: int = RESAMPLES,
+                     seed: int = 0) -> Transfer:
+    """Spearman's rho of the layer scores of `here` against `there`, per common depth and pooled.
+
+    The interval is a 95% percentile bootstrap: each replicate resamples the seeds with replacement within every
+    (layer, selected lr) of each frame independently and recomputes the means and rho. The lr chosen by the point
+    estimate is kept fixed (selection is not re-run per replicate), so the interval covers seed noise in the
+    scores, not the uncertainty of the lr choice. A row with a single seed in either frame cannot be resampled:
+    its depth gets a rho but no interval (a zero-width interval would claim certainty from one seed).
+
+    Pooled ("all"): the mean of the per-depth rhos over the depths that have one (each depth counts once, whatever
+    its number of layers); its interval comes from the same replicates, the mean taken in each.
+    """
+    rng = np.random.default_rng(seed)
+    sel_here, scores_here = seed_scores(here)
+    sel_there, scores_there = seed_scores(there)
+    merged = sel_here[[*KEYS, "lr", "mean", "n"]].merge(sel_there[[*KEYS, "lr", "mean", "n"]], on=KEYS,
+                                                         suffixes=("_here", "_there"))
+    rows, rank_rows, notes = [], [], []
+    point_rhos, replicate_rhos = [], []
+    for depth in sorted(set(sel_here["depth"]) & set(sel_there["depth"])):
+        common = merged[merged["depth"] == depth].sort_values("layer")
+        layers = common["layer"].tolist()
+        a, b = common["mean_here"].to_numpy(float), common["mean_there"].to_numpy(float)
+        rank_a, rank_b = ranks(a), ranks(b)
+        rank_rows += [{"depth": depth, "layer": layer, "score_here": a[i], "score_there": b[i],
+                       "rank_here": rank_a[i], "rank_there": rank_b[i],
+                       "lr_here": common["lr_here"].iloc[i], "lr_there": common["lr_there"].iloc[i],
+                       "n_here": int(common["n_here"].iloc[i]), "n_there": int(common["n_there"].iloc[i])}
+                      for i, layer in enumerate(layers)]
+        row = {"depth": depth, "layers": len(layers), "rho": math.nan, "low": math.nan, "high": math.nan}
+        if len(layers) < MIN_LAYERS:
+            notes.append(f"depth {depth}: {len(layers)} layer(s) in both suites ({', '.join(layers) or 'none'}); "
+                         f"a rank correlation needs at least {MIN_LAYERS}")
+            rows.append({**row, "verdict": "—"})
+            continue
+        row["rho"] = spearman(a, b)
+        point_rhos.append(row["rho"])
+        single = [layer for layer in layers
+                  if min(len(scores_here[(layer, depth)]), len(scores_there[(layer, depth)])) < 2]
+        if single:
+            notes.append(f"depth {depth}: one seed for {', '.join(single)} in one suite: no interval")
+            replicate_rhos.append(np.full(resamples, np.nan))
+        else:
+            boot_a = np.column_stack([_resampled_means(scores_here[(layer, depth)], resamples, rng)
+                                      for layer in layers])
+            boot_b = np.column_stack([_resampled_means(scores_there[(layer, depth)], resamples, rng)
+                                      for layer in layers])
+            replicate_rhos.append(spearman(boot_a, boot_b))
+            row["low"], row["high"] = _interval(replicate_rhos[-1])
+        rows.append({**row, "verdict": verdict(row["low"], row["high"])})
+    if point_rhos:
+        # a replicate with a constant side (all tied) has no rho: NaN there, excluded from the percentiles
+        pooled = np.mean(np.vstack(replicate_rhos), axis=0)
+        low, high = _interval(pooled)
+        rows.append({"depth": POOLED, "layers": sum(r["layers"] for r in rows if not math.isnan(r["rho"])),
+                     "rho": float(np.mean(point_rhos)), "low": low, "high": high, "verdict": verdict(low, high)})
+    if not rows:
+        notes.append("no depth is in both suites")
+    return Transfer(summary=pd.DataFrame(rows), rankings=pd.DataFrame(rank_rows), notes=notes)

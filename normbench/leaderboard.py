@@ -225,7 +225,8 @@ def _reference_cells(reference: Path) -> tuple[pd.DataFrame, str | None]:
     there = pd.read_csv(csv)
     missing = [c for c in ("depth", "layer", "lr", "seed", "status", "val_top1", "test_top1") if c not in there]
     if missing:
-        return there, f"`{csv}` lacks {', '.join(missing)} (written before the test split? re-run its leaderboard)"
+        return there, (f"`{csv}` lacks {', '.join(missing)} (written before the test split: regenerate its "
+                       "leaderboard, or re-run the suite if its ledger has no test scores either)")
     if there["test_top1"].isna().all() and not (there["status"] == "diverged").all():
         return there, f"`{csv}` has no test scores (val_top1/test_top1 are empty)"
     return add_scores(there), None

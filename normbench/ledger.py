@@ -169,12 +169,20 @@ class Ledger:
         trial.set_user_attr("worker_pid", os.getpid())
 
     def _duplicate(self, study: optuna.Study, claimed: FrozenTrial) -> bool:
-        """Two workers can queue the same cell at once; the second copy is dropped when claimed."""
+        """Two workers can queue the same cell at once. The copy that runs is the lowest-numbered one not failed:
+        a claimed copy is dropped if the cell is finished or a lower-numbered copy is running or waiting. The rule
+        is asymmetric on purpose: two workers that claim two copies at the same moment must not both drop theirs
+        (a symmetric "another copy is running" lost the cell), nor both keep them."""
         cid = claimed.user_attrs.get("cell_id")
-        return cid is not None and any(
-            t.user_attrs.get("cell_id") == cid and t.number != claimed.number
-            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.COMPLETE,
-                                                              TrialState.PRUNED)))
+        if cid is None:
+            return False
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING,
+                                                          TrialState.COMPLETE, TrialState.PRUNED)):
+            if t.user_attrs.get("cell_id") != cid or t.number == claimed.number:
+                continue
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED) or t.number < claimed.number:
+                return True
+        return False
 
     def reclaim(self, study: optuna.Study) -> list[FrozenTrial]:
         """Fail and re-queue the trials of dead workers; returns them (so their MLflow runs can be closed)."""

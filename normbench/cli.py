@@ -306,7 +306,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from normbench.probe import MISSION_LAYERS, grid, probe, summarize, write_report
+    from normbench.probe import MISSION_LAYERS, grid, probe, probe_recipe, summarize, write_report
+    from normbench.report.machine import machine_line
 
     if args.suite is not None:
         suite, _ = _load(args)
@@ -319,7 +320,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
         name = f"digits-dim{'-'.join(map(str, args.dim))}-depth{'-'.join(map(str, args.depth))}"
     frame = probe(configs_list, batch_size=args.batch_size, device=args.device)
     print(summarize(frame).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    print(write_report(frame, args.out, name, header=f"`normbench probe {' '.join(sys.argv[2:])}`".strip()))
+    header = [f"`normbench probe {' '.join(sys.argv[2:])}`".strip(), "",
+              f"- {probe_recipe(configs_list, args.batch_size)}", f"- {machine_line()}"]
+    print(write_report(frame, args.out, name, header="\n".join(header)))
     return 0
 
 

@@ -8,9 +8,6 @@ statistics are normbench/report/stats.py; this module reads the ledger and write
 
 from __future__ import annotations
 
-import datetime
-import os
-import platform
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,7 @@ from optuna.trial import TrialState
 
 from normbench.data.config import DATASET_ONLY_KEYS
 from normbench.ledger import Ledger
+from normbench.report.machine import machine_line
 from normbench.report.plots import write_plots
 from normbench.report.stats import add_scores, check_claims, select_lr
 from normbench.report.tables import (
@@ -87,13 +85,6 @@ def recipe_lines(suite: Suite) -> list[str]:
 
 
 def header(suite: Suite | None, cells: pd.DataFrame) -> list[str]:
-    import timm
-    import torch
-
-    import normbench
-
-    cpu = f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else cpu
     lines = [f"# normbench leaderboard: {suite.name if suite else '?'}", ""]
     if suite is not None:
         lines += [f"- suite: `{suite.path}`" + (f" — {suite.description}" if suite.description else "")]
@@ -107,9 +98,7 @@ def header(suite: Suite | None, cells: pd.DataFrame) -> list[str]:
                      f"{', '.join(f'{lr:g}' for lr in sorted(cells['lr'].unique()))}"
                      + (f" ({int((cells['bracket_round'] > 0).sum())} cells added by bracketing)"
                         if "bracket_round" in cells and (cells["bracket_round"] > 0).any() else ""))
-    lines += [f"- machine: {platform.node()}, {device}; normbench {normbench.__version__}, torch {torch.__version__}, "
-              f"timm {timm.__version__}; written {datetime.datetime.now():%Y-%m-%d %H:%M}",
-              f"- {len(cells)} cells; {SCORE_DEFINITION}"]
+    lines += [f"- {machine_line()}", f"- {len(cells)} cells; {SCORE_DEFINITION}"]
     if cells.attrs.get("legacy"):
         lines.append("- NOTE: this ledger predates the test split: every number below is the best-epoch VAL top-1, "
                      "chosen on the same split (optimistic); re-run the suite for test scores")

@@ -136,6 +136,15 @@ def grid(layers: Sequence[str], depths: Sequence[int], dims: Sequence[int], base
     return cells
 
 
+def probe_recipe(configs: Sequence[CellConfig], batch_size: int, seed: int = 0) -> str:
+    """What the probed models share, for the report's header: data, patch, heads, batch and init seed."""
+    first = configs[0].model
+    dims = sorted({c.model.embed_dim for c in configs})
+    return (f"recipe: {configs[0].data.name} (one validation batch of {batch_size} images, "
+            f"{f'{first.img_size} px' if first.img_size else 'native size'}), patch {first.patch_size}, {first.num_heads} heads, dim "
+            f"{'/'.join(map(str, dims))}, init seed {seed}; every layer's own init rule")
+
+
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (layer, depth, dim): the stream RMS entering the first block and leaving the last, their ratio,
     the largest per-block growth, the first and last blocks' gradient norms, and the last block's token cosine."""

@@ -136,8 +136,9 @@ def main() -> None:
     version = torch.__version__.split("+")[0]
     path = args.out / f"peer-timm-loop-cpu-{version}.md"
     args.out.mkdir(parents=True, exist_ok=True)
-    path.write_text("# normbench cell vs a plain timm loop\n\n" + header + "\n\n`OMP_NUM_THREADS="
-                    f"{os.environ.get('OMP_NUM_THREADS', '')} python scripts/peer_timm_loop.py --depth {args.depth} "
+    threads = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if "OMP_NUM_THREADS" in os.environ else ""
+    path.write_text("# normbench cell vs a plain timm loop\n\n" + header + f"\n\n`{threads}"
+                    f"python scripts/peer_timm_loop.py --depth {args.depth} "
                     f"--epochs {args.epochs} --repeats {args.repeats}`\n\n"
                     + "\n".join(f"- {s}" for s in summary) + "\n\n```\n" + "\n".join(lines) + "\n```\n",
                     encoding="utf-8")

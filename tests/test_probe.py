@@ -97,6 +97,8 @@ def test_cli_probe_flags_and_suite(tmp_path: Path, capsys):
     assert cli.main(["probe", str(suite), "--out", str(tmp_path), "--batch-size", "8"]) == 0
     text = (tmp_path / "probe-tinyprobe.md").read_text(encoding="utf-8")
     assert text.count("| rmsnorm ") == 2, "one model per (layer, depth): seeds do not change what is probed"
+    assert "recipe: digits (one validation batch of 8 images, native size), patch 4, 2 heads, dim 16" in text
+    assert "- machine: " in text and "torch " in text  # a committed report says where it came from
 
 
 @pytest.mark.parametrize(("flag", "value", "message"), [("--depth", "0", "depths of 1 or more"),

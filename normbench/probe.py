@@ -139,10 +139,10 @@ def grid(layers: Sequence[str], depths: Sequence[int], dims: Sequence[int], base
 def probe_recipe(configs: Sequence[CellConfig], batch_size: int, seed: int = 0) -> str:
     """What the probed models share, for the report's header: data, patch, heads, batch and init seed."""
     first = configs[0].model
-    dims = sorted({c.model.embed_dim for c in configs})
-    return (f"recipe: {configs[0].data.name} (one validation batch of {batch_size} images, "
-            f"{f'{first.img_size} px' if first.img_size else 'native size'}), patch {first.patch_size}, {first.num_heads} heads, dim "
-            f"{'/'.join(map(str, dims))}, init seed {seed}; every layer's own init rule")
+    dims = "/".join(map(str, sorted({c.model.embed_dim for c in configs})))
+    size = f"{first.img_size} px" if first.img_size else "native size"
+    return (f"recipe: {configs[0].data.name} (one validation batch of {batch_size} images, {size}), patch "
+            f"{first.patch_size}, {first.num_heads} heads, dim {dims}, init seed {seed}; every layer's own init rule")
 
 
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:

@@ -112,9 +112,21 @@ def test_a_3_s_blip_trains_no_cell_twice(write_suite, tmp_path, own_database, po
     _leaderboard(out, fresh_postgres_url)
     assert_invariants(out, "tiny", CELLS, storage=fresh_postgres_url)
     assert not [t for t in trials(out, "tiny", fresh_postgres_url) if t.state == TrialState.FAIL]  # none retried
+    if not (out / "mlflow.db").exists():  # opening a missing store would create it, racing the worker
+        return False
     client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id], "tags.cell_id != ''")
     assert Counter(r.data.tags["cell_id"] for r in runs) == Counter(CELLS)  # one MLflow run a cell: trained once
+
+
+def epoch_logged(out) -> bool:
+    """Whether a run in the output folder's MLflow store has its first epoch's metrics."""
+    if not (out / "mlflow.db").exists():  # opening a missing store would create it, racing the worker
+        return False
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("tiny")
+    return exp is not None and any("train_loss" in r.data.metrics
+                                   for r in client.search_runs([exp.experiment_id], max_results=10))
 
 
 def test_a_worker_stalled_past_the_grace_stops_its_cell_and_exits_cleanly(write_suite, tmp_path, fresh_postgres_url):
@@ -123,7 +135,10 @@ def test_a_worker_stalled_past_the_grace_stops_its_cell_and_exits_cleanly(write_
     out = tmp_path / "o"
     a = normbench("worker", path, "--out", out, "--storage", fresh_postgres_url, "--quiet",
                   env={**FAST_HEARTBEAT, "NORMBENCH_HOST": "node-a"})
-    wait_for(lambda: running(out, "tiny", fresh_postgres_url), what="worker a's cell in flight")
+    # stop a while it trains, just after its first epoch reached MLflow (the next write is >= 5 s away): stopped
+    # inside a write, it would hold the lock of the SQLite MLflow store the two "nodes" share here (real nodes
+    # share an MLflow server), and b could not open that store at all; a stall of the ledger is what is tested
+    wait_for(lambda: running(out, "tiny", fresh_postgres_url) and epoch_logged(out), what="worker a's first epoch")
     os.kill(a.pid, signal.SIGSTOP)  # a stalls: no heartbeat; b takes its cell over after the grace
     b = normbench("worker", path, "--out", out, "--storage", fresh_postgres_url, "--quiet",
                   env={**FAST_HEARTBEAT, "NORMBENCH_HOST": "node-b"})

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -154,12 +153,6 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return suite, out
 
 
-def _save_suite_copy(suite, out: Path) -> None:  # type: ignore[no-untyped-def]
-    out.mkdir(parents=True, exist_ok=True)
-    if suite.path.resolve() != (out / "suite.yaml").resolve():
-        shutil.copyfile(suite.path, out / "suite.yaml")  # `normbench leaderboard DIR` reads it back
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     suite, out = _load(args)
     if args.dry_run:
@@ -190,7 +183,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     suite, out = _load(args)
     from normbench.tune import tune_suite
 
-    _save_suite_copy(suite, out)
     summary = tune_suite(suite, out, storage=args.storage, device=args.device, workers=args.workers, quiet=args.quiet)
     return 1 if summary.errors else 0
 

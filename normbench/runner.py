@@ -37,19 +37,30 @@ def run_study_name(suite: Suite) -> str:
 
 def open_run_study(ledger: Ledger, suite: Suite) -> optuna.Study:
     """The suite's run study, refusing to resume a ledger trained with a different recipe."""
-    name = run_study_name(suite)
-    # load an existing study without writing (create_study appends a record even when it exists): a refused run
-    # must leave the ledger byte for byte as it was
-    study = (optuna.load_study(study_name=name, storage=ledger.storage) if name in ledger.study_names()
-             else ledger.study(name))
-    recipe = study.user_attrs.get("recipe")
-    if recipe is None:
+    return open_study_of_recipe(ledger, suite, run_study_name(suite))
+
+
+def open_study_of_recipe(ledger: Ledger, suite: Suite, name: str, **study_kwargs: Any) -> optuna.Study:
+    """Study `name`, stamped with the suite's recipe; refuses (SuiteError) when it was trained with another one."""
+    if name in ledger.study_names():
+        # load without writing (create_study appends a record even when it exists): a refused run must leave the
+        # ledger byte for byte as it was
+        study = optuna.load_study(study_name=name, storage=ledger.storage, **study_kwargs)
+        check_recipe(ledger, suite, study)
+    else:
+        study = ledger.study(name, **study_kwargs)
+    if "recipe" not in study.user_attrs:
         study.set_user_attr("recipe", suite.recipe_hash())
-    elif recipe != suite.recipe_hash():
+    return study
+
+
+def check_recipe(ledger: Ledger, suite: Suite, study: optuna.Study) -> None:
+    """Refuse to add cells of this suite to `study` if its dataset/model/train sections changed since it trained."""
+    recipe = study.user_attrs.get("recipe")
+    if recipe is not None and recipe != suite.recipe_hash():
         raise SuiteError(f"{suite.path}: its dataset/model/train sections changed since the cells in this ledger "
                          f"({ledger.url}) were trained; resuming would mix recipes. Use another --out (or "
                          "--storage), or delete the old results. Changing only the matrix is fine.")
-    return study
 
 
 def cell_params(axes: dict[str, Any], config: CellConfig) -> dict[str, Any]:

@@ -20,7 +20,15 @@ from optuna.trial import TrialState
 
 from normbench.ledger import Ledger
 from normbench.progress import Progress
-from normbench.runner import cell_params, finish_suite, preflight, work_everywhere
+from normbench.runner import (
+    cell_params,
+    check_recipe,
+    finish_suite,
+    open_study_of_recipe,
+    preflight,
+    save_suite_copy,
+    work_everywhere,
+)
 from normbench.suite import Suite, TuneConfig, cell_id, with_overrides
 from normbench.tracking import Tracker
 from normbench.worker import Job, WorkSummary
@@ -68,9 +76,15 @@ def tune_context(suite: Suite, out_dir: Path, storage: str | None) -> tuple[Ledg
                          "(see suites/smoke.yaml)")
     tune = suite.tune
     ledger, tracker = Ledger(storage, out_dir), Tracker(out_dir, suite.name)
+    tuned_name = f"tuned:{suite.name}"
+    names = {cell_id(key): f"tune:{suite.name}:{cell_id(key)}" for key in search_keys(suite)}
+    existing = set(ledger.study_names())
+    for name in [*names.values(), tuned_name]:  # every check before any write: a refused tune changes nothing
+        if name in existing:
+            check_recipe(ledger, suite, optuna.load_study(study_name=name, storage=ledger.storage))
     studies = []
     for key in search_keys(suite):
-        study = ledger.study(f"tune:{suite.name}:{cell_id(key)}", **_sampler_and_pruner(tune))
+        study = open_study_of_recipe(ledger, suite, names[cell_id(key)], **_sampler_and_pruner(tune))
         ledger.enqueue(study, {f"slot-{i}": {} for i in range(tune.trials)})
         studies.append((key, study))
 
@@ -96,7 +110,7 @@ def tune_context(suite: Suite, out_dir: Path, storage: str | None) -> tuple[Ledg
         if any(study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
                for _, study in studies):
             return current
-        tuned = ledger.study(f"tuned:{suite.name}")
+        tuned = open_study_of_recipe(ledger, suite, tuned_name)
         items, extra = {}, {}
         for key, study in studies:
             complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -116,6 +130,7 @@ def tune_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, devic
                workers: int | None = None, quiet: bool = False) -> WorkSummary:
     device = preflight(suite, device)
     ledger, tracker, jobs = tune_context(suite, out_dir, storage)
+    save_suite_copy(suite, out_dir)  # after the recipe check: a refused tune leaves the folder's suite.yaml alone
     assert suite.tune is not None
     keys = search_keys(suite)
     progress = Progress(total=len(keys) * (suite.tune.trials + len(seeds(suite))), quiet=quiet)

@@ -29,3 +29,16 @@ def test_search_and_reruns_use_disjoint_seeds(write_suite, tmp_path):
     row = next(line for line in board.splitlines() if line.startswith("| layernorm "))
     assert "test top-1" in board and "[" in row  # two seeds: a CI
     assert pd.notna(tuned[0].user_attrs["result"]["test_top1"])
+
+
+def test_changed_recipe_refuses_to_resume_a_tune_and_leaves_its_folder_alone(write_suite, tmp_path, capsys):
+    tune = {"trials": 1, "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}}}
+    matrix = {"depth": [1], "layer": ["layernorm"], "seed": [0]}
+    out = tmp_path / "out"
+    assert main(["tune", str(write_suite(name="tr", matrix=matrix, tune=tune)), "--out", str(out), "--quiet"]) == 0
+    saved, journal = (out / "suite.yaml").read_text(), (out / "ledger.journal").read_bytes()
+    changed = write_suite(name="tr", matrix=matrix, tune=tune, train={"epochs": 2})
+    assert main(["tune", str(changed), "--out", str(out), "--quiet"]) == 2
+    assert "changed since the cells in this ledger" in capsys.readouterr().err
+    assert (out / "suite.yaml").read_text() == saved  # `normbench leaderboard OUT` still reads the recipe trained
+    assert (out / "ledger.journal").read_bytes() == journal

@@ -164,19 +164,37 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _dry_run(suite, out: Path, storage: str | None) -> int:  # type: ignore[no-untyped-def]
+    import pandas as pd
     from tabulate import tabulate
 
-    done: dict[str, str] = {}
+    frame = pd.DataFrame()
     if storage or (out / "ledger.journal").exists():
         from normbench.leaderboard import cells_frame
         from normbench.ledger import Ledger
 
         frame = cells_frame(Ledger(storage, out), f"run:{suite.name}")
-        done = dict(zip(frame.get("cell_id", []), frame.get("status", []), strict=False))
+    records = frame.to_dict("records")
+    done = {r["cell_id"]: r["status"] for r in records}
     rows = [[c.cell_id, done.get(c.cell_id, "to run")] for c in suite.cells()]
+    rows += [[r["cell_id"], f"{r['status']} (bracket round {r['bracket_round']})"] for r in records
+             if r["bracket_round"] > 0]
+    coming = _next_bracket_round(suite, records) if suite.bracket and len(done) >= len(rows) else []
+    rows += [[suite.cell(axes).cell_id, "to run (next bracket round)"] for axes in coming]
     print(tabulate(rows, headers=["cell", "status"], tablefmt="simple"))
     print(f"{len(rows)} cells, {len(done)} finished; output folder {out}")
+    if suite.bracket:
+        print("bracketing on: when the cells above have finished, each row whose val-selected lr is the smallest or "
+              "largest tried gets cells one grid step beyond it "
+              f"(at most bracket_max_steps={suite.bracket_max_steps} per end)")
     return 0
+
+
+def _next_bracket_round(suite, records: list[dict]) -> list[dict]:  # type: ignore[type-arg, no-untyped-def]
+    """The cells the next bracketing round would queue, from the finished cells (matrix and earlier rounds)."""
+    from normbench.bracket import bracket_axes
+
+    finished = [({k: r[k] for k in suite.matrix}, r) for r in records]
+    return bracket_axes(suite, finished)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

@@ -101,6 +101,25 @@ def test_growing_the_matrix_runs_only_the_new_cells(write_suite, tmp_path):
     assert len(mlflow_runs(out, "tiny")) == 8  # the first cell was not trained again
 
 
+def test_dry_run_lists_the_bracket_cells_run_and_the_next_round(write_suite, tmp_path, capsys):
+    # two lrs: the best is at an edge whatever it is, so the next round has one cell per seed
+    path = write_suite(name="dry", matrix={"depth": [1], "layer": ["layernorm"], "lr": [3e-4, 1e-3], "seed": [0]},
+                       bracket_max_steps=1)
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(path), "--out", str(out), "--bracket", "--dry-run"]) == 0
+    listed = capsys.readouterr().out
+    coming = [line.split()[0] for line in listed.splitlines() if "to run (next bracket round)" in line]
+    assert len(coming) == 1 and "3 cells, 2 finished" in listed and "bracket_max_steps=1 per end" in listed
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--bracket"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(path), "--out", str(out), "--bracket", "--dry-run"]) == 0
+    listed = capsys.readouterr().out
+    assert any(line.startswith(coming[0]) and "(bracket round 1)" in line for line in listed.splitlines())
+    assert "next bracket round" not in listed and "3 cells, 3 finished" in listed  # the step limit is reached
+
+
 def _normbench(*args: str, **kwargs) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "normbench", *args], cwd=REPO, **kwargs)
 

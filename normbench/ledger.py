@@ -108,8 +108,13 @@ class Ledger:
     # ------------------------------------------------------------------------------------------------ studies
 
     def study(self, name: str, **kwargs: Any) -> optuna.Study:
-        study = optuna.create_study(study_name=name, storage=self.storage, load_if_exists=True,
-                                    direction="maximize", **kwargs)
+        """Study `name`, created when missing. An existing one is loaded without a write (create_study appends a
+        record to the journal even when the study exists, and workers look their studies up in a loop)."""
+        try:
+            study = optuna.load_study(study_name=name, storage=self.storage, **kwargs)
+        except KeyError:
+            study = optuna.create_study(study_name=name, storage=self.storage, load_if_exists=True,
+                                        direction="maximize", **kwargs)
         if study.metric_names is None:  # optuna-dashboard's name for the objective (else "Objective 0")
             with warnings.catch_warnings():  # "set_metric_names is experimental": stable since Optuna 3.2
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

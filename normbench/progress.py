@@ -45,6 +45,15 @@ class Progress:
         per_unit = (time.monotonic() - self.started) / done
         return _duration(per_unit * max(0.0, self.cost_left - partial))
 
+    def add(self, costs: dict[str, float]) -> None:
+        """More cells to run (a bracketing round), with their relative costs: counted in the total and the ETA."""
+        self.total += len(costs)
+        if self.costs:
+            self.costs.update(costs)
+            self.cost_left += sum(costs.values())
+        else:
+            self.cost_left += len(costs)
+
     def _cost(self, cell_id: str) -> float:
         return self.costs.get(cell_id, 1.0) if self.costs else 1.0
 

@@ -42,13 +42,8 @@ def open_run_study(ledger: Ledger, suite: Suite) -> optuna.Study:
 
 def open_study_of_recipe(ledger: Ledger, suite: Suite, name: str, **study_kwargs: Any) -> optuna.Study:
     """Study `name`, stamped with the suite's recipe; refuses (SuiteError) when it was trained with another one."""
-    if name in ledger.study_names():
-        # load without writing (create_study appends a record even when it exists): a refused run must leave the
-        # ledger byte for byte as it was
-        study = optuna.load_study(study_name=name, storage=ledger.storage, **study_kwargs)
-        check_recipe(ledger, suite, study)
-    else:
-        study = ledger.study(name, **study_kwargs)
+    study = ledger.study(name, **study_kwargs)  # an existing study loads without a write: a refused run leaves the
+    check_recipe(ledger, suite, study)           # ledger byte for byte as it was
     if "recipe" not in study.user_attrs:
         study.set_user_attr("recipe", suite.recipe_hash())
     return study
@@ -112,11 +107,22 @@ def run_jobs(suite: Suite, study: optuna.Study, ledger: Ledger,
                 studies.append(ledger.study(f"bracket:{suite.name}:{len(studies)}"))
                 ledger.enqueue(studies[-1], new)
                 if progress is not None:
-                    progress.total += len(new)
-                    progress.note(f"bracket round {len(studies) - 1}: {len(new)} cells beyond the lr grid's edge")
+                    note_bracket_round(progress, suite, studies[-1].study_name, new)
         return [run_job(suite, s) for s in studies]
 
     return jobs
+
+
+def cell_cost(suite: Suite, axes: dict[str, Any]) -> float:
+    """A cell's relative cost for the ETA: depth x epochs."""
+    config = suite.cell(axes).config
+    return float(config.model.depth * config.train.epochs)
+
+
+def note_bracket_round(progress: Progress, suite: Suite, study_name: str, cells: dict[str, dict[str, Any]]) -> None:
+    """Count a new bracketing round's cells (`{cell_id: axes}`) in the progress line's total and ETA."""
+    progress.add({cid: cell_cost(suite, axes) for cid, axes in cells.items()})
+    progress.note(f"bracket round {study_name.rsplit(':', 1)[-1]}: {len(cells)} cells beyond the lr grid's edge")
 
 
 def preflight(suite: Suite, device: str | None) -> str:
@@ -141,16 +147,22 @@ def run_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, device
     save_suite_copy(suite, out_dir)  # after the recipe check: a refused run changes nothing in the folder
     cells = suite.cells()
     ledger.enqueue(study, {c.cell_id: c.axes for c in cells})
-    finished = {cell_id(t.user_attrs.get("axes", {})) or t.user_attrs.get("cell_id")
-                for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))}
-    done = len(finished)
-    costs = {c.cell_id: c.config.model.depth * c.config.train.epochs for c in cells if c.cell_id not in finished}
-    progress = Progress(total=len(cells), done=done, quiet=quiet, costs=costs)
-    progress.note(f"suite {suite.name}: {len(cells)} cells, {done} already finished; output in {out_dir}")
+    # the matrix and the bracketing rounds queued by an earlier run of this suite
+    queued = {c.cell_id: c.axes for c in cells}
+    finished = set()
+    for s in [study, *(ledger.study(n) for n in bracket_study_names(ledger, suite))]:
+        for t in s.get_trials(deepcopy=False, states=LIVE):
+            if "axes" in t.user_attrs:
+                queued.setdefault(cell_id(t.user_attrs["axes"]), t.user_attrs["axes"])
+                if t.state == TrialState.COMPLETE:
+                    finished.add(cell_id(t.user_attrs["axes"]))
+    costs = {cid: cell_cost(suite, axes) for cid, axes in queued.items() if cid not in finished}
+    progress = Progress(total=len(queued), done=len(finished), quiet=quiet, costs=costs)
+    progress.note(f"suite {suite.name}: {len(queued)} cells ({len(queued) - len(cells)} from bracketing), "
+                  f"{len(finished)} already finished; output in {out_dir}")
     summary = work_everywhere(suite, out_dir, jobs=run_jobs(suite, study, ledger, progress),
-                              study_names=[study.study_name, *bracket_study_names(ledger, suite)],
-                              ledger=ledger, tracker=tracker, storage=storage, device=device, workers=workers,
-                              progress=progress, mode="run")
+                              study_names=[study.study_name], ledger=ledger, tracker=tracker, storage=storage,
+                              device=device, workers=workers, progress=progress, mode="run")
     finish_suite(suite, out_dir, storage=storage, tracker=tracker, progress=progress, summary=summary)
     return summary
 
@@ -215,6 +227,12 @@ def count_finished(ledger: Ledger, study_names: list[str]) -> int:
                for n in study_names if n in existing)
 
 
+def queued_cells(ledger: Ledger, study_name: str) -> dict[str, dict[str, Any]]:
+    """`{cell_id: axes}` of the study's live cells."""
+    return {t.user_attrs["cell_id"]: t.user_attrs["axes"]
+            for t in ledger.study(study_name).get_trials(deepcopy=False, states=LIVE) if "axes" in t.user_attrs}
+
+
 def newly_finished(ledger: Ledger, study_names: list[str], seen: set[tuple[str, int]]) -> list[FrozenTrial]:
     """Finished trials of the studies not in `seen` (`(study, number)` pairs, updated in place)."""
     existing = set(ledger.study_names())
@@ -244,8 +262,29 @@ def spawn_workers(suite: Suite, out_dir: Path, *, storage: str | None, device: s
 
     gpus = torch.cuda.device_count() if device in ("auto", "cuda") and torch.cuda.is_available() else 0
     seen: set[tuple[str, int]] = set()
-    newly_finished(ledger, study_names, seen)  # cells finished before: not reported again
+    counted = {cid for name in bracket_study_names(ledger, suite)  # in the progress total already
+               for cid in queued_cells(ledger, name)}
+
+    def watched() -> list[str]:
+        """The studies whose finished cells are reported, with the bracketing rounds the workers queue."""
+        rounds = bracket_study_names(ledger, suite)
+        for name in rounds:
+            new = {cid: axes for cid, axes in queued_cells(ledger, name).items() if cid not in counted}
+            if new:
+                counted.update(new)
+                note_bracket_round(progress, suite, name, new)
+        return [*study_names, *(n for n in rounds if n not in study_names)]
+
+    newly_finished(ledger, watched(), seen)  # cells finished before: not reported again
     reported = 0
+
+    def report() -> None:
+        nonlocal reported
+        for t in newly_finished(ledger, watched(), seen):
+            progress.record(t.user_attrs.get("cell_id", f"trial {t.number}"), t.user_attrs.get("result"),
+                            where=f"  (worker {t.user_attrs.get('worker_pid', '?')})")
+            reported += 1
+
     procs = []
     for i in range(workers):
         env = dict(os.environ)
@@ -261,10 +300,8 @@ def spawn_workers(suite: Suite, out_dir: Path, *, storage: str | None, device: s
     try:
         while any(p.poll() is None for p in procs):
             time.sleep(2.0)
-            for t in newly_finished(ledger, study_names, seen):  # each cell's result as a worker finishes it
-                progress.record(t.user_attrs.get("cell_id", f"trial {t.number}"), t.user_attrs.get("result"),
-                                where=f"  (worker {t.user_attrs.get('worker_pid', '?')})")
-                reported += 1
+            report()  # each cell's result as a worker finishes it
+        report()  # and those finished since the last look
     except KeyboardInterrupt as stop:  # Ctrl-C reaches every worker; SIGTERM (SLURM, Kubernetes) only this process
         deadline = time.monotonic() + (0.0 if isinstance(stop, Terminated) else 5.0)
         for p in procs:

@@ -57,3 +57,12 @@ def test_a_finished_cell_drops_any_later_copy(two_copies):
     later = study.get_trials(deepcopy=False)[1]
     ledger.storage.set_trial_state_values(later._trial_id, state=TrialState.RUNNING)
     assert ledger._duplicate(study, study.get_trials(deepcopy=False)[1])
+
+
+def test_looking_up_an_existing_study_writes_nothing(tmp_path):
+    ledger = Ledger(None, tmp_path)
+    ledger.study("run:quiet")
+    size = (tmp_path / "ledger.journal").stat().st_size
+    for _ in range(3):  # workers and the progress loop look their studies up every few seconds
+        assert ledger.study("run:quiet").study_name == "run:quiet"
+    assert (tmp_path / "ledger.journal").stat().st_size == size

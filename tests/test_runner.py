@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -162,6 +163,20 @@ def test_two_local_workers_run_every_cell_exactly_once(write_suite, tmp_path):
     assert_each_cell_once(out, "pair", len(layers))
     pids = {t.user_attrs["worker_pid"] for t in ledger_cells(out, "pair") if t.state == TrialState.COMPLETE}
     assert len(pids) == 2  # both workers took cells
+
+
+def test_parent_of_local_workers_counts_the_bracketing_rounds_they_queue(write_suite, tmp_path):
+    # two lrs, one step allowed: 2 matrix cells, then 1 bracket cell that a worker queues
+    path = write_suite(name="wbr", matrix={"depth": [1], "layer": ["layernorm"], "lr": [3e-4, 1e-3], "seed": [0]},
+                       bracket_max_steps=1)
+    out = tmp_path / "out"
+    proc = _normbench("run", str(path), "--out", str(out), "--workers", "2", "--bracket", stderr=subprocess.PIPE,
+                      text=True)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "bracket round 1: 1 cells beyond the lr grid's edge" in err
+    counts = [(int(d), int(t)) for d, t in re.findall(r"^\[(\d+)/(\d+)\] depth=", err, flags=re.M)]
+    assert counts[-1] == (3, 3) and all(done <= total for done, total in counts), err  # the round's cell counted
 
 
 def _free_port() -> int:

@@ -8,10 +8,10 @@ every seed, or `bracket_max_steps` lrs lie beyond that end of the grid. Pure: th
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
+from normbench.selection import select_value
 from normbench.suite import Suite
 
 
@@ -21,15 +21,6 @@ def grid_ratio(lrs: Iterable[float]) -> float:
     if len(grid) < 2:
         raise ValueError(f"an lr grid needs two values to have a ratio, got {grid}")
     return (grid[-1] / grid[0]) ** (1 / (len(grid) - 1))
-
-
-def select_value(result: dict[str, Any]) -> float:
-    """What selection reads from a finished cell: val top-1 at the final epoch (best val for ledgers written before
-    the test split existed); 0 for a diverged cell. Never the test score."""
-    if result.get("status") == "diverged":
-        return 0.0
-    value = result.get("val_top1", result.get("best_val_top1"))
-    return 0.0 if value is None or not math.isfinite(value) else float(value)
 
 
 def bracket_axes(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:

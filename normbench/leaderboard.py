@@ -228,11 +228,12 @@ def budget_section(ledger: Ledger, suite_name: str) -> list[str]:
     for name in sorted(n for n in ledger.study_names() if n.startswith(prefix)):
         trials = ledger.study(name).get_trials(deepcopy=False)
         spent = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+        best = max((t.value for t in spent if t.value is not None), default=nan)
         rows.append({"study": name[len(prefix):], "trials": len(spent),
                      "pruned": sum(t.state == TrialState.PRUNED for t in spent),
                      "diverged": sum(t.user_attrs.get("result", {}).get("status") == "diverged" for t in spent),
                      "lost workers (re-run)": sum(t.state == TrialState.FAIL for t in trials),
-                     "best val top-1 (%)": f"{max((t.value for t in spent if t.value is not None), default=nan):.2f}"})
+                     "best val top-1 (%, final epoch)": f"{best:.2f}"})
     if not rows:
         return []
     return ["## tuning budget (trials per study)", "", markdown_table(pd.DataFrame(rows)), ""]

@@ -31,6 +31,7 @@ from normbench.errors import ClaimLostError, ServerUnreachableError
 from normbench.journal import SafeJournalFileBackend
 from normbench.locks import LifeLock, holder_dead
 from normbench.retry import raw, redact, retrying
+from normbench.selection import select_value
 from normbench.trial_params import add_waiting_trial, axis_distributions
 
 WORKER_ATTRS = ("worker_host", "worker_pid", "mlflow_run_id")
@@ -118,7 +119,7 @@ class Ledger:
         if study.metric_names is None:  # optuna-dashboard's name for the objective (else "Objective 0")
             with warnings.catch_warnings():  # "set_metric_names is experimental": stable since Optuna 3.2
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                study.set_metric_names(["best_val_top1"])
+                study.set_metric_names(["val_top1_final_epoch"])
         return study
 
     def study_names(self) -> list[str]:
@@ -282,8 +283,8 @@ class Ledger:
             trial.set_user_attr("history", [{k: _json_safe(v) for k, v in h.items()} for h in result["history"]])
             if result["status"] == "pruned":
                 study.tell(trial, state=TrialState.PRUNED)
-            else:
-                study.tell(trial, result["best_val_top1"])
+            else:  # the value `normbench tune` ranks by: the selection rule's, final-epoch val
+                study.tell(trial, select_value(result))
 
     @contextmanager
     def owned(self, trial: optuna.Trial) -> Iterator[None]:

@@ -3,9 +3,10 @@
 One study per point of the matrix without its seed and tuned axes, named `tune:<suite>:depth=12,layer=layerscale`.
 Each study gets exactly `tune.trials` trial slots queued up front, so the budget is equal however many workers
 share it; pruned and diverged trials spend budget like any other. The search trains on `search_seed` (one past the
-largest seed of the matrix) and ranks trials by val top-1. When every search is over, the best config of each study
-is re-run for every seed of the matrix in the study `tuned:<suite>`: seeds the search never trained on, so the
-winning trial's lucky draw is not counted again, and reported by test top-1 like `normbench run`.
+largest seed of the matrix) and ranks trials by val top-1 at the final epoch (normbench/selection.py). When every
+search is over, the best config of each study is re-run for every seed of the matrix in the study
+`tuned:<suite>`: seeds the search never trained on, so the winning trial's lucky draw is not counted again, and
+reported by test top-1 like `normbench run`.
 """
 
 from __future__ import annotations

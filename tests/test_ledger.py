@@ -66,3 +66,16 @@ def test_looking_up_an_existing_study_writes_nothing(tmp_path):
     for _ in range(3):  # workers and the progress loop look their studies up every few seconds
         assert ledger.study("run:quiet").study_name == "run:quiet"
     assert (tmp_path / "ledger.journal").stat().st_size == size
+
+
+@pytest.mark.parametrize("result, value", [
+    ({"status": "ok", "best_val_top1": 90.0, "val_top1": 70.0}, 70.0),  # the final epoch, as the report's score
+    ({"status": "diverged", "best_val_top1": 40.0, "val_top1": float("nan")}, 0.0),  # blew up: scores 0
+])
+def test_a_finished_trials_value_is_the_selection_rule_final_epoch_val(tmp_path, result, value):
+    ledger = Ledger(None, tmp_path)
+    study = ledger.study("tune:sel")
+    ledger.enqueue(study, {"c": AXES})
+    trial = ledger.claim(study)
+    ledger.finish(study, trial, {**result, "history": []})
+    assert study.get_trials(deepcopy=False)[0].value == value  # what `normbench tune` ranks trials by

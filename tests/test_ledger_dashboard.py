@@ -74,7 +74,7 @@ def test_dashboard_lists_each_trial_with_its_axes_and_a_named_objective(tmp_path
     assert train_all(ledger, FIRST) == 4
     dashboard = Dashboard(str(tmp_path / "ledger.journal"))
     study = dashboard.study("run:grow")
-    assert study["objective_names"] == ["best_val_top1"]
+    assert study["objective_names"] == ["val_top1_final_epoch"]
     assert len(study["trials"]) == 4
     for trial in study["trials"]:
         cell = next(a["value"] for a in trial["user_attrs"] if a["key"] == "cell_id")

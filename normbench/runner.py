@@ -147,15 +147,12 @@ def run_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, device
     save_suite_copy(suite, out_dir)  # after the recipe check: a refused run changes nothing in the folder
     cells = suite.cells()
     ledger.enqueue(study, {c.cell_id: c.axes for c in cells})
-    # the matrix and the bracketing rounds queued by an earlier run of this suite
+    rounds = bracket_study_names(ledger, suite)  # queued by an earlier run of this suite: counted too
     queued = {c.cell_id: c.axes for c in cells}
-    finished = set()
-    for s in [study, *(ledger.study(n) for n in bracket_study_names(ledger, suite))]:
-        for t in s.get_trials(deepcopy=False, states=LIVE):
-            if "axes" in t.user_attrs:
-                queued.setdefault(cell_id(t.user_attrs["axes"]), t.user_attrs["axes"])
-                if t.state == TrialState.COMPLETE:
-                    finished.add(cell_id(t.user_attrs["axes"]))
+    for name in rounds:
+        queued.update(queued_cells(ledger, name))
+    finished = {cell_id(t.user_attrs["axes"]) for s in [study, *map(ledger.study, rounds)]
+                for t in s.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if "axes" in t.user_attrs}
     costs = {cid: cell_cost(suite, axes) for cid, axes in queued.items() if cid not in finished}
     progress = Progress(total=len(queued), done=len(finished), quiet=quiet, costs=costs)
     progress.note(f"suite {suite.name}: {len(queued)} cells ({len(queued) - len(cells)} from bracketing), "

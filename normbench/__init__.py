@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from normbench import _timm_hook
+from normbench.model import timm_hook as _timm_hook
 
 __version__ = "0.1.0"
 __all__ = ["get_layer", "list_layers", "register_layer", "resolve_layer", "__version__"]

@@ -138,13 +138,13 @@ def _stopped_message(args: argparse.Namespace, stop: KeyboardInterrupt, argv: li
 
 
 def _redacted(url: str) -> str:
-    from normbench.ledger import redact
+    from normbench.store.ledger import redact
 
     return redact(url)
 
 
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from normbench.suite import load_suite
+    from normbench.spec.suite import load_suite
 
     suite = load_suite(args.suite)
     if getattr(args, "bracket", False):
@@ -157,7 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     suite, out = _load(args)
     if args.dry_run:
         return _dry_run(suite, out, args.storage)
-    from normbench.runner import run_suite
+    from normbench.sweep.runner import run_suite
 
     summary = run_suite(suite, out, storage=args.storage, device=args.device, workers=args.workers, quiet=args.quiet)
     return 1 if summary.errors else 0
@@ -169,8 +169,8 @@ def _dry_run(suite, out: Path, storage: str | None) -> int:  # type: ignore[no-u
 
     frame = pd.DataFrame()
     if storage or (out / "ledger.journal").exists():
-        from normbench.leaderboard import cells_frame
-        from normbench.ledger import Ledger
+        from normbench.report.leaderboard import cells_frame
+        from normbench.store.ledger import Ledger
 
         frame = cells_frame(Ledger(storage, out), f"run:{suite.name}")
     records = frame.to_dict("records")
@@ -191,7 +191,7 @@ def _dry_run(suite, out: Path, storage: str | None) -> int:  # type: ignore[no-u
 
 def _next_bracket_round(suite, records: list[dict]) -> list[dict]:  # type: ignore[type-arg, no-untyped-def]
     """The cells the next bracketing round would queue, from the finished cells (matrix and earlier rounds)."""
-    from normbench.bracket import bracket_axes
+    from normbench.sweep.bracket import bracket_axes
 
     finished = [({k: r[k] for k in suite.matrix}, r) for r in records]
     return bracket_axes(suite, finished)
@@ -199,7 +199,7 @@ def _next_bracket_round(suite, records: list[dict]) -> list[dict]:  # type: igno
 
 def cmd_tune(args: argparse.Namespace) -> int:
     suite, out = _load(args)
-    from normbench.tune import tune_suite
+    from normbench.sweep.tune import tune_suite
 
     summary = tune_suite(suite, out, storage=args.storage, device=args.device, workers=args.workers, quiet=args.quiet)
     return 1 if summary.errors else 0
@@ -207,7 +207,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     suite, out = _load(args)
-    from normbench.distributed import from_env, shutdown
+    from normbench.train.distributed import from_env, shutdown
 
     dist = from_env()  # launched by torchrun: one cell over all of this node's processes
     try:
@@ -217,22 +217,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace, suite, out: Path, dist) -> int:  # type: ignore[no-untyped-def]
-    from normbench.progress import Progress
-    from normbench.runner import preflight
-    from normbench.worker import follow, work
+    from normbench.sweep.progress import Progress
+    from normbench.sweep.runner import preflight
+    from normbench.sweep.worker import follow, work
 
     device = preflight(suite, args.device)
     if dist is not None and not dist.is_main:
         follow(device, dist)
         return 0
     if args.mode == "tune":
-        from normbench.tune import tune_context
+        from normbench.sweep.tune import tune_context
 
         ledger, tracker, jobs = tune_context(suite, out, args.storage)
     else:
-        from normbench.ledger import Ledger
-        from normbench.runner import open_run_study, run_jobs
-        from normbench.tracking import Tracker
+        from normbench.store.ledger import Ledger
+        from normbench.sweep.runner import open_run_study, run_jobs
+        from normbench.tracking.tracker import Tracker
 
         ledger, tracker = Ledger(args.storage, out), Tracker(out, suite.name)
         study = open_run_study(ledger, suite)
@@ -247,8 +247,8 @@ def _worker(args: argparse.Namespace, suite, out: Path, dist) -> int:  # type: i
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from normbench.leaderboard import write_leaderboard
-    from normbench.suite import load_suite
+    from normbench.report.leaderboard import write_leaderboard
+    from normbench.spec.suite import load_suite
 
     if not args.out.is_dir():
         raise NormbenchError(f"{args.out}: no such folder; pass a suite's output folder, e.g. results/smoke")
@@ -260,7 +260,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:
-    from normbench.journal import repair
+    from normbench.store.journal import repair
 
     path = args.out if args.out.suffix == ".journal" else args.out / "ledger.journal"
     if not path.is_file():
@@ -276,13 +276,13 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from normbench.tracking import tracking_uri
+    from normbench.tracking.tracker import tracking_uri
 
     uri = tracking_uri(args.out)
     if uri.startswith("sqlite:") and not (args.out / "mlflow.db").exists():
         raise NormbenchError(f"{args.out}: no mlflow.db here; run a suite first (`normbench run suites/smoke.yaml`) "
                              "or pass its output folder")
-    from normbench.ui import check_port, prepare_experiment, serve, ui_url
+    from normbench.tracking.ui import check_port, prepare_experiment, serve, ui_url
 
     if not uri.startswith("sqlite:"):
         experiment_id = prepare_experiment(uri, args.out)
@@ -308,7 +308,7 @@ def cmd_layers(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from normbench.bench import run_bench
+    from normbench.diagnostics.bench import run_bench
 
     run_bench(layers=args.layers, depths=args.depth, dims=args.dim, batch_size=args.batch_size,
               device=args.device, compile_mode=args.compile, out_dir=args.out)
@@ -316,7 +316,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from normbench.probe import MISSION_LAYERS, grid, probe, probe_recipe, summarize, write_report
+    from normbench.diagnostics.probe import MISSION_LAYERS, grid, probe, probe_recipe, summarize, write_report
     from normbench.report.machine import machine_line
 
     if args.suite is not None:

@@ -1,6 +1,6 @@
 """timm's Attention with torch's fused kernel (`fused_attn=True`, F.scaled_dot_product_attention) against the
 explicit softmax(q kᵀ) v, forward + backward, interleaved, over sequence lengths: the measurement behind
-normbench/fastpath.py's choice of attention path per device and token count.
+normbench/train/fastpath.py's choice of attention path per device and token count.
 
     OMP_NUM_THREADS=1 python scripts/attention_path.py [--device cuda] [--repeats 7]
 
@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from timm.layers import Attention
 
-from normbench.bench import device_slug, time_ms, torch_version
-from normbench.device import resolve_device
+from normbench.diagnostics.bench import device_slug, time_ms, torch_version
+from normbench.train.device import resolve_device
 
 # (tokens, dim, heads, batch): digits at patch 2, and 4; CIFAR at patch 4; 224 px at patch 16; 256 px at patch 16
 SHAPES = ((17, 64, 4, 64), (33, 64, 4, 64), (65, 64, 4, 64), (65, 192, 3, 64), (197, 192, 3, 16), (257, 384, 6, 8))

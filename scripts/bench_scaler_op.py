@@ -13,10 +13,10 @@ import statistics
 import torch
 from torch import nn
 
-from normbench.bench import fwd_bwd, time_ms
-from normbench.device import resolve_device
+from normbench.diagnostics.bench import fwd_bwd, time_ms
 from normbench.errors import NormbenchError
 from normbench.layers.norms import LearnableScaler
+from normbench.train.device import resolve_device
 
 
 class AddcmulScaler(LearnableScaler):

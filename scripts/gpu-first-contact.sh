@@ -22,7 +22,7 @@ if ! "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() el
 fi
 
 export MLFLOW_DISABLE_TELEMETRY=true PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-slug=$("$python" -c 'import torch; from normbench.bench import device_slug; print(device_slug(torch.device("cuda")))')
+slug=$("$python" -c 'import torch; from normbench.diagnostics.bench import device_slug; print(device_slug(torch.device("cuda")))')
 mkdir -p results
 log="results/gpu-first-contact-$slug.log"
 exec > >(tee "$log") 2>&1

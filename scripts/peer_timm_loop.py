@@ -27,11 +27,11 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from normbench import fastpath
-from normbench.config import CellConfig, ModelConfig, TrainConfig
 from normbench.data.digits import load_digits_splits
-from normbench.schedule import warmup_cosine
-from normbench.train import train_cell
+from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
+from normbench.train import fastpath
+from normbench.train.loop import train_cell
+from normbench.train.schedule import warmup_cosine
 
 DIM, HEADS, PATCH, BATCH, LR, WD, SMOOTHING = 64, 4, 2, 64, 1e-3, 0.05, 0.1
 

@@ -12,8 +12,8 @@ import argparse
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from normbench.config import CellConfig, ModelConfig, TrainConfig
-from normbench.train import train_cell
+from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
+from normbench.train.loop import train_cell
 
 
 def digits_cell(layer: str, depth: int, epochs: int) -> CellConfig:

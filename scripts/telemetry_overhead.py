@@ -17,8 +17,8 @@ from contextlib import nullcontext
 
 import torch
 
-from normbench.config import CellConfig, ModelConfig, TrainConfig
-from normbench.train import train_cell
+from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
+from normbench.train.loop import train_cell
 
 
 def cell(every: int, args: argparse.Namespace) -> CellConfig:
@@ -30,8 +30,8 @@ def cell(every: int, args: argparse.Namespace) -> CellConfig:
 def step_costs(args: argparse.Namespace) -> None:
     from torch import nn
 
-    from normbench.model import NormbenchViT
-    from normbench.telemetry import BlockTelemetry
+    from normbench.model.vit import NormbenchViT
+    from normbench.train.telemetry import BlockTelemetry
 
     torch.manual_seed(0)
     model = NormbenchViT(img_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=64, depth=args.depth,

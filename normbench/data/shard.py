@@ -1,4 +1,4 @@
-"""A rank's share of every batch, for one cell trained over several processes (see normbench/distributed.py).
+"""A rank's share of every batch, for one cell trained over several processes (see normbench/train/distributed.py).
 
 Each rank keeps elements `rank, rank + world, ...` of the global batch that a single process would draw, so N
 processes together see exactly the single-process batches. Device-resident sets slice each batch after drawing it

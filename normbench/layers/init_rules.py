@@ -87,7 +87,7 @@ def fixup_scalars(model: nn.Module) -> list[nn.Parameter]:
 
 @torch.no_grad()
 def fixup_official_init(model: nn.Module) -> None:
-    """`fixup_init` plus the author's optimizer recipe, as parameter tags read by normbench/optim_groups.py:
+    """`fixup_init` plus the author's optimizer recipe, as parameter tags read by normbench/train/optim_groups.py:
     the scalar shifts and multipliers train at 0.1x the lr (`_lr_scale`) and every parameter gets weight decay
     (`_force_weight_decay`; the scripts pass one `weight_decay` to all groups, imagenet/imagenet_train.py)."""
     fixup_init(model)

@@ -42,7 +42,7 @@ class LearnableScaler(nn.Module):
     This is the layer, not the recipe behind the source's ViT result (depth 36: 76.32% -> 79.77%): that run also used
     two auxiliary losses (`--attn-extra-loss 0.03` on the first 6 blocks, `--train-feature-decay 0.1`), LAMB at lr
     5e-3, weight decay 0.02, batch 2048 (256 x 8 accumulated), clip 14, a custom schedule and 300 epochs. The losses
-    are opt-in TrainConfig keys (normbench/aux_losses.py); `suites/learnable-scaler-source.yaml` scales the recipe
+    are opt-in TrainConfig keys (normbench/train/aux_losses.py); `suites/learnable-scaler-source.yaml` scales the recipe
     down to digits. A plain suite trains the layer under the benchmark's shared recipe.
 
     Args:

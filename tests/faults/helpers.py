@@ -14,7 +14,7 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from normbench.ledger import Ledger
+from normbench.store.ledger import Ledger
 from tests.conftest import REPO
 
 # Short heartbeats so a lost or stalled worker is noticed in seconds, not a minute.

@@ -41,7 +41,7 @@ def test_a_path_in_the_way_mid_run_keeps_every_finished_cell(write_suite, tmp_pa
                                                              monkeypatch):
     """leaderboard.md turns into a folder while the cells train: exit 2 naming it; the cells are in the ledger and
     the next run (once it is moved away) only writes the leaderboard."""
-    from normbench import runner
+    from normbench.sweep import runner
 
     out = tmp_path / "out"
     real = runner.finish_suite

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from normbench.cli import main
-from normbench.journal import SafeJournalFileBackend
+from normbench.store.journal import SafeJournalFileBackend
 from tests.faults.helpers import assert_invariants
 
 CELLS = ["depth=1,layer=layernorm,lr=0.001,seed=0", "depth=1,layer=layerscale,lr=0.001,seed=0"]

@@ -8,7 +8,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from normbench.errors import ServerUnreachableError
-from normbench.retry import is_transient, retrying
+from normbench.store.retry import is_transient, retrying
 
 URL = "postgresql://user:secret@db:5432/normbench"
 

@@ -8,7 +8,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from normbench.errors import ServerUnreachableError
-from normbench.tracking import Tracker
+from normbench.tracking.tracker import Tracker
 
 RESULT = {"best_val_top1": 0.8, "final_val_top1": 0.75, "status": "ok", "epochs_run": 2, "images_per_sec": 100.0,
           "params": 1234, "seconds": 1.5}

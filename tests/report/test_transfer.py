@@ -12,7 +12,7 @@ import pytest
 from normbench.errors import SuiteError
 from normbench.report.stats import add_scores
 from normbench.report.transfer import ranking_transfer, spearman
-from normbench.suite import load_suite
+from normbench.spec.suite import load_suite
 
 LAYERS = ["layernorm", "layerscale", "rezero", "rmsnorm"]
 
@@ -119,7 +119,7 @@ def reference_folder(path: Path, scores: dict[str, float]) -> Path:
 
 def test_leaderboard_section_from_the_suite_key_and_the_cli_override(write_suite, tmp_path, one_torch_thread):
     from normbench.cli import main
-    from normbench.leaderboard import write_leaderboard
+    from normbench.report.leaderboard import write_leaderboard
 
     layers = ["layernorm", "layerscale", "rezero"]
     same = reference_folder(tmp_path / "digits-ref", {"layernorm": 70, "layerscale": 80, "rezero": 60})

@@ -1,0 +1,1 @@
+"""Measurements that train nothing: `normbench bench` (speed) and `normbench probe` (signal at init)."""

@@ -1,0 +1,217 @@
+"""Signal propagation at initialization, no training: why a layer trains well or not, before it trains.
+
+For each model, one batch forward and backward; forward hooks on every block (the block's forward is unchanged):
+
+    rms_in, rms_out  the residual stream's root mean square entering and leaving the block (all tokens, channels)
+    growth           rms_out / rms_in: 1 for a block that starts as the identity (ReZero, Fixup); > 1 where each
+                     branch adds to the stream (pre-LN: the stream grows with depth, so deep branches matter less)
+    grad_norm        the L2 norm of the loss gradient over the block's parameters (cross-entropy on the batch labels)
+    token_cos        mean cosine similarity between distinct tokens of an image at the block's output, averaged over
+                     the batch: towards 1 the tokens collapse to one direction (rank collapse)
+
+`probe_model` is a pure function (model + batch -> DataFrame); `probe` loops over layers x depths x dims;
+`summarize` reduces a probe to one row per model; `write_report` writes results/probe-<...>.md, .csv and .png.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normbench.errors import NormbenchError
+from normbench.spec.recipe import CellConfig, ModelConfig
+
+MISSION_LAYERS = ("layernorm", "rmsnorm", "learnable_scaler", "layerscale", "rezero", "fixup")
+COLUMNS = ["block", "rms_in", "rms_out", "growth", "grad_norm", "token_cos"]
+
+
+def _rms(x: torch.Tensor) -> float:
+    return x.float().pow(2).mean().sqrt().item()
+
+
+def token_cosine(x: torch.Tensor) -> float:
+    """Mean cosine similarity between the distinct tokens of each sample, averaged over samples.
+
+    Args:
+        x: tokens (B, N, C), N >= 2.
+    """
+    unit = F.normalize(x.float(), dim=-1)
+    sim = unit @ unit.transpose(1, 2)  # (B, N, N)
+    n = x.shape[1]
+    off_diagonal = sim.sum(dim=(1, 2)) - sim.diagonal(dim1=1, dim2=2).sum(dim=1)
+    return (off_diagonal / (n * (n - 1))).mean().item()
+
+
+def probe_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> pd.DataFrame:
+    """Per-block stream RMS, growth, gradient norm and token similarity of `model` at its current weights.
+
+    Args:
+        model: a NormbenchViT-shaped model (`model.blocks`); left with no gradients and in eval mode.
+        x: images (B, C_in, H, W).
+        y: labels (B,).
+    Returns:
+        one row per block, columns `COLUMNS`.
+    """
+    model.eval()  # dropout and drop-path off: the probe measures the init, not the noise
+    model.zero_grad(set_to_none=True)
+    seen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def hook(index: int):  # type: ignore[no-untyped-def]
+        def record(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+            seen[index] = (inputs[0].detach(), output.detach())
+        return record
+
+    handles = [block.register_forward_hook(hook(i)) for i, block in enumerate(model.blocks)]  # type: ignore[attr-defined]
+    try:
+        F.cross_entropy(model(x), y).backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    rows = []
+    for i, block in enumerate(model.blocks):  # type: ignore[attr-defined]
+        h_in, h_out = seen[i]
+        grads = [p.grad.float().pow(2).sum() for p in block.parameters() if p.grad is not None]
+        rms_in, rms_out = _rms(h_in), _rms(h_out)
+        rows.append({"block": i, "rms_in": rms_in, "rms_out": rms_out,
+                     "growth": rms_out / rms_in if rms_in > 0 else float("nan"),
+                     "grad_norm": torch.stack(grads).sum().sqrt().item() if grads else 0.0,
+                     "token_cos": token_cosine(h_out)})
+    model.zero_grad(set_to_none=True)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def probe(configs: Sequence[CellConfig], *, batch_size: int = 64, device: str = "cpu", seed: int = 0) -> pd.DataFrame:
+    """Probe each cell's model at init on one validation batch of its data set.
+
+    Args:
+        configs: the cells to probe (their model and data sections are used; train.seed is replaced by `seed`).
+        batch_size: images in the probe batch (default 64).
+        device: where to run (default cpu).
+        seed: model init seed (default 0).
+    Returns:
+        the rows of `probe_model` for every cell, with columns layer, depth, dim first.
+    """
+    from normbench.data import build_data
+    from normbench.train.loop import build_model
+
+    frames, batches = [], {}
+    for cell in configs:
+        key = (repr(cell.data), cell.model.img_size)
+        if key not in batches:  # one data set per suite: load it once
+            data = build_data(cell.data, batch_size=batch_size, device=device, seed=seed, img_size=cell.model.img_size)
+            batches[key] = (data, next(iter(data.val)))
+        data, (x, y) = batches[key]
+        torch.manual_seed(seed)
+        model = build_model(replace(cell, train=replace(cell.train, seed=seed)), data).to(device)
+        frame = probe_model(model, x, y)
+        frame.insert(0, "dim", cell.model.embed_dim)
+        frame.insert(0, "depth", cell.model.depth)
+        frame.insert(0, "layer", cell.model.layer)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def grid(layers: Sequence[str], depths: Sequence[int], dims: Sequence[int], base: ModelConfig | None = None,
+         data=None) -> list[CellConfig]:  # type: ignore[no-untyped-def]
+    """CellConfigs for layers x depths x dims on top of `base` (default: ModelConfig's digits defaults)."""
+    base = base or ModelConfig()
+    if min(depths) < 1:
+        raise NormbenchError(f"probe: --depth {min(depths)} has no block to probe; use depths of 1 or more")
+    for dim in dims:
+        if dim < 1 or dim % base.num_heads:
+            raise NormbenchError(f"probe: --dim {dim} does not split into {base.num_heads} heads; use a positive "
+                                 f"multiple of {base.num_heads}, e.g. {max(1, dim // base.num_heads) * base.num_heads}")
+    cells = []
+    for dim in dims:
+        for depth in depths:
+            for layer in layers:
+                model = replace(base, layer=layer, depth=depth, embed_dim=dim)
+                cells.append(CellConfig(model=model) if data is None else CellConfig(model=model, data=data))
+    return cells
+
+
+def probe_recipe(configs: Sequence[CellConfig], batch_size: int, seed: int = 0) -> str:
+    """What the probed models share, for the report's header: data, patch, heads, batch and init seed."""
+    first = configs[0].model
+    dims = "/".join(map(str, sorted({c.model.embed_dim for c in configs})))
+    size = f"{first.img_size} px" if first.img_size else "native size"
+    return (f"recipe: {configs[0].data.name} (one validation batch of {batch_size} images, {size}), patch "
+            f"{first.patch_size}, {first.num_heads} heads, dim {dims}, init seed {seed}; every layer's own init rule")
+
+
+def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (layer, depth, dim): the stream RMS entering the first block and leaving the last, their ratio,
+    the largest per-block growth, the first and last blocks' gradient norms, and the last block's token cosine."""
+    def one(g: pd.DataFrame) -> pd.Series:
+        g = g.sort_values("block")
+        first, last = g.iloc[0], g.iloc[-1]
+        return pd.Series({
+            "rms_embed": first["rms_in"], "rms_last": last["rms_out"],
+            "stream_growth": last["rms_out"] / first["rms_in"] if first["rms_in"] > 0 else float("nan"),
+            "max_block_growth": g["growth"].max(),
+            "grad_first": first["grad_norm"], "grad_last": last["grad_norm"],
+            "token_cos_last": last["token_cos"],
+        })
+    keys = ["layer", "depth", "dim"]
+    out = frame.groupby(keys, sort=False)[[c for c in frame.columns if c not in keys]].apply(one)
+    return out.reset_index()
+
+
+def write_report(frame: pd.DataFrame, out_dir: Path, name: str, header: str = "") -> Path:
+    """results/probe-<name>.md (summary table), .csv (every block) and .png (per-block curves at the deepest depth).
+
+    Returns:
+        the markdown file's path.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"probe-{name}"
+    frame.to_csv(stem.with_suffix(".csv"), index=False)
+    table = summarize(frame)
+    _plot(frame, stem.with_suffix(".png"))
+    lines = [f"# normbench probe: {name}", "", header, "",
+             "Signal propagation at initialization (no training), one batch forward and backward. "
+             "`stream_growth`: RMS of the residual stream leaving the last block over RMS entering the first; "
+             "`max_block_growth`: the largest per-block ratio; `grad_first`/`grad_last`: gradient norm of the first "
+             "and last block's parameters (cross-entropy); `token_cos_last`: mean cosine between distinct tokens at "
+             "the last block (1 = rank collapse). Every block: "
+             f"`{stem.with_suffix('.csv').name}`; curves: `{stem.with_suffix('.png').name}`.", "",
+             table.to_markdown(index=False, floatfmt=".4g"), ""]
+    path = stem.with_suffix(".md")
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def _plot(frame: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    deepest = frame[frame["depth"] == frame["depth"].max()]
+    dim = deepest["dim"].max()
+    deepest = deepest[deepest["dim"] == dim]
+    first_rms = deepest[deepest["block"] == 0].set_index("layer")["rms_in"]
+    deepest = deepest.assign(stream=deepest["rms_out"] / deepest["layer"].map(first_rms))
+    panels = [("stream", "stream RMS after the block / entering block 0", False),
+              ("grad_norm", "gradient norm of the block (0 drawn at 1e-12)", True),
+              ("token_cos", "token cosine after the block", False)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(15, 4.2))
+    for ax, (column, title, log) in zip(axes, panels, strict=True):
+        for layer, g in deepest.groupby("layer", sort=False):
+            values = g[column].clip(lower=1e-12) if log else g[column]
+            ax.plot(g["block"], values, marker=".", label=layer)
+        ax.set_title(title)
+        ax.set_xlabel("block")
+        if log:
+            ax.set_yscale("log")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"at init: depth {int(deepest['depth'].max())}, dim {int(dim)}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,1 @@
+"""The deep-ViT template built from timm's parts, and its registration with timm."""

@@ -1,0 +1,163 @@
+"""Telemetry in the leaderboard: why a layer fails at depth, block by block (normbench/train/telemetry.py records it).
+
+For the suite's deepest depth and each layer at its selected lr (highest seed-mean `select`, val top-1, as the
+tables choose it; `score` where a frame has no `select`): one figure per
+quantity with a panel per layer (block index x training step, a heatmap), and a table of the end-of-training values
+of the first, middle and last block. Everything but `telemetry_section` is pure: DataFrames in, figures and
+DataFrames out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from normbench.train.telemetry import QUANTITIES
+
+LINEAR = {"attn_entropy"}  # shown on a linear colour scale; the other quantities span decades: log scale
+TITLES = {"stream_rms": "RMS of the residual stream entering each block",
+          "stream_max": "max |activation| of the stream entering each block",
+          "attn_rms": "attention branch output RMS (after its gate)",
+          "attn_ratio": "attention branch RMS / stream RMS",
+          "mlp_rms": "MLP branch output RMS (after its gate)",
+          "mlp_ratio": "MLP branch RMS / stream RMS",
+          "attn_entropy": "attention entropy (nats; mean over heads and queries)",
+          "grad_norm": "gradient norm of the block's parameters (before clipping)",
+          "update_ratio": "update-to-weight ratio of the block's weight matrices"}
+
+
+def telemetry_frame(cells: pd.DataFrame) -> pd.DataFrame:
+    """Long format: one row per (cell, step, block), the axes of `cells` beside the quantities.
+
+    Args:
+        cells: the leaderboard's cells (leaderboard.cells_frame): one row per cell; `telemetry` holds each cell's
+            records (a list of {step, block, quantity: value}), missing or empty for cells that recorded none.
+    Returns:
+        columns cell_id, layer, depth, lr, seed, select, score, step, block and every quantity present; empty when
+        no cell has telemetry.
+    """
+    if cells.empty or "telemetry" not in cells:
+        return pd.DataFrame()
+    axes = [c for c in ("cell_id", "layer", "depth", "lr", "seed", "select", "score", "status") if c in cells]
+    rows = [{**{a: cell[a] for a in axes}, **record}
+            for _, cell in cells.iterrows() if isinstance(cell["telemetry"], list) for record in cell["telemetry"]]
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    quantities = [q for q in QUANTITIES if q in frame]
+    frame[quantities] = frame[quantities].astype(float)  # None (a non-finite value) -> NaN
+    return frame
+
+
+def best_lr_telemetry(frame: pd.DataFrame, depth: int | None = None) -> pd.DataFrame:
+    """The rows of `depth` (default: the deepest) at each layer's selected lr: the highest seed-mean `select` (val;
+    the test score never chooses), ties to the smaller lr."""
+    if frame.empty:
+        return frame
+    depth = frame["depth"].max() if depth is None else depth
+    at_depth = frame[frame["depth"] == depth]
+    by = _chooser(frame)
+    means = at_depth.drop_duplicates("cell_id").groupby(["layer", "lr"])[by].mean().reset_index()
+    best = means.loc[means.groupby("layer")[by].idxmax(), ["layer", "lr"]]
+    return at_depth.merge(best, on=["layer", "lr"])
+
+
+def layer_order(frame: pd.DataFrame) -> list[str]:
+    """Layers by seed-mean `select` (val), best first."""
+    means = frame.drop_duplicates("cell_id").groupby("layer")[_chooser(frame)].mean()
+    return list(means.sort_values(ascending=False, kind="stable").index)
+
+
+def _chooser(frame: pd.DataFrame) -> str:
+    return "select" if "select" in frame else "score"
+
+
+def block_maps(frame: pd.DataFrame, quantity: str) -> dict[str, pd.DataFrame]:
+    """Per layer, the seed mean of `quantity` as a (block x step) table: index blocks, columns steps."""
+    return {layer: frame[frame["layer"] == layer].pivot_table(index="block", columns="step", values=quantity,
+                                                               aggfunc="mean", dropna=False)
+            for layer in layer_order(frame)}
+
+
+def quantity_figure(maps: dict[str, pd.DataFrame], quantity: str, depth: int) -> Any:
+    """One heatmap panel per layer (x training step, y block index), one colour scale shared by all panels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.colors import LogNorm, Normalize
+    from matplotlib.ticker import MaxNLocator
+
+    values = np.concatenate([m.to_numpy(dtype=float).ravel() for m in maps.values()]) if maps else np.array([])
+    finite = values[np.isfinite(values)]
+    if quantity in LINEAR:
+        norm = Normalize(*(finite.min(), finite.max()) if finite.size else (0.0, 1.0))
+    else:
+        positive = finite[finite > 0]
+        norm = LogNorm(*(positive.min(), positive.max()) if positive.size else (1e-3, 1.0))
+    cols = min(3, max(1, len(maps)))
+    rows = -(-len(maps) // cols) or 1
+    fig, axes = plt.subplots(rows, cols, figsize=(max(6, 4 * cols), 3 * rows + 0.6), squeeze=False, sharey=True,
+                             layout="constrained")
+    mesh = None
+    for ax, (layer, m) in zip(axes.ravel(), maps.items(), strict=False):
+        data = np.ma.masked_invalid(m.to_numpy(dtype=float))
+        if quantity not in LINEAR:
+            data = np.ma.masked_less_equal(data, 0)  # zero (a block at identity) has no log: left blank
+        mesh = ax.pcolormesh(m.columns.to_numpy(), m.index.to_numpy(), data, norm=norm, shading="nearest",
+                             cmap="viridis")
+        ax.set(title=layer, xlabel="step")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # blocks are whole numbers
+    for ax in axes.ravel()[len(maps):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("block")
+    if mesh is not None:
+        fig.colorbar(mesh, ax=axes.ravel().tolist(), shrink=0.9)
+    fig.suptitle(f"{TITLES.get(quantity, quantity)}\ndepth {depth}, each layer at its selected lr (seed mean)",
+                 fontsize=9)
+    return fig
+
+
+def end_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The last observed step of each cell, first/middle/last block, seed mean: rows (layer, block), columns the
+    quantities, values as text with 3 significant digits (blank where not finite)."""
+    last = frame[frame["step"] == frame.groupby("cell_id")["step"].transform("max")]
+    depth = int(frame["block"].max()) + 1
+    picks = {0: "first", depth // 2: "middle", depth - 1: "last"}
+    last = last[last["block"].isin(picks)]
+    quantities = [q for q in QUANTITIES if q in frame]
+    table = last.groupby(["layer", "block"])[quantities].mean().reset_index()
+    order = {layer: i for i, layer in enumerate(layer_order(frame))}
+    table = table.sort_values(["layer", "block"], key=lambda c: c.map(order) if c.name == "layer" else c)
+    table["block"] = [f"{b} ({picks[b]})" for b in table["block"]]
+    table[quantities] = table[quantities].map(lambda v: f"{v:.3g}" if pd.notna(v) else "")
+    return table.reset_index(drop=True)
+
+
+def telemetry_section(cells: pd.DataFrame, out_dir: Path) -> list[str]:
+    """The leaderboard's telemetry section: writes telemetry_<quantity>.png into `out_dir`, returns markdown lines
+    ([] when no cell recorded telemetry)."""
+    import matplotlib.pyplot as plt
+    from tabulate import tabulate
+
+    chosen = best_lr_telemetry(telemetry_frame(cells))
+    if chosen.empty:
+        return []
+    depth = int(chosen["depth"].iloc[0])
+    lines = [f"## telemetry at depth {depth} (each layer at its selected lr, seed mean)", "",
+             "End of training (last observed step), first / middle / last block. stream: the residual stream "
+             "entering the block; ratio: the gated branch's RMS over the stream's; update_ratio: one step's "
+             "||ΔW|| / ||W||.", "",
+             tabulate(end_table(chosen), headers="keys", tablefmt="github", showindex=False, disable_numparse=True),
+             ""]
+    for quantity in (q for q in QUANTITIES if q in chosen):
+        path = Path(out_dir) / f"telemetry_{quantity}.png"
+        fig = quantity_figure(block_maps(chosen, quantity), quantity, depth)
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        lines.append(f"![{path.stem}]({path.name})")
+    return [*lines, ""]

@@ -1,0 +1,340 @@
+"""YAML -> validated Suite -> list of Cells. Every problem is found before anything runs.
+
+A suite names a dataset, a base recipe (`model:`, `train:`), a `matrix:` whose axes are any model or train key
+(`depth`, `layer`, `lr`, `seed`, `drop_path_rate`, ...) and optionally a `tune:` section, lr bracketing
+(`bracket`, `bracket_max_steps`), the `baseline` layer of the paired comparisons, `claims` to check and a
+`reference` suite's output folder whose layer ranking the leaderboard tests for transfer. Errors name
+the file, the key, the bad value and the closest valid one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import typing
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from normbench.data.config import DataConfig
+from normbench.errors import NormbenchError, SuiteError, did_you_mean
+from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
+
+TOP_LEVEL = ("name", "description", "dataset", "model", "train", "matrix", "tune", "device", "bracket",
+             "bracket_max_steps", "baseline", "claims", "reference")
+CLAIM_KEYS = ("layer", "beats", "depth", "by")
+SECTIONS: dict[str, type] = {"dataset": DataConfig, "model": ModelConfig, "train": TrainConfig}
+AXIS_SECTIONS = {"model": ModelConfig, "train": TrainConfig}
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    trials: int                                  # per study, the same for every layer
+    space: dict[str, dict[str, Any]]             # key -> {low, high, log} | {choices: [...]}
+    sampler: str = "tpe"                         # tpe or random
+    pruner: str = "median"                       # median or none
+    startup_trials: int = 5                      # trials before TPE and the pruner act
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the matrix: its axis values, full recipe and stable id."""
+
+    axes: dict[str, Any]
+    config: CellConfig
+    cell_id: str
+
+
+@dataclass
+class Suite:
+    name: str
+    path: Path
+    dataset: DataConfig
+    model: dict[str, Any]
+    train: dict[str, Any]
+    matrix: dict[str, list[Any]]
+    tune: TuneConfig | None = None
+    device: str = "auto"
+    description: str = ""
+    axis_section: dict[str, str] = field(default_factory=dict)  # axis -> "model" | "train"
+    bracket: bool = False          # add lr cells beyond the grid's edge until the best lr is interior
+    bracket_max_steps: int = 3     # at most this many grid steps beyond each end of the lr grid
+    baseline: str | None = None    # the layer every other is compared with (default layernorm when present)
+    claims: list[dict[str, Any]] = field(default_factory=list)  # {layer, beats, depth, by}: checked in the report
+    reference: str | None = None   # another suite's output folder (relative to the cwd): does its ranking hold here?
+
+    def cells(self) -> list[Cell]:
+        """The matrix expanded in file order (the last axis varies fastest)."""
+        names = list(self.matrix)
+        return [self.cell(dict(zip(names, values, strict=True)))
+                for values in itertools.product(*self.matrix.values())]
+
+    def cell(self, axes: dict[str, Any]) -> Cell:
+        model, train = dict(self.model), dict(self.train)
+        for axis, value in axes.items():
+            (model if self.axis_section[axis] == "model" else train)[axis] = value
+        config = CellConfig(model=ModelConfig(**model), train=TrainConfig(**train), data=self.dataset)
+        return Cell(axes=axes, config=config, cell_id=cell_id(axes))
+
+    def layers(self) -> list[str]:
+        return list(self.matrix.get("layer", [self.model.get("layer", "layernorm")]))
+
+    def depths(self) -> list[int]:
+        return list(self.matrix.get("depth", [self.model.get("depth", 12)]))
+
+    def enable_bracket(self) -> None:
+        """Turn on lr bracketing (`--bracket`), which needs a grid of at least two lrs to take its ratio from."""
+        lrs = self.matrix.get("lr", [])
+        if len(lrs) < 2:
+            raise SuiteError(f"{self.path}: bracket: needs `matrix.lr` with at least two values (a step beyond the "
+                             f"edge is the grid's own ratio), got {lrs or 'no lr axis'}; add lrs or drop bracket")
+        self.bracket = True
+
+    def recipe_hash(self) -> str:
+        """Fingerprint of everything but the matrix: a ledger trained with another recipe must not be resumed."""
+        recipe = {"dataset": asdict(self.dataset), "model": self.model, "train": self.train}
+        return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def cell_id(axes: dict[str, Any]) -> str:
+    """`depth=2,layer=rmsnorm,lr=0.001,seed=0`: axes sorted by name, so reordering a suite's keys keeps every id."""
+    return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(axes.items()))
+
+
+# ---------------------------------------------------------------------------------------------------- loading
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Read and validate a suite file. Raises SuiteError (exit code 2) naming file, key and value."""
+    path = Path(path)
+    if not path.is_file():
+        raise SuiteError(f"{path}: suite file not found; the suites/ folder holds examples (suites/smoke.yaml)")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise SuiteError(f"{path}: not valid YAML: {e}") from None
+    return parse_suite(raw, path)
+
+
+def parse_suite(raw: Any, path: Path) -> Suite:
+    where = str(path)
+    if not isinstance(raw, dict):
+        raise SuiteError(f"{where}: a suite is a mapping of keys ({', '.join(TOP_LEVEL)}), got {type(raw).__name__}")
+    for key in raw:
+        if key not in TOP_LEVEL:
+            raise SuiteError(f"{where}: unknown key `{key}`{did_you_mean(key, TOP_LEVEL)}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise SuiteError(f"{where}: `name` must be a word of letters, digits, '-', '_' or '.' "
+                         f"(it names the output folder), got {name!r}")
+    sections = {s: _section(raw.get(s), cls, s, where) for s, cls in SECTIONS.items()}
+    try:
+        dataset = DataConfig(**sections["dataset"])
+        _check_dataset(dataset, where)
+    except TypeError as e:
+        raise SuiteError(f"{where}: dataset: {e}") from None
+    matrix, axis_section = _matrix(raw.get("matrix") or {}, where)
+    for axis in matrix:  # an axis overrides the base recipe; saying both is a mistake worth naming
+        if axis in sections[axis_section[axis]]:
+            raise SuiteError(f"{where}: `{axis}` is both in `{axis_section[axis]}:` and a matrix axis; keep one")
+    suite = Suite(name=name, path=path, dataset=dataset, model=sections["model"], train=sections["train"],
+                  matrix=matrix, axis_section=axis_section, device=_device(raw.get("device", "auto"), where),
+                  description=str(raw.get("description", "")))
+    suite.tune = _tune(raw.get("tune"), suite, where)
+    _protocol(raw, suite, where)
+    for cell in suite.cells():
+        _check_cell(cell, where)
+    return suite
+
+
+def _section(value: Any, cls: type, name: str, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SuiteError(f"{where}: `{name}` must be a mapping of keys, got {value!r}")
+    hints = typing.get_type_hints(cls)
+    valid = [f.name for f in fields(cls)]
+    for key, v in value.items():
+        if key not in hints:
+            raise SuiteError(f"{where}: {name}.{key}: unknown key{did_you_mean(key, valid)}")
+        _check_type(v, hints[key], f"{name}.{key}", where)
+    return dict(value)
+
+
+def _check_type(value: Any, hint: Any, key: str, where: str) -> None:
+    allowed = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, __import__("types").UnionType) \
+        else (hint,)
+    for t in allowed:
+        origin = typing.get_origin(t) or t
+        if t is type(None) and value is None:
+            return
+        if origin is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return
+        if origin is int and isinstance(value, int) and not isinstance(value, bool):
+            return
+        if origin in (str, bool, dict) and isinstance(value, origin):
+            return
+    wanted = " or ".join("null" if t is type(None) else getattr(typing.get_origin(t) or t, "__name__", str(t))
+                         for t in allowed)
+    raise SuiteError(f"{where}: {key}: expected {wanted}, got {value!r} ({type(value).__name__})")
+
+
+def _matrix(raw: Any, where: str) -> tuple[dict[str, list[Any]], dict[str, str]]:
+    if not isinstance(raw, dict):
+        raise SuiteError(f"{where}: `matrix` must map axis names to lists of values, got {raw!r}")
+    hints = {s: typing.get_type_hints(cls) for s, cls in AXIS_SECTIONS.items()}
+    matrix, axis_section = {}, {}
+    for axis, values in raw.items():
+        section = next((s for s, h in hints.items() if axis in h), None)
+        if section is None:
+            valid = [k for h in hints.values() for k in h]
+            raise SuiteError(f"{where}: matrix.{axis}: not a model or train key{did_you_mean(axis, valid)}")
+        values = values if isinstance(values, list) else [values]
+        if not values:
+            raise SuiteError(f"{where}: matrix.{axis}: needs at least one value")
+        if len(set(map(repr, values))) != len(values):
+            raise SuiteError(f"{where}: matrix.{axis}: repeated value in {values}")
+        for v in values:
+            _check_type(v, hints[section][axis], f"matrix.{axis}", where)
+        matrix[axis], axis_section[axis] = values, section
+    return matrix, axis_section
+
+
+def _tune(raw: Any, suite: Suite, where: str) -> TuneConfig | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise SuiteError(f"{where}: `tune` must be a mapping (trials, space, ...), got {raw!r}")
+    valid = [f.name for f in fields(TuneConfig)]
+    for key in raw:
+        if key not in valid:
+            raise SuiteError(f"{where}: tune.{key}: unknown key{did_you_mean(key, valid)}")
+    trials, space = raw.get("trials"), raw.get("space")
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
+        raise SuiteError(f"{where}: tune.trials: expected a positive int (trials per layer and depth), got {trials!r}")
+    if not isinstance(space, dict) or not space:
+        raise SuiteError(f"{where}: tune.space: expected a mapping of key -> {{low, high, log}} or {{choices}}")
+    tunable = {**typing.get_type_hints(ModelConfig), **typing.get_type_hints(TrainConfig)}
+    for key, dist in space.items():
+        if key not in tunable:
+            raise SuiteError(f"{where}: tune.space.{key}: not a model or train key{did_you_mean(key, tunable)}")
+        ok = isinstance(dist, dict) and (
+            ("choices" in dist and isinstance(dist["choices"], list) and set(dist) == {"choices"})
+            or ({"low", "high"} <= set(dist) <= {"low", "high", "log", "step"}
+                and all(isinstance(dist[k], (int, float)) for k in ("low", "high")) and dist["low"] < dist["high"]))
+        if not ok:
+            raise SuiteError(f"{where}: tune.space.{key}: expected {{low: a, high: b, log: bool}} with a < b, "
+                             f"or {{choices: [...]}}, got {dist!r}")
+    for key in ("sampler", "pruner"):
+        options = {"sampler": ("tpe", "random"), "pruner": ("median", "none")}[key]
+        if key in raw and raw[key] not in options:
+            raise SuiteError(f"{where}: tune.{key}: {raw[key]!r}{did_you_mean(raw[key], options)}")
+    return TuneConfig(**raw)
+
+
+def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
+    """bracket, bracket_max_steps, baseline, claims and reference."""
+    bracket, steps = raw.get("bracket", False), raw.get("bracket_max_steps", 3)
+    if not isinstance(bracket, bool):
+        raise SuiteError(f"{where}: bracket: expected true or false, got {bracket!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise SuiteError(f"{where}: bracket_max_steps: expected a positive int (grid steps beyond each edge), "
+                         f"got {steps!r}")
+    suite.bracket_max_steps = steps
+    if bracket:
+        suite.enable_bracket()
+    layers, depths = suite.layers(), suite.depths()
+    baseline = raw.get("baseline", "layernorm" if "layernorm" in layers else None)
+    if baseline is not None and baseline not in layers:
+        raise SuiteError(f"{where}: baseline: {baseline!r} is not a layer of this suite{did_you_mean(baseline, layers)}"
+                         f" (layers: {', '.join(layers)})")
+    suite.baseline = baseline
+    claims = raw.get("claims") or []
+    if not isinstance(claims, list):
+        raise SuiteError(f"{where}: claims: expected a list of {{layer, beats, depth, by}}, got {claims!r}")
+    for i, claim in enumerate(claims):
+        key = f"claims[{i}]"
+        if not isinstance(claim, dict) or not {"layer", "beats", "depth"} <= set(claim):
+            raise SuiteError(f"{where}: {key}: expected {{layer: A, beats: B, depth: D}} (and optionally by: points),"
+                             f" got {claim!r}")
+        for k in claim:
+            if k not in CLAIM_KEYS:
+                raise SuiteError(f"{where}: {key}.{k}: unknown key{did_you_mean(k, CLAIM_KEYS)}")
+        for k in ("layer", "beats"):
+            if claim[k] not in layers:
+                raise SuiteError(f"{where}: {key}.{k}: {claim[k]!r} is not a layer of this suite"
+                                 f"{did_you_mean(str(claim[k]), layers)} (layers: {', '.join(layers)})")
+        if claim["depth"] not in depths:
+            raise SuiteError(f"{where}: {key}.depth: {claim['depth']!r} is not a depth of this suite "
+                             f"(depths: {', '.join(map(str, depths))})")
+        by = claim.get("by", 0)
+        if isinstance(by, bool) or not isinstance(by, (int, float)):
+            raise SuiteError(f"{where}: {key}.by: expected a number of points, got {by!r}")
+    suite.claims = [{**c, "by": float(c.get("by", 0))} for c in claims]
+    reference = raw.get("reference")
+    # checked for existence only by the leaderboard: the reference may finish after this suite starts
+    if reference is not None and (not isinstance(reference, str) or not reference.strip()):
+        raise SuiteError(f"{where}: reference: expected the path of another suite's output folder as a string, "
+                         f"e.g. results/depth-sweep-digits, got {reference!r}")
+    suite.reference = reference
+
+
+def _device(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", value):
+        raise SuiteError(f"{where}: device: expected auto, cpu, cuda or cuda:N, got {value!r}")
+    return value
+
+
+def _check_dataset(dataset: DataConfig, where: str) -> None:
+    from normbench.data import DATASETS
+
+    if dataset.name not in DATASETS:
+        hint = did_you_mean(dataset.name, DATASETS)
+        raise SuiteError(f"{where}: dataset.name: unknown dataset `{dataset.name}`{hint}")
+
+
+def _check_cell(cell: Cell, where: str) -> None:
+    from normbench.layers import resolve_layer
+
+    m = cell.config.model
+    try:
+        resolve_layer(m.layer)
+    except NormbenchError as e:
+        key = "matrix.layer" if "layer" in cell.axes else "model.layer"
+        raise SuiteError(f"{where}: {key}: {e}") from None
+    if m.embed_dim % m.num_heads:
+        raise SuiteError(f"{where}: model: embed_dim {m.embed_dim} is not divisible by num_heads {m.num_heads} "
+                         f"(cell {cell.cell_id})")
+    positive = {"model.depth": m.depth, "model.embed_dim": m.embed_dim, "train.epochs": cell.config.train.epochs,
+                "train.batch_size": cell.config.train.batch_size, "train.lr": cell.config.train.lr,
+                "train.grad_accum_steps": cell.config.train.grad_accum_steps}
+    for key, value in positive.items():
+        if value <= 0:
+            raise SuiteError(f"{where}: {key}: must be positive, got {value!r}")
+    t = cell.config.train
+    not_negative = {"train.telemetry_every": t.telemetry_every, "train.attn_extra_loss": t.attn_extra_loss,
+                    "train.attn_extra_loss_layers": t.attn_extra_loss_layers,
+                    "train.train_feature_decay": t.train_feature_decay}  # 0 turns each off
+    for key, value in not_negative.items():
+        if value < 0:
+            raise SuiteError(f"{where}: {key}: must be 0 (off) or more, got {value!r}")
+    choices = {"model.drop_path_mode": (m.drop_path_mode, ("linear", "uniform")),
+               "model.global_pool": (m.global_pool, ("token", "avg")),
+               "train.amp": (cell.config.train.amp, ("auto", "bf16", "none")),
+               "train.compile": (cell.config.train.compile, ("auto", "on", "off"))}
+    for key, (value, options) in choices.items():
+        if value not in options:
+            raise SuiteError(f"{where}: {key}: {value!r}{did_you_mean(value, options)}")
+
+
+def with_overrides(cell: Cell, overrides: dict[str, Any], axis_section: dict[str, str]) -> CellConfig:
+    """A cell's recipe with tuned values applied (keys are model or train field names)."""
+    model_keys = {f.name for f in fields(ModelConfig)}
+    cfg = cell.config
+    model = replace(cfg.model, **{k: v for k, v in overrides.items() if k in model_keys})
+    train = replace(cfg.train, **{k: v for k, v in overrides.items() if k not in model_keys})
+    return CellConfig(model=model, train=train, data=cfg.data)

@@ -1,0 +1,330 @@
+"""Which cells exist, who runs them, which finished: an Optuna storage, one trial per cell.
+
+Locally the ledger is a journal file in the output folder (safe for many processes on one machine); with
+`--storage postgresql://...` it is a shared database for workers on many machines. A cell is a WAITING trial until
+a worker claims it (atomically: Optuna's WAITING -> RUNNING transition), then COMPLETE (or PRUNED). A worker that
+dies mid-cell is noticed two ways: on a journal file, the OS lock its process held is free (whatever its host name
+or pid); on a database, its heartbeat stops for longer than the grace period. Either way the trial is failed and a
+WAITING copy is queued, so the cell runs again. A database outage is waited out (normbench.store.retry); a worker whose
+claim was taken while it was stalled or cut off stops that cell (`claim_held`) instead of finishing it twice.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import FrozenTrial, TrialState
+
+from normbench.errors import ClaimLostError, ServerUnreachableError
+from normbench.spec.selection import select_value
+from normbench.store.journal import SafeJournalFileBackend
+from normbench.store.locks import LifeLock, holder_dead
+from normbench.store.retry import raw, redact, retrying
+from normbench.store.trial_params import add_waiting_trial, axis_distributions
+
+WORKER_ATTRS = ("worker_host", "worker_pid", "mlflow_run_id")
+UNFINISHED = (TrialState.WAITING, TrialState.RUNNING)
+LIVE = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def worker_host() -> str:
+    """This machine's name in the ledger; NORMBENCH_HOST overrides it (containers that share a hostname)."""
+    return os.environ.get("NORMBENCH_HOST") or socket.gethostname()
+
+
+def _env_seconds(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def engine_kwargs(url: str, grace_period: int) -> dict[str, Any]:
+    """SQLAlchemy engine options for a ledger database. On PostgreSQL a worker stopped (SIGSTOP, a frozen VM)
+    inside a transaction would hold its row locks and block every peer: the server ends such a session after the
+    grace, and the worker retries. Other databases (SQLite) take no such option."""
+    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if url.startswith("postgresql"):
+        kwargs["connect_args"] = {"options": f"-c idle_in_transaction_session_timeout={grace_period * 1000}"}
+    return kwargs
+
+
+class Ledger:
+    """The record of cells. `url=None` keeps it in `<out_dir>/ledger.journal`."""
+
+    def __init__(self, url: str | None, out_dir: Path, *, heartbeat_interval: int | None = None,
+                 grace_period: int | None = None) -> None:
+        """Heartbeat every `heartbeat_interval` s (NORMBENCH_HEARTBEAT_INTERVAL, default 10); a shared-database
+        worker silent for `grace_period` s (NORMBENCH_HEARTBEAT_GRACE, default 60) is taken for lost."""
+        heartbeat_interval = heartbeat_interval or _env_seconds("NORMBENCH_HEARTBEAT_INTERVAL", 10)
+        grace_period = grace_period or _env_seconds("NORMBENCH_HEARTBEAT_GRACE", 60)
+        self.url = url or str(Path(out_dir) / "ledger.journal")
+        self.heartbeat_interval = heartbeat_interval
+        self._stale: list[FrozenTrial] = []
+        self._life: LifeLock | None = None  # journal ledgers: held while this process lives, named by its claims
+        self._lost: set[int] = set()  # trial ids whose claim another worker took (seen by the heartbeat)
+        if url is None or "://" not in url:
+            Path(self.url).parent.mkdir(parents=True, exist_ok=True)
+            backend = SafeJournalFileBackend(self.url)
+            self.storage: optuna.storages.BaseStorage = optuna.storages.JournalStorage(backend)
+            self.heartbeats = False
+            return
+        if url.startswith(("postgresql://", "postgres://")):
+            # SQLAlchemy 2.1 maps a bare postgresql:// to psycopg 3; normbench ships psycopg2-binary
+            url = "postgresql+psycopg2://" + url.split("://", 1)[1]
+        error: Exception | None = None
+        for attempt in range(3):
+            try:
+                self.storage = retrying(optuna.storages.RDBStorage(
+                    url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
+                    heartbeat_stale_trial_callback=self._on_stale, engine_kwargs=engine_kwargs(url, grace_period)),
+                    what=f"the ledger database {redact(self.url)}")
+                error = None
+                break
+            except Exception as e:  # sqlalchemy raises many types; all mean "cannot use this URL"
+                error = e
+                if "already exists" not in str(e):
+                    break
+                time.sleep(1.0 + attempt)  # workers racing to create the schema on a new database: retry
+        if error is not None:
+            raise ServerUnreachableError(
+                f"cannot open the ledger database {redact(self.url)}: {type(error).__name__}: "
+                f"{str(error).splitlines()[0]}\nCheck that the server is running and reachable, and the user, "
+                "password and database exist (e.g. `createdb normbench`). Nothing finished is lost: results already "
+                "in the ledger stay there."
+            ) from None
+        self.heartbeats = True
+
+    # ------------------------------------------------------------------------------------------------ studies
+
+    def study(self, name: str, **kwargs: Any) -> optuna.Study:
+        """Study `name`, created when missing. An existing one is loaded without a write (create_study appends a
+        record to the journal even when the study exists, and workers look their studies up in a loop)."""
+        try:
+            study = optuna.load_study(study_name=name, storage=self.storage, **kwargs)
+        except KeyError:
+            study = optuna.create_study(study_name=name, storage=self.storage, load_if_exists=True,
+                                        direction="maximize", **kwargs)
+        if study.metric_names is None:  # optuna-dashboard's name for the objective (else "Objective 0")
+            with warnings.catch_warnings():  # "set_metric_names is experimental": stable since Optuna 3.2
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names(["val_top1_final_epoch"])
+        return study
+
+    def study_names(self) -> list[str]:
+        return [s.study_name for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)]
+
+    def enqueue(self, study: optuna.Study, items: dict[str, dict[str, Any]],
+                extra: dict[str, dict[str, Any]] | None = None) -> int:
+        """Queue each `cell_id -> axes` that has no live trial yet (with `extra[cell_id]` as further user attrs);
+        returns how many were queued."""
+        from normbench.spec.suite import cell_id
+
+        # ids recomputed from the axes: a ledger written before ids sorted their axes is not queued twice
+        present = {cell_id(t.user_attrs["axes"]) if "axes" in t.user_attrs else t.user_attrs.get("cell_id")
+                   for t in study.get_trials(deepcopy=False, states=LIVE)}
+        missing = {cid: axes for cid, axes in items.items() if cid not in present}
+        queued = [t.user_attrs.get("axes") or {} for t in study.get_trials(deepcopy=False)]
+        distributions = axis_distributions([*queued, *missing.values()])  # the axes as params, for the dashboard
+        for cid, axes in missing.items():
+            add_waiting_trial(study, axes, distributions,
+                              user_attrs={"cell_id": cid, "axes": axes, **(extra or {}).get(cid, {})})
+        return len(missing)
+
+    # ---------------------------------------------------------------------------------------------- claiming
+
+    def claim(self, study: optuna.Study) -> optuna.Trial | None:
+        """Take one WAITING trial for this process, or None when none is left."""
+        for frozen in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            try:
+                if not self.storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING):
+                    continue  # another worker took it first
+            except UpdateFinishedTrialError:
+                continue
+            if self.heartbeats:  # beat at once: a worker lost before its cell's heartbeat thread starts is still seen
+                self.storage.record_heartbeat(frozen._trial_id)  # type: ignore[attr-defined]
+            trial = optuna.Trial(study, frozen._trial_id)
+            try:
+                with self.owned(trial):
+                    self._sign(trial)
+                    if self._duplicate(study, frozen):
+                        study.tell(trial, state=TrialState.FAIL)
+                        continue
+            except ClaimLostError:  # stalled past the grace while signing: a peer failed and re-queued it
+                continue
+            return trial
+        return None
+
+    def _sign(self, trial: optuna.Trial) -> None:
+        """Write who holds the trial, so peers can tell a dead holder from a live one."""
+        if not self.heartbeats:  # a journal file: peers tell this process alive by its OS lock
+            self._life = self._life or LifeLock(Path(self.url).parent)
+            trial.set_user_attr("worker_lock", self._life.path.name)
+        trial.set_user_attr("worker_host", worker_host())
+        trial.set_user_attr("worker_pid", os.getpid())
+
+    def _duplicate(self, study: optuna.Study, claimed: FrozenTrial) -> bool:
+        """Two workers can queue the same cell at once. The copy that runs is the lowest-numbered one not failed:
+        a claimed copy is dropped if the cell is finished or a lower-numbered copy is running or waiting. The rule
+        is asymmetric on purpose: two workers that claim two copies at the same moment must not both drop theirs
+        (a symmetric "another copy is running" lost the cell), nor both keep them."""
+        cid = claimed.user_attrs.get("cell_id")
+        if cid is None:
+            return False
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING,
+                                                          TrialState.COMPLETE, TrialState.PRUNED)):
+            if t.user_attrs.get("cell_id") != cid or t.number == claimed.number:
+                continue
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED) or t.number < claimed.number:
+                return True
+        return False
+
+    def reclaim(self, study: optuna.Study) -> list[FrozenTrial]:
+        """Fail and re-queue the trials of dead workers; returns them (so their MLflow runs can be closed)."""
+        failed: list[FrozenTrial] = []
+        host = worker_host()
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            pid, lock = t.user_attrs.get("worker_pid"), t.user_attrs.get("worker_lock")
+            if lock is not None:  # its OS lock: free means dead, whatever host or pid it had
+                dead = not self.heartbeats and holder_dead(Path(self.url).parent / ".locks" / lock)
+            else:  # claimed by a normbench without locks: same host and pid gone
+                dead = t.user_attrs.get("worker_host") == host and pid is not None and not pid_alive(pid)
+            if dead or _never_owned(t):
+                if self._fail(t._trial_id):
+                    requeue(study, t)
+                    failed.append(t)
+        if self.heartbeats:
+            self._stale = []
+            optuna.storages.fail_stale_trials(study)  # calls _on_stale for each
+            failed += self._stale
+        return failed
+
+    def _on_stale(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        requeue(study, trial)
+        self._stale.append(trial)
+
+    def _fail(self, trial_id: int) -> bool:
+        try:
+            return self.storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+        except UpdateFinishedTrialError:
+            return False  # someone else already finished or failed it
+
+    def close(self) -> None:
+        """This process claims no more cells: free its OS lock (the kernel would at exit; a library caller lives on)."""
+        if self._life is not None:
+            self._life.release()
+            self._life = None
+
+    def release(self, study: optuna.Study, trial: optuna.Trial) -> None:
+        """Give a claimed trial back (Ctrl-C): failed here, queued again for the next run."""
+        if self._fail(trial._trial_id):
+            requeue(study, study._storage.get_trial(trial._trial_id))
+
+    @contextmanager
+    def heartbeat(self, trial: optuna.Trial) -> Iterator[None]:
+        """Beat while a cell trains, so other machines can tell a live worker from a lost one."""
+        if not self.heartbeats:
+            yield
+            return
+        stop = threading.Event()
+        record, get_trial = raw(self.storage, "record_heartbeat"), raw(self.storage, "get_trial")
+
+        def beat() -> None:
+            # Its own rhythm, not the retrying wrapper's backoff: after a blip the next beat must come within the
+            # grace period, and a failed beat must never end the thread (peers would take the live cell).
+            while not stop.is_set():
+                wait = float(self.heartbeat_interval)
+                try:
+                    if get_trial(trial._trial_id).state != TrialState.RUNNING:  # failed as stale while we stalled
+                        self._lost.add(trial._trial_id)
+                        return
+                    record(trial._trial_id)
+                except Exception:  # the database is away (or slow): try again soon, never give up while training
+                    wait = min(wait, 0.5)
+                stop.wait(wait)
+
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    # ---------------------------------------------------------------------------------------------- finishing
+
+    def claim_held(self, trial: optuna.Trial, *, ask: bool = False) -> bool:
+        """False once another worker took this trial over (this one stalled or was cut off past the grace period).
+        From the heartbeat's last look; `ask=True` asks the ledger now."""
+        if trial._trial_id in self._lost:
+            return False
+        if ask and self.storage.get_trial(trial._trial_id).state != TrialState.RUNNING:
+            self._lost.add(trial._trial_id)
+            return False
+        return True
+
+    def finish(self, study: optuna.Study, trial: optuna.Trial, result: dict[str, Any]) -> None:
+        """Store the metrics on the trial, then mark it COMPLETE (or PRUNED). Raises ClaimLostError when another
+        worker took the trial over meanwhile (it trains the cell; this result is not recorded twice)."""
+        summary = {k: _json_safe(v) for k, v in result.items() if k != "history"}
+        with self.owned(trial):
+            trial.set_user_attr("result", summary)
+            trial.set_user_attr("history", [{k: _json_safe(v) for k, v in h.items()} for h in result["history"]])
+            if result["status"] == "pruned":
+                study.tell(trial, state=TrialState.PRUNED)
+            else:  # the value `normbench tune` ranks by: the selection rule's, final-epoch val
+                study.tell(trial, select_value(result))
+
+    @contextmanager
+    def owned(self, trial: optuna.Trial) -> Iterator[None]:
+        """Write to a claimed trial. If another worker failed it as stale meanwhile (this one stalled past the
+        grace at any point, even before its first epoch), the write raises ClaimLostError, not Optuna's error."""
+        try:
+            yield
+        except UpdateFinishedTrialError:
+            self._lost.add(trial._trial_id)
+            raise ClaimLostError(f"trial {trial.number} was taken over by another worker") from None
+
+
+def requeue(study: optuna.Study, failed: FrozenTrial) -> None:
+    """Queue a WAITING copy of a failed trial: same params and cell, no worker."""
+    user_attrs = {k: v for k, v in failed.user_attrs.items() if k not in WORKER_ATTRS}
+    history = [*failed.system_attrs.get("retry_history", []), failed.number]
+    study.add_trial(optuna.create_trial(
+        state=TrialState.WAITING, params=failed.params, distributions=failed.distributions, user_attrs=user_attrs,
+        system_attrs={**failed.system_attrs, "failed_trial": history[0], "retry_history": history}))
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed child its parent has not reaped yet is a zombie: dead for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _never_owned(trial: FrozenTrial, grace_seconds: float = 60.0) -> bool:
+    """A worker killed between claiming a trial and writing its pid leaves a RUNNING trial nobody owns."""
+    if "worker_pid" in trial.user_attrs or trial.datetime_start is None:
+        return False
+    return (datetime.datetime.now() - trial.datetime_start).total_seconds() > grace_seconds
+
+
+def _json_safe(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value

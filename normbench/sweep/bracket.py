@@ -1,0 +1,63 @@
+"""lr bracketing: which cells to add when a row's best lr sits at the edge of its grid.
+
+A row is one point of the matrix without lr and seed (e.g. depth=24, layer=rezero). When its best lr, chosen on
+val like everywhere else, is the smallest or largest lr tried, one more lr one grid step beyond (the grid's own
+geometric ratio) is queued for every seed. Rounds repeat until the best lr is interior, the edge has diverged on
+every seed, or `bracket_max_steps` lrs lie beyond that end of the grid. Pure: the runner queues what it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from normbench.spec.selection import select_value
+from normbench.spec.suite import Suite
+
+
+def grid_ratio(lrs: Iterable[float]) -> float:
+    """The geometric step of an lr grid: (max / min) ** (1 / (len - 1)), e.g. 3 for [1e-3, 3e-3]."""
+    grid = sorted(set(lrs))
+    if len(grid) < 2:
+        raise ValueError(f"an lr grid needs two values to have a ratio, got {grid}")
+    return (grid[-1] / grid[0]) ** (1 / (len(grid) - 1))
+
+
+def bracket_axes(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The axes of the cells one step beyond the edge for every row whose best lr is at an edge.
+
+    Args:
+        suite: Gives the lr grid, the seeds, `bracket_max_steps` and the order of the axes.
+        finished: (axes, result) of every finished cell of the suite, matrix and earlier rounds alike.
+
+    Returns:
+        Axes dicts in the matrix's key order (possibly already queued: the ledger skips those).
+    """
+    grid = sorted(suite.matrix["lr"])
+    ratio = grid_ratio(grid)
+    seeds = suite.matrix.get("seed", [None])
+    rows: dict[tuple, dict[float, list[tuple[float, bool]]]] = {}
+    for axes, result in finished:
+        row = tuple((k, axes[k]) for k in suite.matrix if k not in ("lr", "seed"))
+        rows.setdefault(row, {}).setdefault(float(axes["lr"]), []).append(
+            (select_value(result), result.get("status") == "diverged"))
+    new = []
+    for row, by_lr in rows.items():
+        tried = sorted(by_lr)
+        best = max(tried, key=lambda lr: (sum(v for v, _ in by_lr[lr]) / len(by_lr[lr]), -lr))  # ties: smaller lr
+        if len(tried) < 2 or all(d for _, d in by_lr[best]):
+            continue  # no grid to extend, or the edge itself blew up
+        if best == tried[-1]:
+            beyond, step = sum(lr > grid[-1] * (1 + 1e-9) for lr in tried), ratio
+        elif best == tried[0]:
+            beyond, step = sum(lr < grid[0] * (1 - 1e-9) for lr in tried), 1 / ratio
+        else:
+            continue
+        if beyond >= suite.bracket_max_steps:
+            continue
+        lr = float(f"{best * step:.4g}")
+        fixed = dict(row)
+        for seed in seeds:
+            values = {**fixed, "lr": lr, "seed": seed}
+            new.append({k: values[k] for k in suite.matrix})
+    return new

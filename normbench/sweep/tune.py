@@ -1,0 +1,144 @@
+"""`normbench tune`: the same Optuna budget for every (layer, depth), then the best configuration over seeds.
+
+One study per point of the matrix without its seed and tuned axes, named `tune:<suite>:depth=12,layer=layerscale`.
+Each study gets exactly `tune.trials` trial slots queued up front, so the budget is equal however many workers
+share it; pruned and diverged trials spend budget like any other. The search trains on `search_seed` (one past the
+largest seed of the matrix) and ranks trials by val top-1 at the final epoch (normbench/spec/selection.py). When every
+search is over, the best config of each study is re-run for every seed of the matrix in the study
+`tuned:<suite>`: seeds the search never trained on, so the winning trial's lucky draw is not counted again, and
+reported by test top-1 like `normbench run`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from normbench.spec.suite import Suite, TuneConfig, cell_id, with_overrides
+from normbench.store.ledger import Ledger
+from normbench.sweep.progress import Progress
+from normbench.sweep.runner import (
+    cell_params,
+    check_recipe,
+    finish_suite,
+    open_study_of_recipe,
+    preflight,
+    save_suite_copy,
+    work_everywhere,
+)
+from normbench.sweep.worker import Job, WorkSummary
+from normbench.tracking.tracker import Tracker
+
+
+def search_keys(suite: Suite) -> list[dict[str, Any]]:
+    """The matrix points that get their own study: every axis except seed and the tuned keys."""
+    assert suite.tune is not None
+    axes = {k: v for k, v in suite.matrix.items() if k != "seed" and k not in suite.tune.space}
+    return [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
+
+
+def seeds(suite: Suite) -> list[int]:
+    """The re-run seeds: the matrix's."""
+    return list(suite.matrix.get("seed", [suite.train.get("seed", 0)]))
+
+
+def search_seed(suite: Suite) -> int:
+    """The seed the search trains on: one past the largest re-run seed, so no re-run repeats a search trial."""
+    return max(seeds(suite)) + 1
+
+
+def suggest(trial: optuna.Trial, key: str, dist: dict[str, Any]) -> Any:
+    if "choices" in dist:
+        return trial.suggest_categorical(key, dist["choices"])
+    if isinstance(dist["low"], int) and isinstance(dist["high"], int) and not dist.get("log"):
+        return trial.suggest_int(key, dist["low"], dist["high"], step=dist.get("step", 1))
+    return trial.suggest_float(key, dist["low"], dist["high"], log=bool(dist.get("log", False)))
+
+
+def _sampler_and_pruner(tune: TuneConfig) -> dict[str, Any]:
+    sampler = (optuna.samplers.TPESampler(n_startup_trials=tune.startup_trials, seed=0) if tune.sampler == "tpe"
+               else optuna.samplers.RandomSampler(seed=0))
+    pruner = (optuna.pruners.MedianPruner(n_startup_trials=tune.startup_trials, n_warmup_steps=1)
+              if tune.pruner == "median" else optuna.pruners.NopPruner())
+    return {"sampler": sampler, "pruner": pruner}
+
+
+def tune_context(suite: Suite, out_dir: Path, storage: str | None) -> tuple[Ledger, Tracker, Callable[[], list[Job]]]:
+    """Open the ledger, queue the budget, and return the job list a worker loop consumes."""
+    if suite.tune is None:
+        from normbench.errors import SuiteError
+
+        raise SuiteError(f"{suite.path}: has no `tune:` section; add one with `trials:` and `space:` "
+                         "(see suites/smoke.yaml)")
+    tune = suite.tune
+    ledger, tracker = Ledger(storage, out_dir), Tracker(out_dir, suite.name)
+    tuned_name = f"tuned:{suite.name}"
+    names = {cell_id(key): f"tune:{suite.name}:{cell_id(key)}" for key in search_keys(suite)}
+    existing = set(ledger.study_names())
+    for name in [*names.values(), tuned_name]:  # every check before any write: a refused tune changes nothing
+        if name in existing:
+            check_recipe(ledger, suite, optuna.load_study(study_name=name, storage=ledger.storage))
+    studies = []
+    for key in search_keys(suite):
+        study = open_study_of_recipe(ledger, suite, names[cell_id(key)], **_sampler_and_pruner(tune))
+        ledger.enqueue(study, {f"slot-{i}": {} for i in range(tune.trials)})
+        studies.append((key, study))
+
+    def search_job(key: dict[str, Any], study: optuna.Study) -> Job:
+        def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
+            axes = {**key, "seed": search_seed(suite)}
+            sampled = {k: suggest(trial, k, d) for k, d in tune.space.items()}
+            config = with_overrides(suite.cell(axes), sampled, suite.axis_section)
+            return f"{cell_id(key)},trial={trial.number}", cell_params(axes, config), config
+
+        return Job(study=study, cell_for=cell_for, report=True)
+
+    def rerun_job(study: optuna.Study) -> Job:
+        def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
+            axes, overrides = trial.user_attrs["axes"], trial.user_attrs["overrides"]
+            config = with_overrides(suite.cell(axes), overrides, suite.axis_section)
+            return cell_id(axes), cell_params(axes, config), config
+
+        return Job(study=study, cell_for=cell_for)
+
+    def jobs() -> list[Job]:
+        current = [search_job(key, study) for key, study in studies]
+        if any(study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
+               for _, study in studies):
+            return current
+        tuned = open_study_of_recipe(ledger, suite, tuned_name)
+        items, extra = {}, {}
+        for key, study in studies:
+            complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if not complete:
+                continue  # every trial pruned: nothing to re-run
+            best = max(complete, key=lambda t: t.value if t.value is not None else -1.0)
+            for seed in seeds(suite):
+                axes = {**key, "seed": seed}
+                items[cell_id(axes)], extra[cell_id(axes)] = axes, {"overrides": best.params}
+        ledger.enqueue(tuned, items, extra)
+        return [*current, rerun_job(tuned)]
+
+    return ledger, tracker, jobs
+
+
+def tune_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, device: str | None = None,
+               workers: int | None = None, quiet: bool = False) -> WorkSummary:
+    device = preflight(suite, device)
+    ledger, tracker, jobs = tune_context(suite, out_dir, storage)
+    save_suite_copy(suite, out_dir)  # after the recipe check: a refused tune leaves the folder's suite.yaml alone
+    assert suite.tune is not None
+    keys = search_keys(suite)
+    progress = Progress(total=len(keys) * (suite.tune.trials + len(seeds(suite))), quiet=quiet)
+    progress.note(f"tune {suite.name}: {len(keys)} studies x {suite.tune.trials} trials on seed {search_seed(suite)}, "
+                  f"then the best of each over seed(s) {seeds(suite)}; output in {out_dir}")
+    names = [f"tune:{suite.name}:{cell_id(k)}" for k in keys] + [f"tuned:{suite.name}"]
+    summary = work_everywhere(suite, out_dir, jobs=jobs, study_names=names, ledger=ledger, tracker=tracker,
+                              storage=storage, device=device, workers=workers, progress=progress, mode="tune")
+    finish_suite(suite, out_dir, storage=storage, tracker=tracker, progress=progress, summary=summary)
+    return summary

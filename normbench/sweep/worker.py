@@ -1,0 +1,226 @@
+"""The worker loop shared by `run`, `tune` and `worker`: claim a cell from the ledger, train it, log it, finish it.
+
+Order matters for exactly-once results: metrics go to MLflow first, then the ledger marks the cell COMPLETE, then
+the MLflow run is closed. A crash before COMPLETE re-runs the cell (its MLflow run is closed as FAILED); a crash
+after it only leaves a run to close, which `close_orphans` does on the next start. A worker whose claim another
+took over (it stalled past the heartbeat grace) stops that cell and closes its run as KILLED; a tracking server that
+stays away past NORMBENCH_RETRY_SECONDS after training keeps the result in the ledger and spools the MLflow part.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
+from normbench.spec.recipe import CellConfig
+from normbench.store.ledger import Ledger
+from normbench.sweep.progress import Progress
+from normbench.tracking.tracker import Tracker, running_run_ids
+from normbench.train.distributed import Dist, broadcast
+from normbench.train.loop import train_cell
+
+POLL_SECONDS = 2.0
+
+
+@dataclass
+class Job:
+    """One study's cells and how to turn a claimed trial into a recipe."""
+
+    study: optuna.Study
+    cell_for: Callable[[optuna.Trial], tuple[str, dict[str, Any], CellConfig]]  # -> cell_id, params, recipe
+    report: bool = False  # feed per-epoch val accuracy to the study's pruner
+
+
+@dataclass
+class WorkSummary:
+    """What a worker did. `busy_seconds` is the wall time of its turns that ran a cell (claim, train, log, finish);
+    `train_seconds` the part spent training. The rest is the ledger's and MLflow's bookkeeping."""
+
+    cells_run: int = 0
+    errors: int = 0
+    busy_seconds: float = 0.0
+    train_seconds: float = 0.0
+
+    def add(self, other: WorkSummary) -> None:
+        self.cells_run += other.cells_run
+        self.errors += other.errors
+        self.busy_seconds += other.busy_seconds
+        self.train_seconds += other.train_seconds
+
+    def bookkeeping(self) -> str:
+        """'ledger + MLflow: 1.2 s of 80.0 s (1.5%)', or '' when this process ran no cell."""
+        if not self.busy_seconds:
+            return ""
+        spent = self.busy_seconds - self.train_seconds
+        return f"ledger + MLflow: {spent:.1f} s of {self.busy_seconds:.1f} s ({100 * spent / self.busy_seconds:.1f}%)"
+
+
+def work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
+         suite_name: str, max_cells: int | None = None, dist: Dist | None = None) -> WorkSummary:
+    """Run cells until every study of `jobs()` is finished. `jobs` is re-read when the current ones run dry, so
+    tuning can add its re-runs of the best configurations once the searches end. Under torchrun this is rank 0;
+    the other ranks `follow` it."""
+    try:
+        summary = _work(jobs, ledger, tracker, device, progress, suite_name, max_cells, dist)
+    finally:
+        ledger.close()
+    broadcast(None, dist)  # no more cells: the following ranks return
+    return summary
+
+
+def follow(device: str, dist: Dist) -> int:
+    """Ranks other than 0 under torchrun: train each cell rank 0 sends, with it, until it sends None."""
+    cells = 0
+    while (config := broadcast(None, dist)) is not None:
+        train_cell(config, device=device, dist=dist)
+        cells += 1
+    return cells
+
+
+def _work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
+          suite_name: str, max_cells: int | None, dist: Dist | None) -> WorkSummary:
+    summary = WorkSummary()
+    current = jobs()
+    while max_cells is None or summary.cells_run < max_cells:
+        turn_started = time.perf_counter()
+        for job in current:
+            close_orphans(ledger, job.study, tracker)
+        claimed = next(((job, t) for job in current if (t := ledger.claim(job.study)) is not None), None)
+        if claimed is not None:
+            ok, trained = run_cell(*claimed, ledger=ledger, tracker=tracker, device=device, progress=progress,
+                                   suite_name=suite_name, dist=dist)
+            summary.cells_run += 1
+            summary.errors += not ok
+            summary.train_seconds += trained
+            summary.busy_seconds += time.perf_counter() - turn_started
+            continue
+        if any(job.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+               for job in current):
+            time.sleep(POLL_SECONDS)  # others are training; if one dies, its cell comes back to the queue
+            continue
+        refreshed = jobs()
+        if [j.study.study_name for j in refreshed] == [j.study.study_name for j in current]:
+            return summary
+        current = refreshed
+    return summary
+
+
+def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
+             suite_name: str, dist: Dist | None = None) -> tuple[bool, float]:
+    """Train one claimed cell. Returns (False, ...) if it raised (recorded as a failed trial, retried on the next
+    run), and the seconds spent training, not counting the logging and pruning calls made between epochs."""
+    cell_id, params, config = job.cell_for(trial)
+    try:
+        run_id = tracker.start(cell_id, params, tags={"suite": suite_name, "study": job.study.study_name,
+                                                      "trial": str(trial.number)})
+    except (KeyboardInterrupt, NormbenchError):  # the server went away as the run opened: give the cell back
+        try:
+            ledger.release(job.study, trial)
+        except Exception:
+            pass
+        raise
+    try:
+        with ledger.owned(trial):
+            trial.set_user_attr("mlflow_run_id", run_id)
+    except ClaimLostError:  # stalled between the claim and here: the cell is another worker's now
+        return _lost_claim(cell_id, run_id, tracker, progress), 0.0
+    progress.start_cell(cell_id, config.train.epochs)
+    between_epochs = 0.0
+
+    def on_epoch(record: dict[str, Any]) -> bool:
+        nonlocal between_epochs
+        started = time.perf_counter()
+        if not ledger.claim_held(trial):  # another worker took this cell over: stop training it
+            raise ClaimLostError(f"trial {trial.number} was taken over")
+        tracker.log_epoch(run_id, record)
+        progress.epoch(record)
+        prune = False
+        if job.report:
+            with ledger.owned(trial):
+                trial.report(record["val_top1"], record["epoch"])
+            prune = trial.should_prune()
+        between_epochs += time.perf_counter() - started
+        return prune
+
+    train_started = time.perf_counter()
+    try:
+        with ledger.heartbeat(trial):
+            broadcast(config, dist)  # the other ranks train the same cell
+            result = train_cell(config, device=device, on_epoch=on_epoch, dist=dist)
+    except ClaimLostError:
+        return _lost_claim(cell_id, run_id, tracker, progress), time.perf_counter() - train_started - between_epochs
+    except (KeyboardInterrupt, NormbenchError):  # stop the suite; the cell goes back to the queue
+        release(job, trial, run_id, ledger, tracker)
+        raise
+    except Exception as e:  # a crash in one cell must not take the suite down
+        tracker.fail(run_id)
+        try:
+            with ledger.owned(trial):
+                trial.set_user_attr("error", f"{type(e).__name__}: {e}"[:1000])
+                job.study.tell(trial, state=TrialState.FAIL)
+        except ClaimLostError:  # already failed as stale and queued again: nothing more to record here
+            pass
+        progress.note(f"cell {cell_id} failed: {type(e).__name__}: {e} (it is retried on the next run)")
+        if dist is not None:  # the other ranks may be inside a collective: end the group (torchrun stops them)
+            raise
+        return False, time.perf_counter() - train_started - between_epochs
+    trained = time.perf_counter() - train_started - between_epochs
+    try:
+        if not ledger.claim_held(trial, ask=True):
+            raise ClaimLostError(f"trial {trial.number} was taken over")
+        try:
+            tracker.log_telemetry(run_id, result.get("telemetry", []))
+            tracker.summarize(run_id, result)
+        except ServerUnreachableError:  # spooled by summarize: keep the result, MLflow gets it on the next run
+            ledger.finish(job.study, trial, result)
+            progress.note(f"cell {cell_id} finished; its MLflow summary is spooled in {tracker.spool_dir} and "
+                          "logged on the next run")
+            raise
+        ledger.finish(job.study, trial, result)
+    except ClaimLostError:
+        return _lost_claim(cell_id, run_id, tracker, progress), trained
+    tracker.close(run_id)
+    progress.end_cell(result)
+    return True, trained
+
+
+def release(job: Job, trial: optuna.Trial, run_id: str, ledger: Ledger, tracker: Tracker) -> None:
+    """Give a claimed cell back on the way out (Ctrl-C, SIGTERM, an outage past the budget): its run KILLED, its
+    trial queued again. Best effort: the server that stopped us may be the one we cannot tell."""
+    tracker.fail(run_id, "KILLED")
+    try:
+        ledger.release(job.study, trial)
+    except Exception:  # the ledger is away: the heartbeat (database) or the lock (journal) frees the cell instead
+        pass
+
+
+def _lost_claim(cell_id: str, run_id: str, tracker: Tracker, progress: Progress) -> bool:
+    tracker.fail(run_id, "KILLED")  # never FINISHED, never FAILED-with-status-ok
+    progress.note(f"cell {cell_id}: another worker took it over while this one was stalled or cut off from the "
+                  "ledger; stopped it here (it is recorded once, by that worker)")
+    return True
+
+
+def close_orphans(ledger: Ledger, study: optuna.Study, tracker: Tracker) -> None:
+    """Reconcile MLflow with the ledger: no run stays RUNNING once its trial is finished or its worker is dead."""
+    for failed in ledger.reclaim(study):
+        if run_id := failed.user_attrs.get("mlflow_run_id"):
+            tracker.fail(run_id)
+    running = running_run_ids(tracker, with_trial=True)
+    if not running:
+        return
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    for run_id, (study_name, number) in running.items():
+        # found by the run's own study/trial tags: a worker killed between opening the run and writing its id to
+        # the trial leaves a run no trial names
+        t = trials.get(number) if study_name == study.study_name else None
+        if t is None or t.state in (TrialState.RUNNING, TrialState.WAITING):
+            continue
+        done = t.state in (TrialState.COMPLETE, TrialState.PRUNED) and t.user_attrs.get("mlflow_run_id") == run_id
+        tracker.close(run_id) if done else tracker.fail(run_id)

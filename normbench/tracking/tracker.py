@@ -1,0 +1,287 @@
+"""MLflow: one experiment per suite, one run per cell. The only module that imports mlflow.
+
+The tracking URI is MLFLOW_TRACKING_URI when set, else a SQLite store in the suite's output folder (never MLflow's
+default `./mlflow.db`). Per-epoch metrics are buffered and written with `log_batch` at most every few seconds, so
+logging stays a small fraction of a cell's time. A server that goes away mid-run is waited for
+(normbench.store.retry); a summary that cannot be logged in that time is spooled in `<out>/mlflow-spool/` and
+logged by the next Tracker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import platform
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from normbench.errors import ServerUnreachableError
+from normbench.store.locks import folder_lock
+from normbench.store.retry import retrying
+
+# Fail fast on an unreachable server instead of MLflow's minutes of retries; users may override either.
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+EPOCH_METRICS = ("train_loss", "val_top1", "lr", "grad_norm", "images_per_sec")
+# The record's `lr` is the schedule's value at that epoch; `lr` is also an axis (a param), so the metric is renamed.
+METRIC_NAMES = {"lr": "scheduled_lr"}
+FLUSH_SECONDS = 5.0
+SCORE = "score"  # the leaderboard's per-cell score (report/stats.py add_scores): test top-1, 0 when diverged
+PARENT_RUN = "leaderboard"  # the suite's parent run: holds the leaderboard files; every cell is nested under it
+
+
+def tracking_uri(out_dir: Path) -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(out_dir).resolve() / 'mlflow.db'}"
+
+
+class Tracker:
+    """Writes cells to MLflow. Construct once per process; it checks the server is reachable."""
+
+    def __init__(self, out_dir: Path, experiment: str) -> None:
+        from mlflow.tracking import MlflowClient
+
+        quiet_mlflow_logging()
+        self.uri = tracking_uri(out_dir)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        self.spool_dir = Path(out_dir) / "mlflow-spool"
+        if self.uri.startswith("sqlite:") and not os.environ.get("MLFLOW_TRACKING_URI"):
+            create_sqlite_store(Path(out_dir))
+        self.client = MlflowClient(tracking_uri=self.uri)
+        try:
+            found = self.client.get_experiment_by_name(experiment)
+            if found is not None:
+                self.experiment_id = found.experiment_id
+            else:
+                local = self.uri.startswith("sqlite:")
+                artifacts = (Path(out_dir).resolve() / "mlartifacts").as_uri() if local else None
+                self.experiment_id = self._create(experiment, artifacts)
+        except Exception as e:  # MlflowException, requests' errors, sqlalchemy's: all mean "cannot track"
+            raise ServerUnreachableError(
+                f"cannot reach the MLflow tracking store {self.uri}: {type(e).__name__}: {str(e).splitlines()[0]}\n"
+                "Start it (`mlflow server --host 0.0.0.0 --port 5000 --backend-store-uri ...`) or unset "
+                "MLFLOW_TRACKING_URI to log to the output folder. Nothing finished is lost."
+            ) from None
+        self._buffer: dict[str, list[Any]] = {}
+        self._last_flush: dict[str, float] = {}
+        self._parent: str | None = None
+        self.client = retrying(self.client, what=f"the MLflow tracking store {self.uri}")
+        self.replay_spool()
+
+    def _create(self, name: str, artifacts: str | None) -> str:
+        from mlflow.exceptions import MlflowException
+
+        try:  # the model-training kind: MLflow 3's UI otherwise opens a new experiment on its GenAI pages
+            return self.client.create_experiment(name, artifact_location=artifacts,
+                                                 tags={"mlflow.experimentKind": "custom_model_development"})
+        except MlflowException:  # another worker created it a moment ago
+            return self.client.get_experiment_by_name(name).experiment_id  # type: ignore[union-attr]
+
+    def start(self, cell_id: str, params: dict[str, Any], tags: dict[str, str]) -> str:
+        """Open a run for a cell, nested under the suite's parent run, with every axis and recipe value as a param
+        (see `one_param_per_axis`); returns the run id. A cell's second attempt (after a crash or kill) is named
+        `<cell_id> #2`, so it is told apart from the run it replaces."""
+        from mlflow.entities import Param, RunTag
+
+        attempt = self._attempt(cell_id, tags.get("study", ""))
+        name = cell_id if attempt == 1 else f"{cell_id} #{attempt}"
+        run = self.client.create_run(self.experiment_id, run_name=name,
+                                     tags={**default_tags(), **tags, "cell_id": cell_id, "attempt": str(attempt),
+                                           "mlflow.parentRunId": self.parent_run_id()})
+        items = [Param(k, str(v)[:6000]) for k, v in one_param_per_axis(params).items()]
+        for i in range(0, len(items), 100):  # MLflow caps a batch at 100 params
+            self.client.log_batch(run.info.run_id, params=items[i:i + 100], tags=[RunTag("status", "running")])
+        return run.info.run_id
+
+    def _attempt(self, cell_id: str, study: str) -> int:
+        """1 + the runs this cell already has in this study (killed, crashed, or closed by a dead worker)."""
+        query = f"tags.cell_id = '{cell_id}' and tags.study = '{study}'"
+        return len(self.client.search_runs([self.experiment_id], query, max_results=1000)) + 1
+
+    def parent_run_id(self) -> str:
+        """The suite's `leaderboard` run, created on first use. Workers racing to create it keep the oldest."""
+        if self._parent is None:
+            self._parent = self._find_parent() or self._create_parent()
+        return self._parent
+
+    def _find_parent(self) -> str | None:
+        runs = self.client.search_runs([self.experiment_id], f"tags.kind = '{PARENT_RUN}'", max_results=100,
+                                       order_by=["attributes.start_time ASC"])
+        return runs[0].info.run_id if runs else None
+
+    def _create_parent(self) -> str:
+        mine = self.client.create_run(self.experiment_id, run_name=PARENT_RUN, tags={"kind": PARENT_RUN}).info.run_id
+        self.client.set_terminated(mine, "FINISHED")  # a container, never RUNNING: close_orphans leaves it alone
+        oldest = self._find_parent() or mine
+        if oldest != mine:
+            self.client.delete_run(mine)
+        return oldest
+
+    def log_epoch(self, run_id: str, record: dict[str, Any]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self._buffer.setdefault(run_id, []).extend(
+            Metric(METRIC_NAMES.get(k, k), float(record[k]), now, int(record["epoch"]))
+            for k in EPOCH_METRICS if k in record)
+        if time.monotonic() - self._last_flush.get(run_id, 0.0) > FLUSH_SECONDS:
+            self.flush(run_id)
+
+    def log_telemetry(self, run_id: str, records: list[dict[str, Any]]) -> None:
+        """Per-block telemetry (normbench/train/telemetry.py) as step metrics, one per block and quantity, named so they
+        sort: `block03/attn_entropy`. Buffered like the epochs; `summarize` flushes. None values are skipped."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        width = max(2, len(str(max((int(r["block"]) for r in records), default=0))))
+        self._buffer.setdefault(run_id, []).extend(
+            Metric(f"block{int(r['block']):0{width}d}/{k}", float(v), now, int(r["step"]))
+            for r in records for k, v in r.items() if k not in ("step", "block") and v is not None)
+
+    def flush(self, run_id: str) -> None:
+        metrics = self._buffer.get(run_id, [])
+        while metrics:  # MLflow caps a batch at 1000 metrics; what is not logged stays buffered
+            self.client.log_batch(run_id, metrics=metrics[:1000])
+            del metrics[:1000]
+        self._buffer.pop(run_id, None)
+        self._last_flush[run_id] = time.monotonic()
+
+    def summarize(self, run_id: str, result: dict[str, Any]) -> None:
+        """Summary metrics that sort in the UI's table and the status tag; `close` marks the run FINISHED after
+        the ledger has the cell, so a crash in between is repaired (not duplicated) by the next run."""
+        from mlflow.entities import Metric, RunTag
+
+        summary = {"best_val_top1": result["best_val_top1"], "final_val_top1": result["final_val_top1"],
+                   "diverged": float(result["status"] == "diverged"), "epochs_run": result["epochs_run"],
+                   "images_per_sec_mean": result["images_per_sec"], "params": result["params"],
+                   "cell_seconds": result["seconds"], **leaderboard_scores(result)}
+        try:
+            self.flush(run_id)
+            now = int(time.time() * 1000)
+            self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in summary.items()],
+                                  tags=[RunTag("status", result["status"])])
+        except ServerUnreachableError:  # the server is away past the retry budget: keep it for the next run
+            self._spool(run_id, result["status"], summary)
+            raise
+
+    def _spool(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
+        """Keep what the server could not take (epoch metrics still buffered, the summary) for `replay_spool`."""
+        pending = [[m.key, m.value, m.timestamp, m.step] for m in self._buffer.pop(run_id, [])]
+        now = int(time.time() * 1000)
+        pending += [[k, float(v), now, 0] for k, v in summary.items() if v is not None]
+        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.spool_dir / f".{run_id}.json.tmp"
+        tmp.write_text(json.dumps({"run_id": run_id, "metrics": pending, "status": status}))
+        tmp.replace(self.spool_dir / f"{run_id}.json")
+
+    def replay_spool(self) -> None:
+        """Log the summaries spooled while the server was away, and close their runs FINISHED."""
+        from mlflow.entities import Metric, RunTag
+
+        for path in sorted(self.spool_dir.glob("*.json")) if self.spool_dir.is_dir() else []:
+            spooled = json.loads(path.read_text())
+            metrics = [Metric(k, v, ts, step) for k, v, ts, step in spooled["metrics"]]
+            for i in range(0, max(len(metrics), 1), 1000):
+                self.client.log_batch(spooled["run_id"], metrics=metrics[i:i + 1000],
+                                      tags=[RunTag("status", spooled["status"])])
+            self.client.set_terminated(spooled["run_id"], "FINISHED")
+            path.unlink()
+
+    def close(self, run_id: str) -> None:
+        self.client.set_terminated(run_id, "FINISHED")
+
+    def fail(self, run_id: str, status: str = "FAILED") -> None:
+        """End a run that will not finish (crash, lost worker, Ctrl-C) so it never stays RUNNING."""
+        from mlflow.entities import RunTag
+
+        try:
+            self.client.log_batch(run_id, tags=[RunTag("status", status.lower())])
+            self.client.set_terminated(run_id, status)
+        except Exception:  # a run that no longer exists needs no closing
+            pass
+
+    def run_status(self, run_id: str) -> str | None:
+        try:
+            return self.client.get_run(run_id).info.status
+        except Exception:
+            return None
+
+    def log_artifacts(self, run_name: str, folder: Path) -> None:
+        """Leaderboard files as artifacts of the suite's parent run (`run_name` is kept for callers; the parent
+        is always the `leaderboard` run)."""
+        run_id = self.parent_run_id()
+        for path in sorted(Path(folder).glob("*")):
+            if path.suffix in (".md", ".csv", ".png"):
+                self.client.log_artifact(run_id, str(path))
+
+
+def one_param_per_axis(params: dict[str, Any]) -> dict[str, Any]:
+    """An axis (`layer`, `lr`) replaces its recipe key (`model.layer`, `train.lr`), so each shows once in the UI."""
+    axes = [k for k in params if "." not in k]
+    dropped = {f"{section}.{k}" for k in axes for section in ("model", "train", "data")}
+    return {k: v for k, v in params.items() if k not in dropped}
+
+
+def leaderboard_scores(result: dict[str, Any]) -> dict[str, float]:
+    """The cell's `score` (test top-1 at the final epoch) and `select` (val top-1 there, what picks the lr), both 0
+    for a diverged cell, as normbench.report.stats.add_scores defines them; a result without a test score (a pruned
+    trial) has neither."""
+    if result["status"] == "diverged":
+        return {SCORE: 0.0, "select": 0.0}
+    test, val = result.get("test_top1"), result.get("val_top1")
+    if test is None or val is None or not (math.isfinite(test) and math.isfinite(val)):
+        return {}
+    return {SCORE: round(float(test), 2), "select": round(float(val), 2)}
+
+
+def quiet_mlflow_logging() -> None:
+    """MLflow's and alembic's INFO lines on creating a store ("Creating initial MLflow database tables...") say
+    nothing a user acts on; warnings still show."""
+    for name in ("mlflow", "alembic"):
+        logger = logging.getLogger(name)
+        if logger.getEffectiveLevel() < logging.WARNING:
+            logger.setLevel(logging.WARNING)
+
+
+def create_sqlite_store(out_dir: Path) -> None:
+    """Create `<out>/mlflow.db` atomically: under the folder's lock (N runs started at once wait for the first), in a
+    temporary file renamed into place, so a kill -9 during MLflow's table creation leaves no half-made store."""
+    db = out_dir / "mlflow.db"
+    if db.exists():
+        return
+    with folder_lock(out_dir):
+        if db.exists():
+            return
+        for stale in out_dir.glob(".mlflow.db.creating-*"):  # left by a process killed while creating
+            stale.unlink(missing_ok=True)
+        tmp = out_dir / f".mlflow.db.creating-{os.getpid()}"
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient(tracking_uri=f"sqlite:///{tmp.resolve()}").search_experiments(max_results=1)  # makes the schema
+        tmp.replace(db)
+
+
+def default_tags() -> dict[str, str]:
+    import timm
+    import torch
+
+    import normbench
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu"
+    return {"normbench_version": normbench.__version__, "torch_version": torch.__version__,
+            "timm_version": timm.__version__, "device": device, "host": socket.gethostname()}
+
+
+def running_run_ids(tracker: Tracker, with_trial: bool = False) -> Any:
+    """Runs of this experiment still marked RUNNING (to be reconciled with the ledger); with `with_trial`, a dict
+    run id -> (study tag, trial number tag) for those that carry them."""
+    runs = tracker.client.search_runs([tracker.experiment_id], "attributes.status = 'RUNNING'", max_results=10000)
+    if not with_trial:
+        return [r.info.run_id for r in runs]
+    return {r.info.run_id: (r.data.tags["study"], int(r.data.tags["trial"])) for r in runs
+            if "study" in r.data.tags and r.data.tags.get("trial", "").isdigit()}

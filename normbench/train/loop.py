@@ -1,0 +1,202 @@
+"""One cell of training: build -> fit -> metrics dict. Knows nothing of MLflow, Optuna or the suite.
+
+The step loop has no host syncs except every `log_interval` steps and at the end of an epoch (one `.item()` for
+the epoch's loss); a divergent loss ends the cell with status "diverged" instead of raising.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import asdict
+from typing import Any
+
+import torch
+from timm.data import Mixup
+from timm.loss import SoftTargetCrossEntropy
+from timm.optim import create_optimizer_v2
+from torch import nn
+
+from normbench.data import DataBundle, build_data
+from normbench.errors import SuiteError
+from normbench.model.vit import NormbenchViT
+from normbench.spec.recipe import CellConfig, TrainConfig
+from normbench.train import fastpath
+from normbench.train.aux_losses import from_config as aux_losses_from_config
+from normbench.train.device import resolve_device
+from normbench.train.distributed import Dist, all_sum, broadcast, wrap_ddp
+from normbench.train.optim_groups import param_groups
+from normbench.train.schedule import warmup_cosine
+from normbench.train.telemetry import BlockTelemetry
+
+EpochCallback = Callable[[dict[str, Any]], bool | None]  # gets the epoch's record; True stops the cell (pruning)
+
+
+def build_model(cell: CellConfig, data: DataBundle) -> NormbenchViT:
+    m = asdict(cell.model)
+    m.pop("img_size")
+    return NormbenchViT(img_size=data.img_size, in_chans=data.in_chans, num_classes=data.num_classes, **m)
+
+
+def mixup_on(tc: TrainConfig) -> bool:
+    return tc.mixup > 0 or tc.cutmix > 0
+
+
+def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: EpochCallback | None = None,
+               data: DataBundle | None = None, dist: Dist | None = None) -> dict[str, Any]:
+    """Train one cell and return its metrics.
+
+    With `dist` (torchrun, normbench/train/distributed.py) every rank calls this with the same cell: each trains on its
+    slice of every global batch under DistributedDataParallel, metrics are summed over ranks, and only rank 0's
+    `on_epoch` runs (its pruning decision is sent to the others).
+
+    Returns:
+        status ("ok", "diverged" or "pruned"), best_val_top1 and final_val_top1 (percent), val_top1 and test_top1
+        (final epoch, percent; NaN unless status is "ok"), best_val_epoch, train_size/val_size/test_size (the
+        bundle's true split sizes), train_loss (last epoch),
+        epochs_run, images_per_sec (training steps only), params, seconds, `history`: one dict per epoch
+        (epoch, train_loss, val_top1, lr, grad_norm, images_per_sec), and `telemetry`: per-block records of the
+        observed steps (normbench/train/telemetry.py; [] when `train.telemetry_every` is 0).
+    """
+    t_start = time.perf_counter()
+    tc = cell.train
+    if dist is not None and mixup_on(tc) and (tc.batch_size // dist.world) % 2:
+        raise SuiteError(f"train.batch_size: mixup/cutmix pair images within a process's {tc.batch_size // dist.world}"
+                         f"-image share of the batch, which must be even; use a multiple of {2 * dist.world}")
+    dev = dist.device(device) if dist else resolve_device(device)
+    on_cuda = dev.type == "cuda"
+    torch.manual_seed(tc.seed)
+    if on_cuda:
+        torch.set_float32_matmul_precision("high")
+    shard = (dist.rank, dist.world) if dist else (0, 1)
+    data = data or build_data(cell.data, batch_size=tc.batch_size, device=dev, seed=tc.seed,
+                              img_size=cell.model.img_size, shard=shard)
+    model = build_model(cell, data).to(dev)
+    params = sum(p.numel() for p in model.parameters())
+    fastpath.set_attention_path(model, dev)
+    opt_kwargs = fastpath.optimizer_kwargs(tc.optimizer, dev)
+    optimizer = create_optimizer_v2(param_groups(model, tc.lr, tc.weight_decay), tc.optimizer, lr=tc.lr,
+                                    weight_decay=tc.weight_decay, **opt_kwargs)
+    aux = aux_losses_from_config(model, tc)  # opt-in auxiliary losses (LearnableScaler recipe); None when off
+    parallel = model if dist is None else wrap_ddp(model, dev)
+    forward = parallel
+    if tc.compile == "on" or (tc.compile == "auto" and on_cuda):
+        # a fresh dynamo per cell: a worker's many models would otherwise exhaust its recompile limit, after which
+        # dynamo silently runs the rest eagerly, and a cell's speed would depend on the cells before it
+        torch._dynamo.reset()
+        forward = torch.compile(parallel)
+    amp = tc.amp == "bf16" or (tc.amp == "auto" and on_cuda)
+    autocast = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if amp else nullcontext
+
+    mixup = (Mixup(mixup_alpha=tc.mixup, cutmix_alpha=tc.cutmix, label_smoothing=tc.label_smoothing,
+                   num_classes=data.num_classes) if mixup_on(tc) else None)
+    loss_fn: nn.Module = SoftTargetCrossEntropy() if mixup else fastpath.loss_function(tc.label_smoothing)
+    max_loss = tc.max_loss if tc.max_loss is not None else 10.0 * math.log(data.num_classes)
+    steps_per_epoch = max(1, len(data.train) // tc.grad_accum_steps)
+    total_steps = steps_per_epoch * tc.epochs
+    warmup_steps = round(tc.warmup_epochs * steps_per_epoch)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    telemetry = BlockTelemetry(model)  # records nothing unless a step is observed
+
+    history: list[dict[str, Any]] = []
+    status, step, train_seconds, images_seen = "ok", 0, 0.0, 0
+    for epoch in range(tc.epochs):
+        model.train()
+        data.train.set_epoch(epoch)
+        loss_sum = torch.zeros((), device=dev)
+        grad_norm_sum = torch.zeros((), device=dev)
+        micro, optimizer_steps, epoch_images = 0, 0, 0
+        lr = tc.lr
+        t0 = time.perf_counter()
+        for x, y in data.train:
+            if mixup is not None:
+                x, y = mixup(x, y)
+            micro += 1
+            steps_now = micro % tc.grad_accum_steps == 0
+            observed = tc.telemetry_every > 0 and step % tc.telemetry_every == 0  # hooks run eagerly, uncompiled
+            # under DDP only the micro-batch that ends an accumulation all-reduces; the others keep their grads local
+            with parallel.no_sync() if dist is not None and not steps_now else nullcontext():
+                with autocast(), telemetry.observe() if observed else nullcontext():
+                    loss = loss_fn((parallel if observed else forward)(x), y)
+                    if aux is not None:
+                        loss = loss + aux.pop()
+                (loss / tc.grad_accum_steps).backward()
+            loss_sum += loss.detach()
+            epoch_images += x.shape[0]
+            if not steps_now:
+                continue
+            lr = warmup_cosine(step, total_steps=total_steps, warmup_steps=warmup_steps, lr=tc.lr,
+                               warmup_lr=tc.warmup_lr, min_lr=tc.min_lr)
+            for group in optimizer.param_groups:
+                group["lr"] = lr * group.get("lr_scale", 1.0)
+            if observed:
+                telemetry.before_update()
+            grad_norm_sum += nn.utils.clip_grad_norm_(trainable, tc.clip_grad or math.inf)
+            optimizer.step()
+            if observed:
+                telemetry.after_update(step)
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            optimizer_steps += 1
+            # the periodic sync; summed over ranks so that all of them stop together
+            if step % tc.log_interval == 0 and not math.isfinite(all_sum(loss_sum.clone(), dist).item()):
+                break
+        world = dist.world if dist else 1
+        train_loss = all_sum(loss_sum, dist).item() / world / max(1, micro)  # the epoch's sync
+        telemetry.collect()
+        epoch_images *= world
+        epoch_seconds = time.perf_counter() - t0
+        train_seconds += epoch_seconds
+        images_seen += epoch_images
+        if not math.isfinite(train_loss) or train_loss > max_loss:
+            status = "diverged"
+            history.append({"epoch": epoch, "train_loss": train_loss, "val_top1": float("nan"), "lr": lr,
+                            "grad_norm": float("nan"), "images_per_sec": epoch_images / epoch_seconds})
+            break
+        record = {"epoch": epoch, "train_loss": train_loss,
+                  "val_top1": evaluate(model, forward, data, autocast, dev, dist),
+                  "lr": lr, "grad_norm": grad_norm_sum.item() / max(1, optimizer_steps),
+                  "images_per_sec": epoch_images / epoch_seconds}
+        history.append(record)
+        stop = on_epoch(record) if on_epoch is not None and (dist is None or dist.is_main) else False
+        if broadcast(bool(stop), dist):
+            status = "pruned"
+            break
+
+    val = [h["val_top1"] for h in history if math.isfinite(h["val_top1"])]
+    # the test split is read once, at the final epoch, and only to report: nothing above chose anything with it
+    test_top1 = evaluate(model, forward, data, autocast, dev, dist, split="test") if status == "ok" else float("nan")
+    return {
+        "status": status,
+        "best_val_top1": max(val, default=0.0),
+        "final_val_top1": val[-1] if val else 0.0,
+        "val_top1": val[-1] if status == "ok" and val else float("nan"),  # final epoch
+        "test_top1": test_top1,  # final epoch
+        "best_val_epoch": max(range(len(val)), key=val.__getitem__) if val else -1,
+        **data.sizes(),
+        "train_loss": history[-1]["train_loss"] if history else float("nan"),
+        "epochs_run": len(history),
+        "images_per_sec": images_seen / train_seconds if train_seconds else 0.0,
+        "params": params,
+        "seconds": time.perf_counter() - t_start,
+        "history": history,
+        "telemetry": telemetry.records(),
+    }
+
+
+@torch.inference_mode()  # no autograd bookkeeping at all (no_grad still tracks versions and views)
+def evaluate(model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor], data: DataBundle,
+             autocast: Callable, device: torch.device, dist: Dist | None = None, split: str = "val") -> float:
+    """Top-1 accuracy in percent on `split` ("val", the default, or "test"), summed over ranks; one host sync at
+    the end. Leaves the model in eval."""
+    model.eval()
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    total = 0
+    for x, y in getattr(data, split):
+        with autocast():
+            correct += (forward(x).argmax(dim=-1) == y).sum()
+        total += y.shape[0]
+    correct, total = all_sum(torch.stack([correct, correct.new_tensor(total)]), dist).tolist()
+    return 100.0 * correct / max(1, total)

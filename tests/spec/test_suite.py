@@ -1,0 +1,125 @@
+"""Suites are validated in full before anything runs; every mistake exits 2 with one message naming the fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from normbench.cli import main
+from normbench.errors import SuiteError
+from normbench.spec.suite import load_suite
+from tests.conftest import REPO
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str]:
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ({"matrix": {"layer": ["layernrom"]}}, ["matrix.layer", "layernrom", "did you mean `layernorm`"]),
+    ({"model": {"embed_dmi": 32}}, ["model.embed_dmi", "unknown key", "did you mean `embed_dim`"]),
+    ({"train": {"epochs": "ten"}}, ["train.epochs", "expected int", "'ten'"]),
+    ({"train": {"lr": True}}, ["train.lr", "expected float"]),
+    ({"matrix": {"depht": [2]}}, ["matrix.depht", "did you mean `depth`"]),
+    ({"matrix": {"lr": []}}, ["matrix.lr", "at least one value"]),
+    ({"dataset": {"name": "cifar1000"}}, ["dataset.name", "did you mean `cifar100`"]),
+    ({"trian": {"epochs": 1}}, ["unknown key `trian`", "did you mean `train`"]),
+    ({"model": {"embed_dim": 30, "num_heads": 4}}, ["not divisible by num_heads"]),
+    ({"name": "my suite"}, ["`name`"]),
+    ({"tune": {"trials": 0, "space": {"lr": {"low": 1e-4, "high": 1e-2}}}}, ["tune.trials"]),
+    ({"tune": {"trials": 2, "space": {"lr": {"low": 1e-2, "high": 1e-4}}}}, ["tune.space.lr"]),
+])
+def test_malformed_suite_exits_2_naming_file_key_value(write_suite, capsys, overrides, expected):
+    path = write_suite(**overrides)
+    code, err = run_cli(capsys, "run", str(path), "--dry-run")
+    assert code == 2
+    assert str(path) in err
+    for fragment in expected:
+        assert fragment in err
+    assert "Traceback" not in err
+
+
+def test_invalid_yaml_and_missing_file_exit_2_without_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nmatrix: [depth: 1\n")
+    for path in (bad, tmp_path / "nope.yaml"):
+        proc = subprocess.run([sys.executable, "-m", "normbench", "run", str(path)], capture_output=True, text=True,
+                              cwd=REPO)
+        assert proc.returncode == 2, proc.stderr
+        assert str(path) in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_matrix_expands_in_order_with_single_values_and_extra_axes(write_suite):
+    path = write_suite(matrix={"depth": [2, 4], "layer": "rezero", "drop_path_rate": [0.0, 0.1], "seed": [0]})
+    suite = load_suite(path)
+    cells = suite.cells()
+    assert [c.cell_id for c in cells] == [  # expanded in file order; each id names its axes sorted
+        "depth=2,drop_path_rate=0,layer=rezero,seed=0", "depth=2,drop_path_rate=0.1,layer=rezero,seed=0",
+        "depth=4,drop_path_rate=0,layer=rezero,seed=0", "depth=4,drop_path_rate=0.1,layer=rezero,seed=0"]
+    assert cells[1].config.model.drop_path_rate == 0.1 and cells[3].config.model.depth == 4
+    assert cells[0].config.model.embed_dim == 16  # the base recipe reaches every cell
+
+
+def test_shipped_suites_are_valid():
+    for path in sorted((REPO / "suites").glob("*.yaml")):
+        suite = load_suite(path)
+        assert suite.cells(), path
+
+
+def test_dry_run_lists_cells(write_suite, capsys, tmp_path):
+    code = main(["run", str(write_suite()), "--dry-run", "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert code == 0 and "depth=1,layer=layerscale,lr=0.001,seed=0" in out and "to run" in out
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ({"bracket": "yes"}, ["bracket", "true or false"]),
+    ({"bracket": True}, ["bracket", "matrix.lr", "at least two"]),  # TINY has one lr: no ratio to step by
+    ({"bracket_max_steps": 0}, ["bracket_max_steps", "positive int"]),
+    ({"baseline": "layernrom"}, ["baseline", "did you mean `layernorm`"]),
+    ({"claims": {"layer": "layerscale"}}, ["claims", "a list"]),
+    ({"claims": [{"layer": "layerscale", "beats": "layernorm"}]}, ["claims[0]", "depth"]),
+    ({"claims": [{"layer": "layerscale", "beats": "rezero", "depth": 1}]}, ["claims[0].beats", "'rezero'"]),
+    ({"claims": [{"layer": "layerscale", "beats": "layernorm", "depth": 36}]}, ["claims[0].depth", "depths: 1"]),
+    ({"claims": [{"layer": "layerscale", "beats": "layernorm", "depth": 1, "bye": 2}]}, ["did you mean `by`"]),
+    ({"claims": [{"layer": "layerscale", "beats": "layernorm", "depth": 1, "by": "3"}]}, ["claims[0].by"]),
+])
+def test_malformed_protocol_keys_exit_2_naming_the_key(write_suite, capsys, overrides, expected):
+    code, err = run_cli(capsys, "run", str(write_suite(**overrides)), "--dry-run")
+    assert code == 2
+    for fragment in expected:
+        assert fragment in err
+
+
+def test_bracket_flag_needs_an_lr_grid(write_suite, capsys):
+    code, err = run_cli(capsys, "run", str(write_suite()), "--bracket", "--dry-run")
+    assert code == 2 and "bracket" in err and "matrix.lr" in err
+
+
+def test_protocol_keys_parse_with_defaults(write_suite):
+    claim = {"layer": "layerscale", "beats": "layernorm", "depth": 1}
+    suite = load_suite(write_suite(claims=[claim, {**claim, "by": 3.4}]))
+    assert suite.baseline == "layernorm" and not suite.bracket and suite.bracket_max_steps == 3
+    assert [c["by"] for c in suite.claims] == [0.0, 3.4]
+    no_layernorm = write_suite(matrix={"depth": [1], "layer": ["rezero", "layerscale"], "lr": [1e-3, 3e-3]})
+    assert load_suite(no_layernorm).baseline is None  # no comparison section unless a baseline is named
+
+
+def test_shipped_suites_state_the_seed_claims():
+    suite = load_suite(REPO / "suites" / "depth-sweep-digits.yaml")
+    assert {(c["layer"], c["beats"], c["depth"], c["by"]) for c in suite.claims} == {
+        ("layerscale", "layernorm", 24, 0.0), ("layerscale", "layernorm", 36, 0.0),
+        ("learnable_scaler", "layernorm", 36, 3.4)}
+
+
+@pytest.mark.parametrize("key", ["telemetry_every", "attn_extra_loss", "attn_extra_loss_layers",
+                                 "train_feature_decay"])
+def test_a_negative_telemetry_or_aux_loss_setting_is_refused_naming_the_key(tmp_path, key):
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: s\ndataset: {{name: digits}}\ntrain: {{{key}: -1}}\n"
+                    "matrix: {depth: [1], layer: [layernorm], lr: [1.0e-3], seed: [0]}\n")
+    with pytest.raises(SuiteError, match=f"train.{key}: must be 0"):
+        load_suite(path)

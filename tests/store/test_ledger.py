@@ -1,0 +1,81 @@
+"""The ledger's claim: when two workers queued the same cell at once, exactly one copy of it runs."""
+
+from __future__ import annotations
+
+import pytest
+from optuna.trial import TrialState
+
+from normbench.store.ledger import Ledger
+from normbench.store.trial_params import add_waiting_trial, axis_distributions
+
+AXES = {"depth": 2, "layer": "layernorm", "lr": 1e-3, "seed": 0}
+
+
+@pytest.fixture
+def two_copies(tmp_path):
+    """A journal ledger holding two WAITING copies of one cell (what two workers enqueueing at once leave)."""
+    ledger = Ledger(None, tmp_path)
+    study = ledger.study("run:race")
+    for _ in range(2):
+        add_waiting_trial(study, AXES, axis_distributions([AXES]), user_attrs={"cell_id": "c", "axes": AXES})
+    return ledger, study
+
+
+def claim_both(ledger, study):
+    """Both workers have set their copy RUNNING before either checks for the other: the simultaneous claim."""
+    for t in study.get_trials(deepcopy=False):
+        assert ledger.storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING)
+    return study.get_trials(deepcopy=False)
+
+
+def test_simultaneous_claims_of_two_copies_keep_exactly_one(two_copies):
+    ledger, study = two_copies
+    low, high = claim_both(ledger, study)
+    assert [ledger._duplicate(study, low), ledger._duplicate(study, high)] == [False, True]
+
+
+def test_a_copy_claimed_while_a_lower_copy_waits_is_dropped(two_copies):
+    ledger, study = two_copies
+    _, high = study.get_trials(deepcopy=False)
+    ledger.storage.set_trial_state_values(high._trial_id, state=TrialState.RUNNING)
+    assert ledger._duplicate(study, study.get_trials(deepcopy=False)[1])  # the lower copy will run instead
+
+
+def test_claim_runs_one_copy_and_fails_the_other(two_copies):
+    ledger, study = two_copies
+    first = ledger.claim(study)
+    assert first is not None and first.number == 0
+    assert ledger.claim(study) is None  # the second copy is dropped, not handed out
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    assert states == [TrialState.RUNNING, TrialState.FAIL]
+
+
+def test_a_finished_cell_drops_any_later_copy(two_copies):
+    ledger, study = two_copies
+    first = ledger.claim(study)
+    study.tell(first, 50.0)
+    later = study.get_trials(deepcopy=False)[1]
+    ledger.storage.set_trial_state_values(later._trial_id, state=TrialState.RUNNING)
+    assert ledger._duplicate(study, study.get_trials(deepcopy=False)[1])
+
+
+def test_looking_up_an_existing_study_writes_nothing(tmp_path):
+    ledger = Ledger(None, tmp_path)
+    ledger.study("run:quiet")
+    size = (tmp_path / "ledger.journal").stat().st_size
+    for _ in range(3):  # workers and the progress loop look their studies up every few seconds
+        assert ledger.study("run:quiet").study_name == "run:quiet"
+    assert (tmp_path / "ledger.journal").stat().st_size == size
+
+
+@pytest.mark.parametrize("result, value", [
+    ({"status": "ok", "best_val_top1": 90.0, "val_top1": 70.0}, 70.0),  # the final epoch, as the report's score
+    ({"status": "diverged", "best_val_top1": 40.0, "val_top1": float("nan")}, 0.0),  # blew up: scores 0
+])
+def test_a_finished_trials_value_is_the_selection_rule_final_epoch_val(tmp_path, result, value):
+    ledger = Ledger(None, tmp_path)
+    study = ledger.study("tune:sel")
+    ledger.enqueue(study, {"c": AXES})
+    trial = ledger.claim(study)
+    ledger.finish(study, trial, {**result, "history": []})
+    assert study.get_trials(deepcopy=False)[0].value == value  # what `normbench tune` ranks trials by

@@ -1,0 +1,57 @@
+"""normbench.sweep.bracket: which lrs a bracketing round adds, from hand-made finished cells."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from normbench.spec.suite import parse_suite
+from normbench.sweep.bracket import bracket_axes, grid_ratio
+
+MATRIX = {"depth": [6], "layer": ["layernorm", "rezero"], "lr": [1.0e-3, 3.0e-3], "seed": [0, 1]}
+
+
+def suite(**extra):
+    raw = {"name": "b", "dataset": {"name": "digits"}, "matrix": MATRIX, "bracket": True, **extra}
+    return parse_suite(raw, Path("b.yaml"))
+
+
+def done(layer: str, lr: float, vals: list[float], status: str = "ok", test: float = 0.0) -> list:
+    return [({"depth": 6, "layer": layer, "lr": lr, "seed": s},
+             {"status": status, "val_top1": v, "test_top1": test}) for s, v in enumerate(vals)]
+
+
+def test_grid_ratio_is_the_grids_own_geometric_step():
+    assert grid_ratio([1e-3, 3e-3]) == pytest.approx(3.0)
+    assert grid_ratio([1e-4, 1e-3, 1e-2]) == pytest.approx(10.0)
+    with pytest.raises(ValueError):
+        grid_ratio([1e-3])
+
+
+def test_a_best_lr_at_the_top_edge_adds_one_step_up_for_every_seed():
+    cells = [*done("layernorm", 1e-3, [80, 82]), *done("layernorm", 3e-3, [70, 72]),   # best 1e-3: low edge
+             *done("rezero", 1e-3, [30, 28]), *done("rezero", 3e-3, [60, 58])]         # best 3e-3: high edge
+    added = bracket_axes(suite(), cells)
+    assert added == [{"depth": 6, "layer": "layernorm", "lr": 3.333e-4, "seed": 0},
+                     {"depth": 6, "layer": "layernorm", "lr": 3.333e-4, "seed": 1},
+                     {"depth": 6, "layer": "rezero", "lr": 9e-3, "seed": 0},
+                     {"depth": 6, "layer": "rezero", "lr": 9e-3, "seed": 1}]
+    assert list(added[0]) == list(MATRIX)  # matrix key order, so the cell id is the matrix's
+
+
+def test_rounds_stop_when_interior_diverged_or_at_the_limit():
+    base = [*done("rezero", 1e-3, [30, 28]), *done("rezero", 3e-3, [60, 58])]
+    interior = [*base, *done("rezero", 9e-3, [50, 40])]
+    assert bracket_axes(suite(), interior) == []
+    diverged = [*base, *done("rezero", 9e-3, [0, 0], status="diverged")]  # the new edge blew up: best is interior
+    assert bracket_axes(suite(), diverged) == []
+    climbing = [*base, *done("rezero", 9e-3, [70, 70]), *done("rezero", 2.7e-2, [80, 80])]
+    assert {a["lr"] for a in bracket_axes(suite(), climbing)} == {8.1e-2}
+    assert bracket_axes(suite(bracket_max_steps=2), climbing) == []  # two steps beyond already
+
+
+def test_selection_reads_val_not_test():
+    # test prefers 1e-3 (the low edge: a step down); val prefers 3e-3 (the high edge: a step up), and val decides
+    cells = [*done("rezero", 1e-3, [30, 30], test=99.0), *done("rezero", 3e-3, [60, 60], test=1.0)]
+    assert {a["lr"] for a in bracket_axes(suite(), cells)} == {9e-3}

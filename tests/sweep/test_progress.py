@@ -1,0 +1,103 @@
+"""The status line's ETA weighs the cells still to run by their cost, so deep cells are not promised at the speed
+of shallow ones."""
+
+from __future__ import annotations
+
+import io
+
+from normbench.sweep import progress as progress_module
+from normbench.sweep.progress import Progress
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def finish(progress: Progress, cell: str, clock: Clock, seconds: float) -> None:
+    progress.start_cell(cell, epochs=1)
+    clock.now += seconds
+    progress.end_cell({"status": "ok", "best_val_top1": 50.0, "seconds": seconds})
+
+
+def test_eta_scales_with_the_cost_of_the_cells_left(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    costs = {"depth=6": 6.0, "depth=12": 12.0, "depth=36": 36.0}
+    progress = Progress(total=3, stream=io.StringIO(), costs=costs)
+    assert progress.eta() == "?"
+    finish(progress, "depth=6", clock, 60.0)  # 10 s per unit of depth: 48 units left -> 8 minutes
+    assert progress.eta() == "8m00s"
+    finish(progress, "depth=12", clock, 120.0)
+    assert progress.eta() == "6m00s"
+
+
+def test_without_costs_every_cell_counts_as_one(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    stream = io.StringIO()
+    progress = Progress(total=4, done=1, stream=stream)
+    finish(progress, "a", clock, 30.0)
+    assert progress.eta() == "1m00s"
+    assert "[2/4] a  ok  best val 50.0%  30.0s  ETA 1m00s" in stream.getvalue()
+
+
+def test_without_a_terminal_an_epoch_line_at_most_every_log_every_seconds(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    stream = io.StringIO()  # not a tty: a log file, SLURM's output
+    progress = Progress(total=2, stream=stream, log_every=30.0)
+    progress.start_cell("depth=12", epochs=4)
+    for seconds, epoch in ((10.0, 0), (10.0, 1), (15.0, 2)):
+        clock.now += seconds
+        progress.epoch({"epoch": epoch, "val_top1": 40.0 + epoch})
+    lines = stream.getvalue().splitlines()
+    # epoch 1 prints (a quarter of 2 cells in 10 s: 70 s left); epochs 2 and 3 come 10 and 25 s after it: quiet
+    assert lines == ["[0/2] depth=12  epoch 1/4  val 40.0%  ETA 1m10s"]
+    clock.now += 6.0
+    progress.epoch({"epoch": 3, "val_top1": 44.5})
+    assert stream.getvalue().splitlines()[-1] == "[0/2] depth=12  epoch 4/4  val 44.5%  ETA 0m41s"
+    assert "\r" not in stream.getvalue() and "\033" not in stream.getvalue()
+
+
+def test_eta_counts_the_trained_part_of_the_current_cell(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    progress = Progress(total=2, stream=io.StringIO(), costs={"a": 1.0, "b": 1.0})
+    progress.start_cell("a", epochs=4)
+    clock.now += 60.0
+    progress.epoch({"epoch": 1, "val_top1": 10.0})  # half of a in 60 s: 1.5 cells left at 120 s each
+    assert progress.eta() == "3m00s"
+
+
+def test_a_cell_finished_by_a_worker_process_is_reported_with_its_result(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    stream = io.StringIO()
+    progress = Progress(total=3, done=1, stream=stream)
+    clock.now += 20.0
+    progress.record("layer=rezero", {"status": "ok", "best_val_top1": 61.25, "seconds": 19.5}, where="  (worker 42)")
+    progress.record("layer=dyt", None)  # a cell without a stored result still counts
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "[2/3] layer=rezero  ok  best val 61.2%  19.5s  (worker 42)  ETA 0m20s"
+    assert lines[1].startswith("[3/3] layer=dyt  finished") and progress.done == 3
+
+
+def test_the_parent_sees_each_finished_cell_once(tmp_path):
+    from normbench.store.ledger import Ledger
+    from normbench.sweep.runner import newly_finished
+
+    ledger = Ledger(None, tmp_path)
+    study = ledger.study("run:p")
+    ledger.enqueue(study, {"layer=a": {"layer": "a"}, "layer=b": {"layer": "b"}})
+    seen: set[tuple[str, int]] = set()
+    assert newly_finished(ledger, ["run:p", "tune:absent"], seen) == []
+    trial = ledger.claim(study)
+    ledger.finish(study, trial, {"status": "ok", "best_val_top1": 50.0, "history": []})
+    [finished] = newly_finished(ledger, ["run:p"], seen)
+    assert finished.user_attrs["cell_id"] == trial.user_attrs["cell_id"]
+    assert finished.user_attrs["result"]["best_val_top1"] == 50.0
+    assert newly_finished(ledger, ["run:p"], seen) == []

@@ -1,0 +1,63 @@
+"""The worker's account of its time: training against the ledger's and MLflow's bookkeeping."""
+
+from __future__ import annotations
+
+import re
+
+from optuna.trial import TrialState
+
+from normbench.cli import main
+from normbench.spec.suite import load_suite
+from normbench.store.ledger import Ledger
+from normbench.sweep.progress import Progress
+from normbench.sweep.runner import open_run_study, run_jobs
+from normbench.sweep.worker import WorkSummary, run_cell
+
+
+def test_bookkeeping_is_the_busy_time_not_spent_training():
+    summary = WorkSummary(cells_run=2, busy_seconds=50.0, train_seconds=49.0)
+    summary.add(WorkSummary(cells_run=1, errors=1, busy_seconds=30.0, train_seconds=29.8))
+    assert (summary.cells_run, summary.errors) == (3, 1)
+    assert summary.bookkeeping() == "ledger + MLflow: 1.2 s of 80.0 s (1.5%)"
+    assert WorkSummary().bookkeeping() == ""  # this process ran no cell
+
+
+def test_a_run_reports_its_bookkeeping_share(write_suite, tmp_path, capsys):
+    path = write_suite()
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 0
+    line = re.search(r"ledger \+ MLflow: ([\d.]+) s of ([\d.]+) s \(([\d.]+)%\)", capsys.readouterr().err)
+    assert line is not None
+    spent, busy, share = map(float, line.groups())
+    assert 0 < spent <= busy and 0 < share < 100  # shown to 0.1 s, so no closer check on tiny cells
+
+
+class _TakenOverAtStart:
+    """A tracker whose run opens just as another worker fails this trial as stale (the first worker stalled
+    between its claim and its first write)."""
+
+    def __init__(self, study):
+        self.study, self.calls = study, []
+
+    def start(self, cell_id, params, tags):
+        self.study.tell(int(tags["trial"]), state=TrialState.FAIL)  # what a peer's stale-trial sweep does
+        return "run-1"
+
+    def fail(self, run_id, status="FAILED"):
+        self.calls.append((run_id, status))
+
+
+def test_a_cell_taken_over_before_its_first_write_is_stopped_not_crashed(write_suite, tmp_path):
+    suite = load_suite(write_suite())
+    ledger = Ledger(None, tmp_path)
+    study = open_run_study(ledger, suite)
+    ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
+    job = run_jobs(suite, study, ledger)()[0]
+    trial = ledger.claim(job.study)
+    tracker = _TakenOverAtStart(job.study)
+    progress = Progress(total=1, quiet=True)
+    ok, trained = run_cell(job, trial, ledger=ledger, tracker=tracker, device="cpu", progress=progress,
+                           suite_name=suite.name)
+    assert (ok, trained) == (True, 0.0)
+    assert tracker.calls == [("run-1", "KILLED")]  # its MLflow run never reads FINISHED
+    frozen = job.study.get_trials(deepcopy=False)[trial.number]
+    assert frozen.state == TrialState.FAIL and "mlflow_run_id" not in frozen.user_attrs

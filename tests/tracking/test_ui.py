@@ -1,0 +1,141 @@
+"""`normbench ui` and what MLflow holds for it: the comparison view (model-training kind, axes and score as columns,
+best score first), cells nested under the `leaderboard` run, one param per axis, attempt-numbered run names, and a
+busy port that fails with its number. (tests/test_runner.py starts the real UI server once.)"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from normbench.cli import main
+from normbench.tracking.tracker import Tracker, leaderboard_scores, one_param_per_axis
+from normbench.tracking.ui import KIND, KIND_TAG, SHARE_KEY, SHARE_TAG, suite_axes, ui_url, view_state
+
+
+def test_view_state_shows_the_axes_and_the_score_sorted_best_first() -> None:
+    state = view_state(["depth", "layer", "lr", "seed"])
+    assert state["orderByKey"] == "metrics.`score`" and state["orderByAsc"] is False
+    assert state["selectedColumns"][1:5] == ["params.`depth`", "params.`layer`", "params.`lr`", "params.`seed`"]
+    assert "metrics.`score`" in state["selectedColumns"]
+
+
+def test_url_opens_the_runs_table_in_the_model_training_workflow_with_the_view() -> None:
+    url = ui_url("0.0.0.0", 5001, "7")
+    assert url == ("http://127.0.0.1:5001/#/experiments/7/runs?workflowType=machine_learning"
+                   f"&viewStateShareKey={SHARE_KEY}")
+
+
+def test_axes_follow_the_suite_order_and_include_tuned_keys(tmp_path: Path) -> None:
+    (tmp_path / "suite.yaml").write_text(
+        "name: t\ndataset: {name: digits}\nmatrix: {layer: [layernorm], depth: [1], seed: [0]}\n"
+        "tune: {trials: 2, space: {lr: {low: 1.0e-3, high: 1.0e-2, log: true}}}\n")
+    params = [{"layer": "layernorm", "depth": "1", "seed": "0", "train.lr": "0.002", "model.embed_dim": "16"}]
+    assert suite_axes(tmp_path, params) == ["layer", "depth", "seed", "train.lr"]
+    assert suite_axes(tmp_path / "nowhere", params) == ["depth", "layer", "seed"]
+
+
+def test_one_param_per_axis() -> None:
+    params = {"layer": "rezero", "lr": 0.001, "model.layer": "rezero", "train.lr": 0.001, "model.depth": 2,
+              "data.name": "digits", "data.train_size": 1077}
+    assert one_param_per_axis(params) == {"layer": "rezero", "lr": 0.001, "model.depth": 2, "data.name": "digits",
+                                          "data.train_size": 1077}
+
+
+def test_the_score_columns_are_the_leaderboards() -> None:
+    """As normbench.report.stats.add_scores: test top-1 scores, val top-1 selects, a diverged cell is 0 for both."""
+    ok = {"status": "ok", "val_top1": 81.234, "test_top1": 79.876, "best_val_top1": 90.0}
+    assert leaderboard_scores(ok) == {"score": 79.88, "select": 81.23}
+    assert leaderboard_scores({**ok, "status": "diverged"}) == {"score": 0.0, "select": 0.0}
+    assert leaderboard_scores({**ok, "status": "pruned", "test_top1": float("nan")}) == {}
+
+
+def test_a_rerun_is_named_apart_from_the_run_it_replaces(tmp_path: Path) -> None:
+    tracker = Tracker(tmp_path, "names")
+    first = tracker.start("layer=a", {"layer": "a"}, {"study": "run:names"})
+    tracker.fail(first, "KILLED")
+    second = tracker.start("layer=a", {"layer": "a"}, {"study": "run:names"})
+    other = tracker.start("layer=a", {"layer": "a"}, {"study": "tuned:names"})  # another study: its own count
+    names = {r: tracker.client.get_run(r).info.run_name for r in (first, second, other)}
+    assert names == {first: "layer=a", second: "layer=a #2", other: "layer=a"}
+    parent = tracker.client.get_run(first).data.tags["mlflow.parentRunId"]
+    assert tracker.client.get_run(parent).info.run_name == "leaderboard"
+    assert {tracker.client.get_run(r).data.tags["mlflow.parentRunId"] for r in names} == {parent}
+    assert Tracker(tmp_path, "names").parent_run_id() == parent  # a second process finds the same parent
+
+
+SERVED = """
+import json, os, sys
+os.environ["_MLFLOW_SERVER_FILE_STORE"] = sys.argv[1]
+from mlflow.server import app
+client = app.test_client()
+experiment = client.get("/ajax-api/2.0/mlflow/experiments/get-by-name", query_string={"experiment_name": "tiny"}).json
+runs = client.post("/ajax-api/2.0/mlflow/runs/search", json={
+    "experiment_ids": [experiment["experiment"]["experiment_id"]], "order_by": ["metrics.`score` DESC"]}).json
+print(json.dumps({"experiment": experiment["experiment"], "runs": runs["runs"]}))
+"""
+
+
+def test_the_served_api_has_the_view_the_nesting_and_the_columns(write_suite, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["run", str(write_suite()), "--out", str(out), "--quiet"]) == 0
+    from normbench.tracking.ui import prepare_experiment
+
+    prepare_experiment(f"sqlite:///{out / 'mlflow.db'}", out)
+    served = subprocess.run([sys.executable, "-c", SERVED, f"sqlite:///{out / 'mlflow.db'}"], capture_output=True,
+                            text=True, timeout=120, check=True)
+    body = json.loads(served.stdout.strip().splitlines()[-1])
+    tags = {t["key"]: t["value"] for t in body["experiment"]["tags"]}
+    assert tags[KIND_TAG] == KIND
+    view = json.loads(tags[SHARE_TAG])
+    assert view["selectedColumns"][1:5] == ["params.`depth`", "params.`layer`", "params.`lr`", "params.`seed`"]
+
+    runs = body["runs"]
+    parent = next(r for r in runs if r["info"]["run_name"] == "leaderboard")
+    cells = [r for r in runs if r is not parent]
+    assert len(cells) == 2
+    assert "leaderboard.md" in {Path(a.path).name for a in
+                                MlflowClient(f"sqlite:///{out / 'mlflow.db'}").list_artifacts(parent["info"]["run_id"])}
+    scores = []
+    for run in cells:
+        tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
+        params = {p["key"] for p in run["data"]["params"]}
+        metrics = {m["key"]: m["value"] for m in run["data"]["metrics"]}
+        assert tags["mlflow.parentRunId"] == parent["info"]["run_id"]
+        assert {"depth", "layer", "lr", "seed"} <= params
+        assert not {"model.layer", "model.depth", "train.lr", "train.seed"} & params
+        assert {"data.train_size", "data.val_size"} <= params  # the true split sizes (runner.cell_params)
+        assert "lr" not in metrics and "score" in metrics and "scheduled_lr" in metrics
+        scores.append(metrics["score"])
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_a_busy_port_exits_nonzero_naming_the_port(tmp_path: Path, capsys) -> None:
+    (tmp_path / "mlflow.db").touch()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["ui", str(tmp_path), "--port", str(port), "--no-browser"]) == 2
+    err = capsys.readouterr().err
+    assert f"port {port}" in err and f"--port {port + 1}" in err
+
+
+@pytest.mark.parametrize("workers", ["0", "-1"])
+def test_workers_below_one_exit_2(workers: str, capsys) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "suites/smoke.yaml", "--workers", workers])
+    assert stop.value.code == 2
+    assert f"--workers {workers}: must be 1 or more" in capsys.readouterr().err
+
+
+def test_a_new_store_starts_without_mlflow_info_lines(tmp_path: Path) -> None:
+    code = f"from normbench.tracking.tracker import Tracker; Tracker({str(tmp_path)!r}, 'quiet')"
+    started = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert (tmp_path / "mlflow.db").exists()
+    assert "Creating initial MLflow database tables" not in started.stderr and " INFO " not in started.stderr

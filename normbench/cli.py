@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from normbench.errors import NormbenchError, Terminated
+from normbench.spec.names import OutputFolder
 
 
 def _suite_args(p: argparse.ArgumentParser) -> None:
@@ -156,93 +157,37 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def cmd_run(args: argparse.Namespace) -> int:
     suite, out = _load(args)
     if args.dry_run:
-        return _dry_run(suite, out, args.storage)
-    from normbench.sweep.runner import run_suite
+        from normbench.sweep.dry_run import dry_run_report
 
-    summary = run_suite(suite, out, storage=args.storage, device=args.device, workers=args.workers, quiet=args.quiet)
+        print(dry_run_report(suite, out, args.storage))
+        return 0
+    from normbench.sweep.suite_run import run_suite
+
+    summary = run_suite(suite, out, mode="run", storage=args.storage, device=args.device, workers=args.workers,
+                        quiet=args.quiet)
     return 1 if summary.errors else 0
-
-
-def _dry_run(suite, out: Path, storage: str | None) -> int:  # type: ignore[no-untyped-def]
-    import pandas as pd
-    from tabulate import tabulate
-
-    frame = pd.DataFrame()
-    if storage or (out / "ledger.journal").exists():
-        from normbench.report.leaderboard import cells_frame
-        from normbench.store.ledger import Ledger
-
-        frame = cells_frame(Ledger(storage, out), f"run:{suite.name}")
-    records = frame.to_dict("records")
-    done = {r["cell_id"]: r["status"] for r in records}
-    rows = [[c.cell_id, done.get(c.cell_id, "to run")] for c in suite.cells()]
-    rows += [[r["cell_id"], f"{r['status']} (bracket round {r['bracket_round']})"] for r in records
-             if r["bracket_round"] > 0]
-    coming = _next_bracket_round(suite, records) if suite.bracket and len(done) >= len(rows) else []
-    rows += [[suite.cell(axes).cell_id, "to run (next bracket round)"] for axes in coming]
-    print(tabulate(rows, headers=["cell", "status"], tablefmt="simple"))
-    print(f"{len(rows)} cells, {len(done)} finished; output folder {out}")
-    if suite.bracket:
-        print("bracketing on: when the cells above have finished, each row whose val-selected lr is the smallest or "
-              "largest tried gets cells one grid step beyond it "
-              f"(at most bracket_max_steps={suite.bracket_max_steps} per end)")
-    return 0
-
-
-def _next_bracket_round(suite, records: list[dict]) -> list[dict]:  # type: ignore[type-arg, no-untyped-def]
-    """The cells the next bracketing round would queue, from the finished cells (matrix and earlier rounds)."""
-    from normbench.sweep.bracket import bracket_axes
-
-    finished = [({k: r[k] for k in suite.matrix}, r) for r in records]
-    return bracket_axes(suite, finished)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     suite, out = _load(args)
-    from normbench.sweep.tune import tune_suite
+    from normbench.sweep.suite_run import run_suite
 
-    summary = tune_suite(suite, out, storage=args.storage, device=args.device, workers=args.workers, quiet=args.quiet)
+    summary = run_suite(suite, out, mode="tune", storage=args.storage, device=args.device, workers=args.workers,
+                        quiet=args.quiet)
     return 1 if summary.errors else 0
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
     suite, out = _load(args)
+    from normbench.sweep.suite_run import join_suite
     from normbench.train.distributed import from_env, shutdown
 
     dist = from_env()  # launched by torchrun: one cell over all of this node's processes
     try:
-        return _worker(args, suite, out, dist)
+        summary = join_suite(suite, out, mode=args.mode, storage=args.storage, device=args.device,
+                             quiet=args.quiet, dist=dist)
     finally:
         shutdown(dist)
-
-
-def _worker(args: argparse.Namespace, suite, out: Path, dist) -> int:  # type: ignore[no-untyped-def]
-    from normbench.sweep.progress import Progress
-    from normbench.sweep.runner import preflight
-    from normbench.sweep.worker import follow, work
-
-    device = preflight(suite, args.device)
-    if dist is not None and not dist.is_main:
-        follow(device, dist)
-        return 0
-    if args.mode == "tune":
-        from normbench.sweep.tune import tune_context
-
-        ledger, tracker, jobs = tune_context(suite, out, args.storage)
-    else:
-        from normbench.store.ledger import Ledger
-        from normbench.sweep.runner import open_run_study, run_jobs
-        from normbench.tracking.tracker import Tracker
-
-        ledger, tracker = Ledger(args.storage, out), Tracker(out, suite.name)
-        study = open_run_study(ledger, suite)
-        ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
-        jobs = run_jobs(suite, study, ledger)
-
-    progress = Progress(total=len(suite.cells()), quiet=args.quiet)
-    summary = work(jobs, ledger, tracker, device, progress, suite.name, dist=dist)
-    if summary.bookkeeping():
-        progress.note(summary.bookkeeping())
     return 1 if summary.errors else 0
 
 
@@ -252,7 +197,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
     if not args.out.is_dir():
         raise NormbenchError(f"{args.out}: no such folder; pass a suite's output folder, e.g. results/smoke")
-    suite_file = args.out / "suite.yaml"
+    suite_file = OutputFolder(args.out).suite
     suite = load_suite(suite_file) if suite_file.exists() else None
     path = write_leaderboard(args.out, suite=suite, storage=args.storage, reference=args.reference)
     print(path)
@@ -262,7 +207,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 def cmd_ledger(args: argparse.Namespace) -> int:
     from normbench.store.journal import repair
 
-    path = args.out if args.out.suffix == ".journal" else args.out / "ledger.journal"
+    path = args.out if args.out.suffix == ".journal" else OutputFolder(args.out).ledger
     if not path.is_file():
         raise NormbenchError(f"{path}: no such file; pass a suite's output folder (ledger repair works on journal "
                              "files; a database ledger is repaired by its server)")
@@ -279,7 +224,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from normbench.tracking.tracker import tracking_uri
 
     uri = tracking_uri(args.out)
-    if uri.startswith("sqlite:") and not (args.out / "mlflow.db").exists():
+    if uri.startswith("sqlite:") and not OutputFolder(args.out).mlflow_db.exists():
         raise NormbenchError(f"{args.out}: no mlflow.db here; run a suite first (`normbench run suites/smoke.yaml`) "
                              "or pass its output folder")
     from normbench.tracking.ui import check_port, prepare_experiment, serve, ui_url
@@ -316,7 +261,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from normbench.diagnostics.probe import MISSION_LAYERS, grid, probe, probe_recipe, summarize, write_report
+    from normbench.diagnostics import MISSION_LAYERS
+    from normbench.diagnostics.probe import grid, probe, probe_recipe, summarize, write_report
     from normbench.report.machine import machine_line
 
     if args.suite is not None:

@@ -83,7 +83,7 @@ def peer_cell(depth: int, epochs: int, seed: int = 0) -> float:
 def normbench_run(depth: int, epochs: int, fast: bool) -> float:
     os.environ[fastpath.ENV_SWITCH] = "1" if fast else "0"
     try:
-        return train_cell(normbench_cell(depth, epochs), device="cpu")["final_val_top1"]
+        return train_cell(normbench_cell(depth, epochs), device="cpu").final_val_top1
     finally:
         os.environ.pop(fastpath.ENV_SWITCH, None)
 

@@ -33,7 +33,7 @@ def main() -> None:
     train_cell(digits_cell(args.layer, args.depth, 1), device="cpu")  # warm-up: imports, allocator, caches
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         result = train_cell(cell, device="cpu")
-    print(f"threads {torch.get_num_threads()}, {result['seconds']:.2f} s, {result['images_per_sec']:.0f} img/s")
+    print(f"threads {torch.get_num_threads()}, {result.seconds:.2f} s, {result.images_per_sec:.0f} img/s")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
 
 

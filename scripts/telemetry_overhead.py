@@ -88,20 +88,21 @@ def main() -> None:
     seconds, speed, cpu = [], [], []
     for pair in range(args.pairs):
         order = (args.every, 0) if pair % 2 == 0 else (0, args.every)
-        runs = {}
+        runs, cpu_seconds = {}, {}
         for every in order:
             started = time.process_time()  # this process's CPU time: less swayed by other load than the wall clock
             runs[every] = train_cell(cell(every, args), device=args.device)
-            runs[every]["cpu_seconds"] = time.process_time() - started
+            cpu_seconds[every] = time.process_time() - started
         on, off = runs[args.every], runs[0]
-        seconds.append(on["seconds"] / off["seconds"])
-        speed.append(off["images_per_sec"] / on["images_per_sec"])
-        cpu.append(on["cpu_seconds"] / off["cpu_seconds"])
-        print(f"pair {pair} ({'on first' if order[0] else 'off first'}): cell wall s on {on['seconds']:.2f} off "
-              f"{off['seconds']:.2f} (x{seconds[-1]:.3f}); cell CPU s on {on['cpu_seconds']:.2f} off "
-              f"{off['cpu_seconds']:.2f} (x{cpu[-1]:.3f}); train img/s on {on['images_per_sec']:.0f} off "
-              f"{off['images_per_sec']:.0f} (time x{speed[-1]:.3f}); observed steps kept "
-              f"{len({r['step'] for r in on['telemetry']})}", flush=True)
+        on_cpu, off_cpu = cpu_seconds[args.every], cpu_seconds[0]
+        seconds.append(on.seconds / off.seconds)
+        speed.append(off.images_per_sec / on.images_per_sec)
+        cpu.append(on_cpu / off_cpu)
+        print(f"pair {pair} ({'on first' if order[0] else 'off first'}): cell wall s on {on.seconds:.2f} off "
+              f"{off.seconds:.2f} (x{seconds[-1]:.3f}); cell CPU s on {on_cpu:.2f} off "
+              f"{off_cpu:.2f} (x{cpu[-1]:.3f}); train img/s on {on.images_per_sec:.0f} off "
+              f"{off.images_per_sec:.0f} (time x{speed[-1]:.3f}); observed steps kept "
+              f"{len({r['step'] for r in on.telemetry})}", flush=True)
     print(f"median on/off: cell wall {statistics.median(seconds):.3f}, cell CPU {statistics.median(cpu):.3f}, "
           f"training steps (wall) {statistics.median(speed):.3f} (telemetry_every={args.every}, {args.pairs} pairs, "
           f"depth {args.depth}, {args.epochs} epochs, {args.layer}, {args.threads} thread(s))")

@@ -2,7 +2,7 @@
 
 Small cells (digits, CIFAR at dim 192) leave a GPU, or a multi-core CPU, partly idle; several workers on one device
 can raise throughput until they contend for it. This runs a suite once per worker count, each into a fresh output
-folder, and prints cells/hour, so that the default (`normbench.sweep.runner.default_workers`) is picked from a number.
+folder, and prints cells/hour, so that the default (`normbench.sweep.launch.default_workers`) is picked from a number.
 
     python scripts/workers_per_device.py suites/smoke.yaml --workers 1 2          # CPU
     python scripts/workers_per_device.py suites/depth36.yaml --device cuda --workers 1 2 4

@@ -23,22 +23,22 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import timm
 import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
+from normbench.diagnostics import MISSION_LAYERS
 from normbench.layers import cait_init_values, resolve_layer
 from normbench.model.vit import NormbenchViT
+from normbench.report.machine import load_note, machine_line
+from normbench.report.tables import markdown_table
 from normbench.train import fastpath
 from normbench.train.device import resolve_device
 
-MISSION_LAYERS = ("layernorm", "rmsnorm", "learnable_scaler", "layerscale", "rezero", "fixup")
 IMG_SIZE, PATCH_SIZE, IN_CHANS, NUM_CLASSES = 32, 4, 3, 100  # CIFAR-100-shaped input, as the suites train
 # bf16 dense tensor-core peaks (FLOP/s), matched by substring of torch.cuda.get_device_name(); first match wins,
 # so the PCIe and NVL H100s must come before the SXM one.
@@ -307,15 +307,13 @@ def torch_version() -> str:
 
 
 def machine_header(setup: StepSetup, peak: float | None) -> str:
-    gpu = torch.cuda.get_device_name(setup.dev) if setup.dev.type == "cuda" else "none"
+    """The report's machine line (report/machine.py) for the benchmarked device, then what bench adds: the OS, the
+    CPUs and how busy they were (a busy core stalls each multi-threaded region), torch threads, the FLOP/s peak
+    and the step setup."""
     peak_note = f"{peak / 1e12:.0f} TFLOP/s bf16 peak" if peak else "peak FLOP/s unknown, so MFU is blank"
-    # CPU timings hinge on idle cores: a busy core stalls each multi-threaded region, so say how busy it was
-    load = f", load average {os.getloadavg()[0]:.1f} at start" if hasattr(os, "getloadavg") else ""
-    return (f"Machine: {platform.platform()}, {os.cpu_count()} CPUs{load}, torch threads: {torch.get_num_threads()}, "
-            f"GPU: {gpu} ({peak_note}). torch {torch.__version__}, timm {timm.__version__}. "
-            f"Batch {setup.batch}, compile {'on' if setup.compile else 'off'}, "
-            f"amp {'bf16' if setup.amp else 'off (fp32)'}. "
-            f"Date {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.")
+    return (f"{machine_line(setup.dev)}. {platform.platform()}, {os.cpu_count()} CPUs{load_note()}, "
+            f"torch threads: {torch.get_num_threads()}; {peak_note}. Batch {setup.batch}, "
+            f"compile {'on' if setup.compile else 'off'}, amp {'bf16' if setup.amp else 'off (fp32)'}.")
 
 
 _DECIMALS = {"norm_op_ms": 4, "gate_op_ms": 4, "op_ms": 4, "layernorm_op_ms": 4, "op_vs_layernorm": 3,
@@ -323,9 +321,10 @@ _DECIMALS = {"norm_op_ms": 4, "gate_op_ms": 4, "op_ms": 4, "layernorm_op_ms": 4,
              "timm_images_per_s": 1, "vs_timm": 3}
 
 
-def markdown_table(frame: pd.DataFrame) -> str:
+def bench_table(frame: pd.DataFrame) -> str:
+    """The markdown table of bench rows: each column rounded to its decimals, blank where there is no value."""
     shown = frame.round(_DECIMALS).astype(object)
-    return shown.where(frame.notna(), "").to_markdown(index=False, disable_numparse=True)
+    return markdown_table(shown.where(frame.notna(), ""))
 
 
 def write_outputs(rows: list[dict[str, Any]], out_dir: Path, stem: str, header: str) -> tuple[Path, Path, str]:
@@ -333,7 +332,7 @@ def write_outputs(rows: list[dict[str, Any]], out_dir: Path, stem: str, header: 
     frame = pd.DataFrame(rows, columns=COLUMNS)
     csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
     frame.to_csv(csv_path, index=False)  # NaN (no gate, no timm counterpart, unknown peak) -> blank
-    table = markdown_table(frame)
+    table = bench_table(frame)
     md_path.write_text(f"# normbench bench\n\n{header}\n\n{table}\n", encoding="utf-8")
     return csv_path, md_path, table
 

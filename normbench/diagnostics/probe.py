@@ -27,7 +27,6 @@ from torch import nn
 from normbench.errors import NormbenchError
 from normbench.spec.recipe import CellConfig, ModelConfig
 
-MISSION_LAYERS = ("layernorm", "rmsnorm", "learnable_scaler", "layerscale", "rezero", "fixup")
 COLUMNS = ["block", "rms_in", "rms_out", "growth", "grad_norm", "token_cos"]
 
 

@@ -1,33 +1,41 @@
-"""The registry of normalization and gating layers. Importing this package registers the built-in families."""
+"""The registry of normalization and gating layers. Importing this package registers the built-in families.
 
-from normbench.layers import blocks, gates, norms  # noqa: F401  (register on import)
-from normbench.layers.blocks import DeepNormBlock, PostNormBlock, PreNormBlock
+One file per family, its modules beside its init rule: norms.py (layernorm, rmsnorm, learnable_scaler, dyt, none),
+layerscale.py, rezero.py (rezero, rezero_per_branch, skipinit), fixup.py (fixup_bias, fixup, fixup_official),
+tfixup.py, blocks.py (pre-norm, post_ln), deepnorm.py. registry.py holds the registry and imports no family;
+compose.py turns a `layer` string into a LayerPlan, whose init_rules run on the built model.
+"""
+
+from normbench.layers import deepnorm, fixup, layerscale, norms, rezero, tfixup  # noqa: F401  (register on import)
+from normbench.layers.blocks import PostNormBlock, PreNormBlock
 from normbench.layers.compose import LayerPlan, resolve_layer
-from normbench.layers.gates import (
+from normbench.layers.deepnorm import DeepNormBlock, deepnorm_init
+from normbench.layers.fixup import (
+    FixupBias,
     FixupGate,
     FixupGateOfficial,
-    LayerScale,
-    ReZero,
-    ReZeroShared,
-    SkipInit,
-    cait_init_values,
+    fixup_init,
+    fixup_official_init,
+    fixup_scalars,
 )
+from normbench.layers.layerscale import LayerScale, cait_init_values
 from normbench.layers.norms import (
     DyT,
-    FixupBias,
     LayerNorm,
     LearnableScaler,
     LearnableScaler2d,
     LearnableScalerOnes,
     NoNorm,
     RMSNorm,
-    TFixupNoNorm,
 )
 from normbench.layers.registry import LayerSpec, get_layer, get_spec, list_layers, register_layer
+from normbench.layers.rezero import ReZero, ReZeroShared, SkipInit
+from normbench.layers.tfixup import TFixupNoNorm, tfixup_init
 
 __all__ = [
     "DeepNormBlock", "DyT", "FixupBias", "FixupGate", "FixupGateOfficial", "LayerNorm", "LayerPlan", "LayerScale",
     "LayerSpec", "LearnableScaler", "LearnableScaler2d", "LearnableScalerOnes", "NoNorm", "PostNormBlock",
-    "PreNormBlock", "RMSNorm", "ReZero", "ReZeroShared", "SkipInit", "TFixupNoNorm", "cait_init_values", "get_layer",
-    "get_spec", "list_layers", "register_layer", "resolve_layer",
+    "PreNormBlock", "RMSNorm", "ReZero", "ReZeroShared", "SkipInit", "TFixupNoNorm", "cait_init_values",
+    "deepnorm_init", "fixup_init", "fixup_official_init", "fixup_scalars", "get_layer", "get_spec", "list_layers",
+    "register_layer", "resolve_layer", "tfixup_init",
 ]

@@ -1,7 +1,8 @@
-"""Transformer blocks, one per placement of the norm. Built from timm's Attention, Mlp and DropPath.
+"""Transformer blocks, pre-norm and post-norm. Built from timm's Attention, Mlp and DropPath.
 
-Pre-norm (the default, timm's `Block` with a gate slot) is not a registry entry; `post_ln` and `deepnorm` are,
-as kind `placement`. Every unused slot is `nn.Identity()`, so forward reads like the equation.
+Pre-norm (the default, timm's `Block` with a gate slot) is not a registry entry; `post_ln` is, as kind `placement`
+(DeepNorm, a post-norm block with its own init rule, is in deepnorm.py). Every unused slot is `nn.Identity()`, so
+forward reads like the equation.
 """
 
 # No `from __future__ import annotations`: torch.fx copies forward annotations into code TorchScript must resolve
@@ -13,7 +14,6 @@ from timm.layers import DropPath, Mlp
 from timm.models.vision_transformer import Attention
 from torch import nn
 
-from normbench.layers.init_rules import deepnorm_constants, deepnorm_init
 from normbench.layers.registry import register_layer
 
 ModuleFactory = Callable[[int], nn.Module]  # dim -> module
@@ -32,22 +32,39 @@ class PreNormBlock(nn.Module):
         qkv_bias: bias on the fused qkv projection.
         proj_drop, attn_drop: dropout rates.
         drop_path: stochastic-depth rate of this block.
+        mlp_norm_layer: hidden -> module for timm Mlp's inner norm slot (`mlp.norm`, before fc2), for methods that
+            need one there (Fixup's shift); None: `nn.Identity()`.
+
+    A gate class with `shared_across_branches = True` (ReZero's one α per block) is tied: `ls2` uses `ls1`'s
+    parameters, under its own state_dict names.
     """
 
     output_is_normalized = False  # True where the block ends in its norm, so the model needs no final norm
 
     def __init__(self, dim: int, num_heads: int, *, depth: int, norm_layer: ModuleFactory, gate_layer: ModuleFactory,
                  mlp_ratio: float = 4.0, qkv_bias: bool = True, proj_drop: float = 0.0, attn_drop: float = 0.0,
-                 drop_path: float = 0.0, act_layer: type[nn.Module] = nn.GELU) -> None:
+                 drop_path: float = 0.0, act_layer: type[nn.Module] = nn.GELU,
+                 mlp_norm_layer: ModuleFactory | None = None) -> None:
         super().__init__()
         self.norm1 = norm_layer(dim)
         self.attn = Attention(dim, num_heads=num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop)
         self.ls1 = gate_layer(dim)
         self.drop_path1 = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
         self.norm2 = norm_layer(dim)
-        self.mlp = Mlp(in_features=dim, hidden_features=int(dim * mlp_ratio), act_layer=act_layer, drop=proj_drop)
+        self.mlp = Mlp(in_features=dim, hidden_features=int(dim * mlp_ratio), act_layer=act_layer,
+                       norm_layer=mlp_norm_layer, drop=proj_drop)
         self.ls2 = gate_layer(dim)
         self.drop_path2 = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
+        self._tie_gates()
+
+    def reset_parameters(self) -> None:
+        """Re-tie shared gates: `to_empty` (materializing a meta-device model) gives each name its own tensor."""
+        self._tie_gates()
+
+    def _tie_gates(self) -> None:
+        if getattr(self.ls1, "shared_across_branches", False):
+            for name, p in self.ls1.named_parameters(recurse=False):
+                setattr(self.ls2, name, p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N, C) -> (B, N, C)
         x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x))))
@@ -66,23 +83,4 @@ class PostNormBlock(PreNormBlock):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.norm1(x + self.drop_path1(self.ls1(self.attn(x))))
         x = self.norm2(x + self.drop_path2(self.ls2(self.mlp(x))))
-        return x
-
-
-@register_layer("deepnorm", kind="placement", partner="layernorm", init_rule=deepnorm_init,
-                formula="x = norm(α x + F(x)); α = (2N)^(1/4), init gain β = (8N)^(-1/4)",
-                source="Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers, Fig. 2 "
-                       "(encoder-only constants)")
-class DeepNormBlock(PreNormBlock):
-    """Post-norm with the skip up-weighted by α; DeepNorm's β goes into `deepnorm_init`."""
-
-    output_is_normalized = True
-
-    def __init__(self, dim: int, num_heads: int, *, depth: int, **kwargs) -> None:
-        super().__init__(dim, num_heads, depth=depth, **kwargs)
-        self.alpha, _ = deepnorm_constants(depth)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.norm1(x * self.alpha + self.drop_path1(self.ls1(self.attn(x))))
-        x = self.norm2(x * self.alpha + self.drop_path2(self.ls2(self.mlp(x))))
         return x

@@ -23,12 +23,21 @@ class LayerPlan:
     placement: LayerSpec | None = None
 
     @property
+    def specs(self) -> list[LayerSpec]:
+        return [s for s in (self.norm, self.gate, self.placement) if s is not None]
+
+    @property
     def block_cls(self) -> type[nn.Module]:
         return self.placement.cls if self.placement else PreNormBlock
 
     @property
     def init_rules(self) -> list[InitRule]:
-        return [s.init_rule for s in (self.norm, self.gate, self.placement) if s is not None and s.init_rule]
+        return [s.init_rule for s in self.specs if s.init_rule]
+
+    @property
+    def mlp_norm_layer(self) -> type[nn.Module] | None:
+        """The class for timm Mlp's inner norm slot, from the spec that declares one (at most one does)."""
+        return next((s.mlp_norm for s in self.specs if s.mlp_norm is not None), None)
 
 
 def resolve_layer(layer: str) -> LayerPlan:
@@ -45,4 +54,9 @@ def resolve_layer(layer: str) -> LayerPlan:
     if norm is None:
         partner = (placement and placement.partner) or (gate and gate.partner)
         norm = get_spec(partner or "layernorm")
-    return LayerPlan(name=layer, norm=norm, gate=gate, placement=placement)
+    plan = LayerPlan(name=layer, norm=norm, gate=gate, placement=placement)
+    mlp_norms = {s.name: s.mlp_norm for s in plan.specs if s.mlp_norm is not None}
+    if len(set(mlp_norms.values())) > 1:
+        raise NormbenchError(f"layer `{layer}` combines {' and '.join(f'`{n}`' for n in mlp_norms)}, which each "
+                             "need their own module before the MLP's fc2; a combination may bring at most one")
+    return plan

@@ -1,5 +1,9 @@
-"""Norm-slot layers. Every class follows timm's norm-layer contract `(dim, eps=..., device=None, dtype=None)`,
-so any of them can also be passed as `norm_layer=` to timm's own models."""
+"""Norm-slot families with no init rule of their own: LayerNorm, RMSNorm, LearnableScaler, DyT, none.
+
+Every class follows timm's norm-layer contract `(dim, eps=..., device=None, dtype=None)`, so any of them can also be
+passed as `norm_layer=` to timm's own models, and fills its values in `reset_parameters()`. Norms that come with an
+init rule live with it: `fixup_bias` in fixup.py, `tfixup` in tfixup.py.
+"""
 
 # No `from __future__ import annotations`: torch.fx copies forward annotations into code TorchScript must resolve
 
@@ -7,7 +11,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normbench.layers.init_rules import tfixup_init
 from normbench.layers.registry import register_layer
 
 
@@ -59,13 +62,16 @@ class LearnableScaler(nn.Module):
         self.a = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
         self.b = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
         # mean 0 and variance 1 for batch_norm's inference kernel (see forward); not saved in checkpoints
-        self.register_buffer("_mean0", torch.zeros(dim, device=device, dtype=dtype), persistent=False)
-        self.register_buffer("_var1", torch.ones(dim, device=device, dtype=dtype), persistent=False)
+        self.register_buffer("_mean0", torch.empty(dim, device=device, dtype=dtype), persistent=False)
+        self.register_buffer("_var1", torch.empty(dim, device=device, dtype=dtype), persistent=False)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         nn.init.normal_(self.a) if self.init == "normal" else nn.init.ones_(self.a)
         nn.init.zeros_(self.b)
+        # the constant buffers too: no state_dict refills them after `to_empty`
+        nn.init.zeros_(self._mean0)
+        nn.init.ones_(self._var1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., C) -> (..., C)
         return self._affine(x.reshape(-1, x.shape[-1])).reshape(x.shape)
@@ -122,25 +128,5 @@ class NoNorm(nn.Identity):
     def __init__(self, dim: int, eps: float = 1e-6, device=None, dtype=None) -> None:
         super().__init__()
 
-
-@register_layer("fixup_bias", kind="norm", formula="x - b; scalar b = 0 (Fixup's shift at a branch's input)",
-                source="Zhang et al. 2019, Fixup; hongyi-zhang/Fixup fairseq/models/transformer_zero.py LayerShift")
-class FixupBias(nn.Module):
-    """Fixup's scalar shift `x - b` before a residual branch (the official `LayerShift`); it sits in the norm slot
-    since Fixup has no norm. `fixup_init` also puts one before fc2."""
-
-    def __init__(self, dim: int, eps: float = 1e-6, device=None, dtype=None) -> None:
-        super().__init__()
-        self.bias = nn.Parameter(torch.zeros(1, device=device, dtype=dtype))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x - self.bias
-
-
-@register_layer("tfixup", kind="norm", init_rule=tfixup_init,
-                formula="x (no norm); Xavier init, value/out/MLP weights × 0.67 N^(-1/4), "
-                        "embedding entries std (9N)^(-1/4)",
-                source="Huang et al. 2020, T-Fixup; layer6ai-labs/T-Fixup fairseq/models/transformer.py "
-                       "TransformerEncoder.__init__ and modules/transformer_layer.py fixup_initialization")
-class TFixupNoNorm(NoNorm):
-    """T-Fixup removes the norm; its work is all in `tfixup_init`."""
+    def reset_parameters(self) -> None:
+        """Nothing to fill; here so every norm class answers the same calls."""

@@ -32,11 +32,17 @@ class LayerSpec:
         kind: `norm` fills the norm slots, `gate` the residual-branch gate slots, `placement` is a block class
             that decides where the norm sits (post-LN, DeepNorm).
         cls: the module class. Norms take `(dim, eps=..., device=None, dtype=None)` like timm's norm layers;
-            gates take `(dim, *, depth, init_values=None, device=None, dtype=None)`; placements are blocks.
+            gates take `(dim, *, depth, init_values=None, device=None, dtype=None)`; both fill their values in
+            `reset_parameters()` (timm style), so a model built on the meta device can be materialized. A gate class
+            with `shared_across_branches = True` is tied: a block's MLP gate uses its attention gate's parameters.
+            Placements are blocks.
         formula: one line, printed by `normbench layers`.
         source: the paper or code it is faithful to.
         partner: the norm a gate or placement brings when a combination names none (`layerscale` -> `layernorm`).
-        init_rule: applied to the whole model after timm's weight init, which would otherwise overwrite it.
+        init_rule: applied to the whole model after timm's weight init, which would otherwise overwrite it. It
+            only sets values: every module a method needs is built with the model (see `mlp_norm`).
+        mlp_norm: a class (norm contract) for timm Mlp's inner norm slot `mlp.norm`, between the activation and fc2,
+            for a method that puts a module there (Fixup's shift before fc2); None leaves the slot `nn.Identity`.
     """
 
     name: str
@@ -46,6 +52,7 @@ class LayerSpec:
     source: str
     partner: str | None = None
     init_rule: InitRule | None = None
+    mlp_norm: type[nn.Module] | None = None
 
 
 _REGISTRY: dict[str, LayerSpec] = {}
@@ -60,6 +67,7 @@ def register_layer(
     source: str,
     partner: str | None = None,
     init_rule: InitRule | None = None,
+    mlp_norm: type[nn.Module] | None = None,
 ) -> Callable[[type[nn.Module]], type[nn.Module]]:
     """Class decorator: register `cls` under `name`. Re-registering a name warns and replaces it."""
     if kind not in ("norm", "gate", "placement"):
@@ -71,7 +79,7 @@ def register_layer(
         if name in _REGISTRY:
             warnings.warn(f"normbench: overwriting layer {name!r} with {cls.__module__}.{cls.__qualname__}",
                           stacklevel=2)
-        _REGISTRY[name] = LayerSpec(name, kind, cls, formula, source, partner, init_rule)
+        _REGISTRY[name] = LayerSpec(name, kind, cls, formula, source, partner, init_rule, mlp_norm)
         return cls
 
     return decorator

@@ -99,6 +99,9 @@ class NormbenchViT(nn.Module):
         norm_layer = partial(self.plan.norm.cls, **(norm_kwargs or {}))
         gate_cls = self.plan.gate.cls if self.plan.gate else None
         gate_layer = partial(gate_cls, depth=depth, init_values=init_values) if gate_cls else _identity
+        # modules a method needs beyond the norm and gate slots are built here, never added by its init rule
+        mlp_norm = self.plan.mlp_norm_layer
+        block_extras = dict(mlp_norm_layer=mlp_norm) if mlp_norm else {}  # absent: plugin blocks need not take it
 
         # dynamic size: timm's PatchEmbed keeps the (B, H, W, C) grid so that pos_embed can be resampled to it
         embed_args = dict(strict_img_size=False, output_fmt="NHWC") if dynamic_img_size else {}
@@ -111,7 +114,7 @@ class NormbenchViT(nn.Module):
         self.blocks = nn.Sequential(*[
             self.plan.block_cls(embed_dim, num_heads, depth=depth, norm_layer=norm_layer, gate_layer=gate_layer,
                                 mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, proj_drop=proj_drop_rate,
-                                attn_drop=attn_drop_rate, drop_path=dpr)
+                                attn_drop=attn_drop_rate, drop_path=dpr, **block_extras)
             for dpr in drop_path_rates(drop_path_rate, depth, drop_path_mode)
         ])
         reduction = self.patch_embed.feat_ratio()

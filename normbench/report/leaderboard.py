@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 from normbench.data.config import DATASET_ONLY_KEYS
 from normbench.report.machine import machine_line
 from normbench.report.plots import write_plots
-from normbench.report.stats import add_scores, check_claims, select_lr
+from normbench.report.stats import check_claims, select_lr
 from normbench.report.tables import (
     all_depths_table,
     baseline_table,
@@ -32,8 +32,11 @@ from normbench.report.tables import (
 )
 from normbench.report.telemetry_figures import telemetry_section
 from normbench.report.transfer import RESAMPLES, ranking_transfer
+from normbench.spec.names import OutputFolder, StudyNames, suites_in
+from normbench.spec.selection import add_scores
 from normbench.spec.suite import Suite
 from normbench.store.ledger import Ledger
+from normbench.store.migrations import trial_axes
 
 SCORE_DEFINITION = ("score = test top-1 (%) at the final epoch, at the lr whose seed-mean val top-1 (final epoch) "
                     "is highest; val chooses, test only reports; a diverged cell scores 0; 95% CI = Student t "
@@ -42,20 +45,20 @@ SCORE_DEFINITION = ("score = test top-1 (%) at the final epoch, at the lr whose 
 SPLIT_KEYS = ("train_size", "val_size", "test_size")
 
 
-def cells_frame(ledger: Ledger, study_name: str) -> pd.DataFrame:
-    """One row per finished cell of a study (and, for `run:<suite>`, of its bracketing rounds): axes, metrics,
-    status, and `bracket_round` (0 for the matrix)."""
-    names = set(ledger.study_names())
-    studies = [(study_name, 0)]
-    if study_name.startswith("run:"):
-        prefix = f"bracket:{study_name[4:]}:"
-        studies += [(n, int(n[len(prefix):])) for n in names if n.startswith(prefix)]
+def cells_frame(ledger: Ledger, names: StudyNames, *, tuned: bool = False) -> pd.DataFrame:
+    """One row per finished cell of the suite's run and bracketing studies (or, with `tuned`, of its tuned re-runs):
+    axes, metrics, status, and `bracket_round` (0 for the matrix)."""
+    present = set(ledger.study_names())
+    if tuned:
+        studies = [(names.tuned, 0)]
+    else:
+        studies = [(names.run, 0), *((n, names.bracket_round(n) or 0) for n in names.bracket_rounds(present))]
     rows = []
     for name, bracket_round in studies:
-        if name not in names:
+        if name not in present:
             continue
         for t in ledger.study(name).get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-            axes = dict(t.user_attrs.get("axes") or t.params)
+            axes = trial_axes(t)
             result = t.user_attrs.get("result", {})
             rows.append({"cell_id": t.user_attrs.get("cell_id"), **axes, **result, "trial": t.number,
                          "bracket_round": bracket_round, "tuned_params": t.user_attrs.get("overrides")})
@@ -112,13 +115,14 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     `reference` (default: the suite's `reference:`) is another suite's output folder: the leaderboard then says
     whether its layer ranking holds here, and transfer.csv is written.
     """
-    out_dir = Path(out_dir)
+    folder = OutputFolder(out_dir)
+    out_dir = folder.path
     ledger = Ledger(storage, out_dir)
-    name = suite.name if suite else _single_suite_name(ledger)
-    cells = _with_fixed_axes(cells_frame(ledger, f"run:{name}"), suite)
-    tuned = _with_fixed_axes(cells_frame(ledger, f"tuned:{name}"), suite)
+    names = StudyNames(suite.name if suite else _single_suite_name(ledger))
+    cells = _with_fixed_axes(cells_frame(ledger, names), suite)
+    tuned = _with_fixed_axes(cells_frame(ledger, names, tuned=True), suite)
     if not cells.empty:
-        cells.drop(columns=["history", "telemetry"], errors="ignore").to_csv(out_dir / "results.csv", index=False)
+        cells.drop(columns=["history", "telemetry"], errors="ignore").to_csv(folder.results, index=False)
     lines = header(suite, cells)
     if cells.empty:
         lines.append("No finished cells yet.")
@@ -130,13 +134,13 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     if not tuned.empty:
         lines += ["## tuned (equal Optuna budget per layer and depth, chosen on val, re-run on seeds the search "
                   "did not train on)", "", markdown_table(tuned_table(tuned)), ""]
-    lines += budget_section(ledger, name)
+    lines += budget_section(ledger, names)
     # further sections (e.g. telemetry figures) append to `lines` here, before it is written
     lines += telemetry_section(cells, out_dir)
-    path = out_dir / "leaderboard.md"
+    path = folder.leaderboard
     path.write_text("\n".join(lines))
     if tracker is not None:
-        tracker.log_artifacts("leaderboard", out_dir)
+        tracker.log_artifacts(out_dir)
     return path
 
 
@@ -192,8 +196,8 @@ def transfer_section(cells: pd.DataFrame, reference: Path, out_dir: Path) -> lis
     if problem is not None:
         return [title, "", f"NOTE: no ranking transfer check: {problem}.", ""]
     result = ranking_transfer(cells, there)
-    result.summary.assign(reference=str(reference)).to_csv(out_dir / "transfer.csv", index=False)
-    result.rankings.to_csv(out_dir / "transfer_rankings.csv", index=False)
+    result.summary.assign(reference=str(reference)).to_csv(out_dir / OutputFolder.TRANSFER, index=False)
+    result.rankings.to_csv(out_dir / OutputFolder.TRANSFER_RANKINGS, index=False)
     lines = [title, "", f"Reference: `{reference}`. {TRANSFER_DEFINITION}.", ""]
     if not result.summary.empty:
         lines += [markdown_table(transfer_table(result.summary)), ""]
@@ -206,7 +210,7 @@ def transfer_section(cells: pd.DataFrame, reference: Path, out_dir: Path) -> lis
 
 def _reference_cells(reference: Path) -> tuple[pd.DataFrame, str | None]:
     """The reference's cells with scores, or why there are none (a note for the leaderboard, never a crash)."""
-    csv = reference / "results.csv"
+    csv = OutputFolder(reference).results
     if not reference.is_dir():
         return pd.DataFrame(), f"reference folder `{reference}` not found (resolved from {Path.cwd()})"
     if not csv.is_file():
@@ -221,15 +225,15 @@ def _reference_cells(reference: Path) -> tuple[pd.DataFrame, str | None]:
     return add_scores(there), None
 
 
-def budget_section(ledger: Ledger, suite_name: str) -> list[str]:
+def budget_section(ledger: Ledger, names: StudyNames) -> list[str]:
     """Trials per tuning study by outcome: the evidence that every layer got the same budget."""
-    prefix, nan = f"tune:{suite_name}:", float("nan")
+    nan = float("nan")
     rows = []
-    for name in sorted(n for n in ledger.study_names() if n.startswith(prefix)):
+    for name in sorted(n for n in ledger.study_names() if names.tune_point(n) is not None):
         trials = ledger.study(name).get_trials(deepcopy=False)
         spent = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
         best = max((t.value for t in spent if t.value is not None), default=nan)
-        rows.append({"study": name[len(prefix):], "trials": len(spent),
+        rows.append({"study": names.tune_point(name), "trials": len(spent),
                      "pruned": sum(t.state == TrialState.PRUNED for t in spent),
                      "diverged": sum(t.user_attrs.get("result", {}).get("status") == "diverged" for t in spent),
                      "lost workers (re-run)": sum(t.state == TrialState.FAIL for t in trials),
@@ -253,7 +257,7 @@ def _with_fixed_axes(cells: pd.DataFrame, suite: Suite | None) -> pd.DataFrame:
 
 
 def _single_suite_name(ledger: Ledger) -> str:
-    names = sorted({n.split(":", 1)[1] for n in ledger.study_names() if n.startswith("run:")})
+    names = suites_in(ledger.study_names())
     if len(names) != 1:
         raise ValueError(f"expected one suite in {ledger.url}, found {names}")
     return names[0]

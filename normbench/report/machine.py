@@ -1,20 +1,46 @@
-"""One line naming the machine and the versions a result came from: every committed report carries it."""
+"""One line naming the machine and the versions a result came from: every committed report carries it (the
+leaderboard, `normbench probe`, and `normbench bench`, which adds its own fields after it)."""
 
 from __future__ import annotations
 
 import datetime
 import os
 import platform
+from typing import Any
 
 
-def machine_line() -> str:
-    """`machine: <host>, <GPU name or CPU and cores>; normbench, torch and timm versions; written <time>`."""
+def versions() -> dict[str, str]:
+    """{"normbench": ..., "torch": ..., "timm": ...}: the versions a result came from."""
     import timm
     import torch
 
     import normbench
 
-    cpu = f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else cpu
-    return (f"machine: {platform.node()}, {device}; normbench {normbench.__version__}, torch {torch.__version__}, "
-            f"timm {timm.__version__}; written {datetime.datetime.now():%Y-%m-%d %H:%M}")
+    return {"normbench": normbench.__version__, "torch": torch.__version__, "timm": timm.__version__}
+
+
+def device_name(device: Any = None) -> str:
+    """The GPU's name for a CUDA device, else `CPU (<processor>, <N> cores)`; `device` (a torch.device or its
+    name) defaults to the current GPU when there is one."""
+    import torch
+
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu") if device is None else torch.device(device)
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def load_note() -> str:
+    """`, load average <1 min> at start`, or "" where the OS keeps none: timings on a CPU hinge on idle cores."""
+    return f", load average {os.getloadavg()[0]:.1f} at start" if hasattr(os, "getloadavg") else ""
+
+
+def machine_line(device: Any = None) -> str:
+    """`machine: <host>, <GPU name or CPU and cores>; normbench, torch and timm versions; written <time>`.
+
+    Args:
+        device: the device the result ran on (default: the GPU if there is one, else the CPU).
+    """
+    named = ", ".join(f"{name} {version}" for name, version in versions().items())
+    return (f"machine: {platform.node()}, {device_name(device)}; {named}; "
+            f"written {datetime.datetime.now():%Y-%m-%d %H:%M}")

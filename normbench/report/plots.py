@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from normbench.report.stats import per_lr
+from normbench.spec.names import OutputFolder
 
 
 def _yerr(frame: pd.DataFrame) -> np.ndarray:
@@ -22,7 +23,7 @@ def write_plots(cells: pd.DataFrame, selected: pd.DataFrame, out_dir: Path, *, d
     """accuracy_vs_depth.png (each layer at its val-selected lr) and accuracy_vs_lr.png (one panel per depth).
 
     Args:
-        cells: Cells with `select`/`score` (normbench.report.stats.add_scores).
+        cells: Cells with `select`/`score` (normbench.spec.selection.add_scores).
         selected: `select_lr(cells, ["layer", "depth"])`.
         dataset, epochs: Named in the titles, e.g. "digits", "10".
         metric: The y axis, the leaderboard's score.
@@ -46,7 +47,7 @@ def write_plots(cells: pd.DataFrame, selected: pd.DataFrame, out_dir: Path, *, d
            title=f"{dataset}, {epochs} epoch(s): {metric} at the val-selected lr\n(mean over seeds, 95% CI)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
-    paths.append(out_dir / "accuracy_vs_depth.png")
+    paths.append(out_dir / OutputFolder.ACCURACY_VS_DEPTH)
     fig.savefig(paths[-1], dpi=110, bbox_inches="tight")
 
     curves = per_lr(cells, ["layer", "depth"])
@@ -62,7 +63,7 @@ def write_plots(cells: pd.DataFrame, selected: pd.DataFrame, out_dir: Path, *, d
     fig.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.9))
     fig.suptitle(f"{dataset}, {epochs} epoch(s): {metric} vs lr (mean over seeds, 95% CI)")
     fig.tight_layout()
-    paths.append(out_dir / "accuracy_vs_lr.png")
+    paths.append(out_dir / OutputFolder.ACCURACY_VS_LR)
     fig.savefig(paths[-1], dpi=110, bbox_inches="tight")
     plt.close("all")
     return paths

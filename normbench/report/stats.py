@@ -1,37 +1,35 @@
 """Statistics of a suite's cells: pure functions from a DataFrame of cells to a DataFrame of results.
 
-The protocol: a cell's `select` value is its val top-1 at the final epoch and its `score` is its test top-1 at the
-final epoch; a diverged cell gets 0 for both (a blown-up model is no model). Everything that is *chosen* (the best
-lr of a row) reads `select` only; `score` is only reported. Intervals are 95% Student t intervals over seeds.
-No I/O here (AlgoPerf's scoring/ is the model): tests build frames by hand.
+The protocol is normbench/spec/selection.py's rule: a cell's `select` value (val top-1, final epoch) is the only
+thing that chooses (the lr of a row: `choose_lr`), its `score` (test top-1, final epoch) is only reported; a
+diverged cell gets 0 for both. Cell frames get both columns from `add_scores` there. Intervals are 95% Student t
+intervals over seeds. No I/O here (AlgoPerf's scoring/ is the model): tests build frames by hand.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-CONFIDENCE = 0.95
+from normbench.spec.selection import DIVERGED, SCORE, SELECT, choose_lr, seed_mean
+
+CONFIDENCE = 0.95  # every interval of the report: t intervals here, transfer's bootstrap percentiles
 
 
-def add_scores(cells: pd.DataFrame) -> pd.DataFrame:
-    """`cells` plus `select` (val top-1, final epoch) and `score` (test top-1, final epoch), diverged = 0.
+class Verdicts(NamedTuple):
+    """The words `verdict` says: the interval lies above the threshold, below it, straddles it, or there is none."""
 
-    A ledger written before the test split existed has neither metric: both fall back to best_val_top1, and
-    `frame.attrs["legacy"]` is set so the report can say so.
-    """
-    cells = cells.copy()
-    diverged = cells["status"] == "diverged"
-    legacy = "test_top1" not in cells or cells["test_top1"].isna().all() and not diverged.all()
-    val = cells["best_val_top1"] if legacy else cells["val_top1"]
-    test = cells["best_val_top1"] if legacy else cells["test_top1"]
-    cells["select"] = val.where(~diverged, 0.0).astype(float)
-    cells["score"] = test.where(~diverged, 0.0).astype(float)
-    cells.attrs["legacy"] = bool(legacy)
-    return cells
+    above: str
+    below: str
+    neither: str
+    no_interval: str
+
+
+CLAIM_VERDICTS = Verdicts("supported", "contradicted", "inconclusive", "inconclusive")
 
 
 def t_interval(values: Sequence[float] | pd.Series, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
@@ -53,10 +51,10 @@ def per_lr(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """One row per (keys, lr): n, select_mean, score mean/low/high, diverged (count). `cells` has select/score."""
     rows = []
     for key, group in cells.groupby([*keys, "lr"], dropna=False, sort=True):
-        mean, low, high = t_interval(group["score"])
+        mean, low, high = t_interval(group[SCORE])
         rows.append({**dict(zip([*keys, "lr"], key, strict=True)), "n": len(group),
-                     "select_mean": float(group["select"].mean()), "mean": mean, "low": low, "high": high,
-                     "diverged": int((group["status"] == "diverged").sum())})
+                     "select_mean": seed_mean(group[SELECT]), "mean": mean, "low": low, "high": high,
+                     "diverged": int((group["status"] == DIVERGED).sum())})
     return pd.DataFrame(rows)
 
 
@@ -75,14 +73,15 @@ def select_lr(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     Columns: keys, lr (selected), n, mean/low/high (test score at that lr), select_mean, edge, lrs (the grid
     tried), window_low/window_high (the lr window: the geometric span of lrs whose score mean lies within the
     selected lr's interval; just the selected lr with one seed), diverged/cells (over every lr of the row).
-    Ties in `select` go to the smaller lr. The test score never influences which lr is chosen.
+    The lr is spec.selection.choose_lr's over the seed means of `select`; the test score never influences it.
     """
     table = per_lr(cells, keys)
     rows = []
     for key, group in table.groupby(keys, dropna=False, sort=False):
         key = key if isinstance(key, tuple) else (key,)
         group = group.sort_values("lr")
-        best = group.loc[group["select_mean"].idxmax()]
+        lr = choose_lr(dict(zip(group["lr"], group["select_mean"], strict=True)))
+        best = group[group["lr"] == lr].iloc[0]
         inside = group[(group["mean"] >= best["low"]) & (group["mean"] <= best["high"])]["lr"].tolist()
         window = inside if inside else [best["lr"]]
         rows.append({**dict(zip(keys, key, strict=True)), "lr": best["lr"], "n": int(best["n"]),
@@ -108,8 +107,8 @@ def paired_difference(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[st
     at_best = selected_cells(cells, selected, keys)
     for k, v in where.items():
         at_best = at_best[at_best[k] == v]
-    a = at_best[at_best["layer"] == layer].set_index("seed")["score"]
-    b = at_best[at_best["layer"] == other].set_index("seed")["score"]
+    a = at_best[at_best["layer"] == layer].set_index("seed")[SCORE]
+    b = at_best[at_best["layer"] == other].set_index("seed")[SCORE]
     seeds = sorted(set(a.index) & set(b.index))
     mean, low, high = t_interval([a[s] - b[s] for s in seeds])
     return {"n": len(seeds), "mean": mean, "low": low, "high": high}
@@ -131,11 +130,12 @@ def versus_baseline(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str]
     return pd.DataFrame(rows)
 
 
-def verdict(low: float, high: float, by: float = 0.0) -> str:
-    """"supported" when the interval lies above `by`, "contradicted" when below, else "inconclusive"."""
+def verdict(low: float, high: float, by: float = 0.0, words: Verdicts = CLAIM_VERDICTS) -> str:
+    """Where the interval [low, high] lies against `by`: `words.above` ("supported") when wholly above,
+    `words.below` ("contradicted") when wholly below, else `words.neither`; `words.no_interval` without one (NaN)."""
     if math.isnan(low) or math.isnan(high):
-        return "inconclusive"
-    return "supported" if low > by else "contradicted" if high < by else "inconclusive"
+        return words.no_interval
+    return words.above if low > by else words.below if high < by else words.neither
 
 
 def check_claims(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str],

@@ -7,12 +7,15 @@ from typing import Any
 
 import pandas as pd
 
-from normbench.report.stats import add_scores, t_interval, versus_baseline
+from normbench.report.stats import Verdicts, t_interval, verdict, versus_baseline
+from normbench.spec.selection import add_scores
 
 BEST = "★"
+BASELINE_VERDICTS = Verdicts("better", "worse", "no clear difference", "no CI (one seed)")
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
+    """A GitHub markdown table of `frame`, no index; every committed report's tables (leaderboard, bench)."""
     from tabulate import tabulate
 
     # cells are preformatted text: without disable_numparse, tabulate would turn "65.00" back into "65"
@@ -80,11 +83,9 @@ def baseline_table(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str],
     diffs = diffs.sort_values([*group_keys, "mean"], ascending=[True] * len(group_keys) + [False], kind="stable")
     rows = []
     for _, r in diffs.iterrows():
-        sign = ("better" if r["low"] > 0 else "worse" if r["high"] < 0 else "no clear difference") \
-            if not math.isnan(r["low"]) else "no CI (one seed)"
         rows.append({**{k: r[k] for k in group_keys}, "layer": r["layer"],
                      f"minus {baseline} (points)": f"{r['mean']:+.2f}", "95% CI": ci_text(r["low"], r["high"]),
-                     "n (paired seeds)": str(r["n"]), "reading": sign})
+                     "n (paired seeds)": str(r["n"]), "reading": verdict(r["low"], r["high"], words=BASELINE_VERDICTS)})
     return pd.DataFrame(rows)
 
 

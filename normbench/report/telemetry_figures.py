@@ -14,6 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from normbench.spec.names import OutputFolder
+from normbench.spec.selection import SCORE, SELECT, chosen_lrs
 from normbench.train.telemetry import QUANTITIES
 
 LINEAR = {"attn_entropy"}  # shown on a linear colour scale; the other quantities span decades: log scale
@@ -52,26 +54,26 @@ def telemetry_frame(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_lr_telemetry(frame: pd.DataFrame, depth: int | None = None) -> pd.DataFrame:
-    """The rows of `depth` (default: the deepest) at each layer's selected lr: the highest seed-mean `select` (val;
-    the test score never chooses), ties to the smaller lr."""
+    """The rows of `depth` (default: the deepest) at each layer's selected lr (spec.selection.chosen_lrs: the
+    highest seed-mean `select`, val; the test score never chooses)."""
     if frame.empty:
         return frame
     depth = frame["depth"].max() if depth is None else depth
     at_depth = frame[frame["depth"] == depth]
-    by = _chooser(frame)
-    means = at_depth.drop_duplicates("cell_id").groupby(["layer", "lr"])[by].mean().reset_index()
-    best = means.loc[means.groupby("layer")[by].idxmax(), ["layer", "lr"]]
-    return at_depth.merge(best, on=["layer", "lr"])
+    return at_depth.merge(chosen_lrs(at_depth.drop_duplicates("cell_id"), ["layer"], by=_chooser(frame)),
+                          on=["layer", "lr"])
 
 
 def layer_order(frame: pd.DataFrame) -> list[str]:
-    """Layers by seed-mean `select` (val), best first."""
-    means = frame.drop_duplicates("cell_id").groupby("layer")[_chooser(frame)].mean()
-    return list(means.sort_values(ascending=False, kind="stable").index)
+    """Layers by the seed-mean `select` (val) at each one's selected lr (chosen_lrs), best first; `frame` is
+    usually best_lr_telemetry's, one lr per layer already."""
+    cells, by = frame.drop_duplicates("cell_id"), _chooser(frame)
+    at_lr = cells.merge(chosen_lrs(cells, ["layer"], by=by), on=["layer", "lr"]).groupby("layer")[by].mean()
+    return list(at_lr.sort_values(ascending=False, kind="stable").index)
 
 
 def _chooser(frame: pd.DataFrame) -> str:
-    return "select" if "select" in frame else "score"
+    return SELECT if SELECT in frame else SCORE
 
 
 def block_maps(frame: pd.DataFrame, quantity: str) -> dict[str, pd.DataFrame]:
@@ -155,7 +157,7 @@ def telemetry_section(cells: pd.DataFrame, out_dir: Path) -> list[str]:
              tabulate(end_table(chosen), headers="keys", tablefmt="github", showindex=False, disable_numparse=True),
              ""]
     for quantity in (q for q in QUANTITIES if q in chosen):
-        path = Path(out_dir) / f"telemetry_{quantity}.png"
+        path = Path(out_dir) / OutputFolder.telemetry_figure(quantity)
         fig = quantity_figure(block_maps(chosen, quantity), quantity, depth)
         fig.savefig(path, dpi=100)
         plt.close(fig)

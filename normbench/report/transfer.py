@@ -1,8 +1,9 @@
 """Does a reference suite's layer ranking hold here? Spearman's rho between the two suites' scores, with an interval.
 
-Both frames are cell frames with `select`/`score` (stats.add_scores). Per (layer, depth) each frame's lr is chosen by
-stats.select_lr (val only) and its score is the test mean over seeds there. Per depth present in both frames, rho is
-taken over the layers both ran; with fewer than MIN_LAYERS there is no rho, only a note. Pure functions, no I/O.
+Both frames are cell frames with `select`/`score` (spec.selection.add_scores). Per (layer, depth) each frame's lr
+is chosen by stats.select_lr (val only) and its score is the test mean over seeds there. Per depth present in both
+frames, rho is taken over the layers both ran; with fewer than MIN_LAYERS there is no rho, only a note. Pure
+functions, no I/O.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from normbench.report.stats import select_lr, selected_cells
+from normbench.report.stats import CONFIDENCE, Verdicts, select_lr, selected_cells, verdict
 
 KEYS = ["layer", "depth"]
 MIN_LAYERS = 3  # two layers give rho = ±1 whatever the evidence
 RESAMPLES = 2000
-CONFIDENCE = 0.95
+# rho's interval against 0: above, the ranking holds here; below, it is reversed
+TRANSFER_VERDICTS = Verdicts("holds", "reversed", "not settled", "not settled")
 POOLED = "all"  # the `depth` of the pooled row
 
 
@@ -47,13 +49,6 @@ def spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray | float:
     with np.errstate(invalid="ignore", divide="ignore"):
         rho = np.where(denominator > 0, (ra * rb).sum(axis=-1) / denominator, np.nan)
     return float(rho) if rho.ndim == 0 else rho
-
-
-def verdict(low: float, high: float) -> str:
-    """"holds" when the interval lies above 0, "reversed" when below, else "not settled"."""
-    if math.isnan(low) or math.isnan(high):
-        return "not settled"
-    return "holds" if low > 0 else "reversed" if high < 0 else "not settled"
 
 
 def seed_scores(cells: pd.DataFrame) -> tuple[pd.DataFrame, dict[tuple[str, int], np.ndarray]]:
@@ -129,13 +124,14 @@ def ranking_transfer(here: pd.DataFrame, there: pd.DataFrame, *, resamples: int 
                                       for layer in layers])
             replicate_rhos.append(spearman(boot_a, boot_b))
             row["low"], row["high"] = _interval(replicate_rhos[-1])
-        rows.append({**row, "verdict": verdict(row["low"], row["high"])})
+        rows.append({**row, "verdict": verdict(row["low"], row["high"], words=TRANSFER_VERDICTS)})
     if point_rhos:
         # a replicate with a constant side (all tied) has no rho: NaN there, excluded from the percentiles
         pooled = np.mean(np.vstack(replicate_rhos), axis=0)
         low, high = _interval(pooled)
         rows.append({"depth": POOLED, "layers": sum(r["layers"] for r in rows if not math.isnan(r["rho"])),
-                     "rho": float(np.mean(point_rhos)), "low": low, "high": high, "verdict": verdict(low, high)})
+                     "rho": float(np.mean(point_rhos)), "low": low, "high": high,
+                     "verdict": verdict(low, high, words=TRANSFER_VERDICTS)})
     if not rows:
         notes.append("no depth is in both suites")
     return Transfer(summary=pd.DataFrame(rows), rankings=pd.DataFrame(rank_rows), notes=notes)

@@ -1,16 +1,87 @@
-"""What selection reads from a finished cell, one rule for the lr choice, bracketing and `normbench tune`."""
+"""The selection and score rule, written once: what picks a row's lr and what a leaderboard reports.
+
+A finished cell has two numbers. `select` is its val top-1 at the final epoch: the only thing that chooses (the lr
+of a row in the leaderboard, MLflow's `select` column, bracketing, `normbench tune`'s objective, the telemetry
+figures' lr). `score` is its test top-1 at the final epoch: only reported, never chosen on. A diverged cell gets 0
+for both (a blown-up model is no model). Among a row's lrs the highest seed-mean `select` wins; ties go to the
+smaller lr. Ledgers written before the test split existed have neither metric: both fall back to best-epoch val.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+import pandas as pd
 
-def select_value(result: dict[str, Any]) -> float:
-    """Val top-1 at the final epoch (best val for ledgers written before the test split existed); 0 for a diverged
-    cell. Never the test score, and not the best epoch's val: the score reported is the final epoch's, so the
-    choice is made on the same epoch."""
-    if result.get("status") == "diverged":
+DIVERGED = "diverged"
+SELECT = "select"  # column / MLflow metric: val top-1 (final epoch), 0 when diverged
+SCORE = "score"    # column / MLflow metric: test top-1 (final epoch), 0 when diverged
+
+
+def select_value(result: Mapping[str, Any]) -> float:
+    """A finished cell's `select`: val top-1 at the final epoch (best val for ledgers written before the test split
+    existed); 0 for a diverged cell or one without a finite value."""
+    if result.get("status") == DIVERGED:
         return 0.0
     value = result.get("val_top1", result.get("best_val_top1"))
     return 0.0 if value is None or not math.isfinite(value) else float(value)
+
+
+def cell_scores(result: Mapping[str, Any]) -> dict[str, float]:
+    """`{score, select}` of one finished cell as the leaderboard defines them (rounded to 2 decimals for MLflow's
+    table); {} for a result without both finite metrics (a pruned trial)."""
+    if result.get("status") == DIVERGED:
+        return {SCORE: 0.0, SELECT: 0.0}
+    test, val = result.get("test_top1"), result.get("val_top1")
+    if test is None or val is None or not (math.isfinite(test) and math.isfinite(val)):
+        return {}
+    return {SCORE: round(float(test), 2), SELECT: round(float(val), 2)}
+
+
+def add_scores(cells: pd.DataFrame) -> pd.DataFrame:
+    """`cells` plus the `select` and `score` columns (the rule above, vectorized).
+
+    A ledger written before the test split existed has neither metric: both fall back to best_val_top1, and
+    `frame.attrs["legacy"]` is set so the report can say so.
+    """
+    cells = cells.copy()
+    diverged = cells["status"] == DIVERGED
+    legacy = "test_top1" not in cells or cells["test_top1"].isna().all() and not diverged.all()
+    val = cells["best_val_top1"] if legacy else cells["val_top1"]
+    test = cells["best_val_top1"] if legacy else cells["test_top1"]
+    cells[SELECT] = val.where(~diverged, 0.0).astype(float)
+    cells[SCORE] = test.where(~diverged, 0.0).astype(float)
+    cells.attrs["legacy"] = bool(legacy)
+    return cells
+
+
+def seed_mean(values: Iterable[float]) -> float:
+    """The mean over seeds that `choose_lr` compares (NaN skipped; NaN when no seed has a value). Every chooser
+    computes it here, with the same summation, so a row's lr cannot differ between them by a rounding."""
+    return float(pd.Series(list(values), dtype=float).mean())
+
+
+def choose_lr(select_mean_by_lr: Mapping[float, float]) -> float:
+    """The selected lr of one row: the highest seed-mean `select`, ties to the smaller lr. A NaN mean (an lr none of
+    whose cells has a value) never beats a number, as pandas' idxmax skips it."""
+    if not select_mean_by_lr:
+        raise ValueError("choose_lr needs at least one lr")
+
+    def rank(lr: float) -> tuple[float, float]:
+        value = select_mean_by_lr[lr]
+        return (-math.inf if math.isnan(value) else value), -lr
+
+    return max(sorted(select_mean_by_lr), key=rank)
+
+
+def chosen_lrs(cells: pd.DataFrame, keys: list[str], by: str = SELECT) -> pd.DataFrame:
+    """One row per group of `keys` with its selected `lr` (choose_lr over the group's seed means of `by`)."""
+    means = cells.groupby([*keys, "lr"], dropna=False, sort=True)[by].agg(seed_mean)
+    rows = []
+    for key, group in means.groupby(level=list(range(len(keys))), dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        lr = choose_lr({float(index[-1]): float(v) for index, v in group.items()})
+        rows.append({**dict(zip(keys, key, strict=True)), "lr": lr})
+    return pd.DataFrame(rows, columns=[*keys, "lr"])

@@ -331,7 +331,7 @@ def _check_cell(cell: Cell, where: str) -> None:
             raise SuiteError(f"{where}: {key}: {value!r}{did_you_mean(value, options)}")
 
 
-def with_overrides(cell: Cell, overrides: dict[str, Any], axis_section: dict[str, str]) -> CellConfig:
+def with_overrides(cell: Cell, overrides: dict[str, Any]) -> CellConfig:
     """A cell's recipe with tuned values applied (keys are model or train field names)."""
     model_keys = {f.name for f in fields(ModelConfig)}
     cfg = cell.config

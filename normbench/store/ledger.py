@@ -12,7 +12,6 @@ claim was taken while it was stalled or cut off stops that cell (`claim_held`) i
 from __future__ import annotations
 
 import datetime
-import math
 import os
 import socket
 import threading
@@ -28,9 +27,12 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from normbench.errors import ClaimLostError, ServerUnreachableError
+from normbench.spec.names import OutputFolder
+from normbench.spec.results import CellResult
 from normbench.spec.selection import select_value
 from normbench.store.journal import SafeJournalFileBackend
 from normbench.store.locks import LifeLock, holder_dead
+from normbench.store.migrations import trial_cell_id
 from normbench.store.retry import raw, redact, retrying
 from normbench.store.trial_params import add_waiting_trial, axis_distributions
 
@@ -69,7 +71,7 @@ class Ledger:
         worker silent for `grace_period` s (NORMBENCH_HEARTBEAT_GRACE, default 60) is taken for lost."""
         heartbeat_interval = heartbeat_interval or _env_seconds("NORMBENCH_HEARTBEAT_INTERVAL", 10)
         grace_period = grace_period or _env_seconds("NORMBENCH_HEARTBEAT_GRACE", 60)
-        self.url = url or str(Path(out_dir) / "ledger.journal")
+        self.url = url or str(OutputFolder(out_dir).ledger)
         self.heartbeat_interval = heartbeat_interval
         self._stale: list[FrozenTrial] = []
         self._life: LifeLock | None = None  # journal ledgers: held while this process lives, named by its claims
@@ -129,11 +131,8 @@ class Ledger:
                 extra: dict[str, dict[str, Any]] | None = None) -> int:
         """Queue each `cell_id -> axes` that has no live trial yet (with `extra[cell_id]` as further user attrs);
         returns how many were queued."""
-        from normbench.spec.suite import cell_id
-
-        # ids recomputed from the axes: a ledger written before ids sorted their axes is not queued twice
-        present = {cell_id(t.user_attrs["axes"]) if "axes" in t.user_attrs else t.user_attrs.get("cell_id")
-                   for t in study.get_trials(deepcopy=False, states=LIVE)}
+        # ids in the current format: a ledger written before ids sorted their axes is not queued twice
+        present = {trial_cell_id(t) for t in study.get_trials(deepcopy=False, states=LIVE)}
         missing = {cid: axes for cid, axes in items.items() if cid not in present}
         queued = [t.user_attrs.get("axes") or {} for t in study.get_trials(deepcopy=False)]
         distributions = axis_distributions([*queued, *missing.values()])  # the axes as params, for the dashboard
@@ -197,8 +196,8 @@ class Ledger:
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             pid, lock = t.user_attrs.get("worker_pid"), t.user_attrs.get("worker_lock")
             if lock is not None:  # its OS lock: free means dead, whatever host or pid it had
-                dead = not self.heartbeats and holder_dead(Path(self.url).parent / ".locks" / lock)
-            else:  # claimed by a normbench without locks: same host and pid gone
+                dead = not self.heartbeats and holder_dead(Path(self.url).parent / OutputFolder.LOCKS / lock)
+            else:  # a claim from before worker_lock (store/migrations.py, version 3): same host and pid gone
                 dead = t.user_attrs.get("worker_host") == host and pid is not None and not pid_alive(pid)
             if dead or _never_owned(t):
                 if self._fail(t._trial_id):
@@ -274,17 +273,18 @@ class Ledger:
             return False
         return True
 
-    def finish(self, study: optuna.Study, trial: optuna.Trial, result: dict[str, Any]) -> None:
-        """Store the metrics on the trial, then mark it COMPLETE (or PRUNED). Raises ClaimLostError when another
-        worker took the trial over meanwhile (it trains the cell; this result is not recorded twice)."""
-        summary = {k: _json_safe(v) for k, v in result.items() if k != "history"}
+    def finish(self, study: optuna.Study, trial: optuna.Trial, result: CellResult) -> None:
+        """Store the metrics on the trial (user attrs "result": `result.summary()`, "history": the epochs), then
+        mark it COMPLETE (or PRUNED). Raises ClaimLostError when another worker took the trial over meanwhile (it
+        trains the cell; this result is not recorded twice)."""
+        summary = result.summary()
         with self.owned(trial):
             trial.set_user_attr("result", summary)
-            trial.set_user_attr("history", [{k: _json_safe(v) for k, v in h.items()} for h in result["history"]])
-            if result["status"] == "pruned":
+            trial.set_user_attr("history", result.history_records())
+            if result.status == "pruned":
                 study.tell(trial, state=TrialState.PRUNED)
             else:  # the value `normbench tune` ranks by: the selection rule's, final-epoch val
-                study.tell(trial, select_value(result))
+                study.tell(trial, select_value(summary))
 
     @contextmanager
     def owned(self, trial: optuna.Trial) -> Iterator[None]:
@@ -325,6 +325,3 @@ def _never_owned(trial: FrozenTrial, grace_seconds: float = 60.0) -> bool:
         return False
     return (datetime.datetime.now() - trial.datetime_start).total_seconds() > grace_seconds
 
-
-def _json_safe(value: Any) -> Any:
-    return None if isinstance(value, float) and not math.isfinite(value) else value

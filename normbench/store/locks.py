@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-LOCKS_DIR = ".locks"
+from normbench.spec.names import OutputFolder
+
+LOCKS_DIR = OutputFolder.LOCKS
 
 
 @contextmanager

@@ -1,9 +1,10 @@
 """lr bracketing: which cells to add when a row's best lr sits at the edge of its grid.
 
 A row is one point of the matrix without lr and seed (e.g. depth=24, layer=rezero). When its best lr, chosen on
-val like everywhere else, is the smallest or largest lr tried, one more lr one grid step beyond (the grid's own
-geometric ratio) is queued for every seed. Rounds repeat until the best lr is interior, the edge has diverged on
-every seed, or `bracket_max_steps` lrs lie beyond that end of the grid. Pure: the runner queues what it returns.
+val like everywhere else (spec.selection.choose_lr), is the smallest or largest lr tried, one more lr one grid step
+beyond (the grid's own geometric ratio) is queued for every seed. Rounds repeat until the best lr is interior, the
+edge has diverged on every seed, or `bracket_max_steps` lrs lie beyond that end of the grid. Pure: the runner queues
+what it returns.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from normbench.spec.selection import select_value
+from normbench.spec.selection import DIVERGED, choose_lr, seed_mean, select_value
 from normbench.spec.suite import Suite
 
 
@@ -40,11 +41,11 @@ def bracket_axes(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, An
     for axes, result in finished:
         row = tuple((k, axes[k]) for k in suite.matrix if k not in ("lr", "seed"))
         rows.setdefault(row, {}).setdefault(float(axes["lr"]), []).append(
-            (select_value(result), result.get("status") == "diverged"))
+            (select_value(result), result.get("status") == DIVERGED))
     new = []
     for row, by_lr in rows.items():
         tried = sorted(by_lr)
-        best = max(tried, key=lambda lr: (sum(v for v, _ in by_lr[lr]) / len(by_lr[lr]), -lr))  # ties: smaller lr
+        best = choose_lr({lr: seed_mean(v for v, _ in by_lr[lr]) for lr in tried})
         if len(tried) < 2 or all(d for _, d in by_lr[best]):
             continue  # no grid to extend, or the edge itself blew up
         if best == tried[-1]:

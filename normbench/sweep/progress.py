@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any, TextIO
+
+from normbench.spec.results import CellResult
 
 
 def _duration(seconds: float) -> str:
@@ -60,19 +63,20 @@ class Progress:
     def start_cell(self, cell_id: str, epochs: int) -> None:
         self.cell, self.epochs, self.cell_fraction = cell_id, epochs, 0.0
 
-    def epoch(self, record: dict[str, Any]) -> None:
+    def epoch(self, record: Mapping[str, Any]) -> None:
         self.cell_fraction = min(1.0, (record["epoch"] + 1) / max(1, self.epochs))
         if self.quiet or (not self.tty and time.monotonic() - self._last_line < self.log_every):
             return
         self._write(f"{self._clear}[{self.done}/{self.total}] {self.cell}  epoch {record['epoch'] + 1}/{self.epochs}"
                     f"  val {record['val_top1']:.1f}%  ETA {self.eta()}" + ("" if self.tty else "\n"))
 
-    def end_cell(self, result: dict[str, Any]) -> None:
+    def end_cell(self, result: CellResult) -> None:
         self.record(self.cell, result)
         self.cell, self.cell_fraction = "", 0.0
 
-    def record(self, cell_id: str, result: dict[str, Any] | None, where: str = "") -> None:
-        """Count a finished cell (trained here, or by a worker process: `where` names it) and print its line."""
+    def record(self, cell_id: str, result: CellResult | None, where: str = "") -> None:
+        """Count a finished cell (trained here, or by a worker process: `where` names it) and print its line; a
+        cell without a stored result (None) is counted as "finished"."""
         self.done += 1
         cost = self._cost(cell_id)
         self.cost_done += cost
@@ -80,9 +84,8 @@ class Progress:
         if self.quiet:
             return
         outcome = "finished"
-        if result:
-            outcome = (f"{result.get('status', 'ok')}  best val {result.get('best_val_top1') or 0.0:.1f}%"
-                       f"  {result.get('seconds') or 0.0:.1f}s")
+        if result is not None:
+            outcome = f"{result.status}  best val {result.best_val_top1:.1f}%  {result.seconds:.1f}s"
         self._write(f"{self._clear}[{self.done}/{self.total}] {cell_id}  {outcome}{where}  ETA {self.eta()}\n")
 
     def note(self, text: str) -> None:

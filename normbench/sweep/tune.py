@@ -12,27 +12,20 @@ reported by test top-1 like `normbench run`.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
+from normbench.errors import SuiteError
+from normbench.spec.names import StudyNames
 from normbench.spec.suite import Suite, TuneConfig, cell_id, with_overrides
 from normbench.store.ledger import Ledger
+from normbench.sweep.cells import cell_params, check_recipe, open_study_of_recipe
 from normbench.sweep.progress import Progress
-from normbench.sweep.runner import (
-    cell_params,
-    check_recipe,
-    finish_suite,
-    open_study_of_recipe,
-    preflight,
-    save_suite_copy,
-    work_everywhere,
-)
-from normbench.sweep.worker import Job, WorkSummary
-from normbench.tracking.tracker import Tracker
+from normbench.sweep.run import JobList
+from normbench.sweep.worker import Job
 
 
 def search_keys(suite: Suite) -> list[dict[str, Any]]:
@@ -68,24 +61,24 @@ def _sampler_and_pruner(tune: TuneConfig) -> dict[str, Any]:
     return {"sampler": sampler, "pruner": pruner}
 
 
-def tune_context(suite: Suite, out_dir: Path, storage: str | None) -> tuple[Ledger, Tracker, Callable[[], list[Job]]]:
-    """Open the ledger, queue the budget, and return the job list a worker loop consumes."""
+def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
+              quiet: bool = False) -> tuple[JobList, list[str], Progress]:
+    """Check every study's recipe, queue each search's budget, and return the job list a worker loop consumes, the
+    studies to watch and the progress line."""
     if suite.tune is None:
-        from normbench.errors import SuiteError
-
         raise SuiteError(f"{suite.path}: has no `tune:` section; add one with `trials:` and `space:` "
                          "(see suites/smoke.yaml)")
     tune = suite.tune
-    ledger, tracker = Ledger(storage, out_dir), Tracker(out_dir, suite.name)
-    tuned_name = f"tuned:{suite.name}"
-    names = {cell_id(key): f"tune:{suite.name}:{cell_id(key)}" for key in search_keys(suite)}
+    names = StudyNames(suite.name)
+    keys = search_keys(suite)
+    searches = {cell_id(key): names.tune(cell_id(key)) for key in keys}
     existing = set(ledger.study_names())
-    for name in [*names.values(), tuned_name]:  # every check before any write: a refused tune changes nothing
+    for name in [*searches.values(), names.tuned]:  # every check before any write: a refused tune changes nothing
         if name in existing:
             check_recipe(ledger, suite, optuna.load_study(study_name=name, storage=ledger.storage))
     studies = []
-    for key in search_keys(suite):
-        study = open_study_of_recipe(ledger, suite, names[cell_id(key)], **_sampler_and_pruner(tune))
+    for key in keys:
+        study = open_study_of_recipe(ledger, suite, searches[cell_id(key)], **_sampler_and_pruner(tune))
         ledger.enqueue(study, {f"slot-{i}": {} for i in range(tune.trials)})
         studies.append((key, study))
 
@@ -93,7 +86,7 @@ def tune_context(suite: Suite, out_dir: Path, storage: str | None) -> tuple[Ledg
         def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
             axes = {**key, "seed": search_seed(suite)}
             sampled = {k: suggest(trial, k, d) for k, d in tune.space.items()}
-            config = with_overrides(suite.cell(axes), sampled, suite.axis_section)
+            config = with_overrides(suite.cell(axes), sampled)
             return f"{cell_id(key)},trial={trial.number}", cell_params(axes, config), config
 
         return Job(study=study, cell_for=cell_for, report=True)
@@ -101,7 +94,7 @@ def tune_context(suite: Suite, out_dir: Path, storage: str | None) -> tuple[Ledg
     def rerun_job(study: optuna.Study) -> Job:
         def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
             axes, overrides = trial.user_attrs["axes"], trial.user_attrs["overrides"]
-            config = with_overrides(suite.cell(axes), overrides, suite.axis_section)
+            config = with_overrides(suite.cell(axes), overrides)
             return cell_id(axes), cell_params(axes, config), config
 
         return Job(study=study, cell_for=cell_for)
@@ -111,7 +104,7 @@ def tune_context(suite: Suite, out_dir: Path, storage: str | None) -> tuple[Ledg
         if any(study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
                for _, study in studies):
             return current
-        tuned = open_study_of_recipe(ledger, suite, tuned_name)
+        tuned = open_study_of_recipe(ledger, suite, names.tuned)
         items, extra = {}, {}
         for key, study in studies:
             complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -124,21 +117,7 @@ def tune_context(suite: Suite, out_dir: Path, storage: str | None) -> tuple[Ledg
         ledger.enqueue(tuned, items, extra)
         return [*current, rerun_job(tuned)]
 
-    return ledger, tracker, jobs
-
-
-def tune_suite(suite: Suite, out_dir: Path, *, storage: str | None = None, device: str | None = None,
-               workers: int | None = None, quiet: bool = False) -> WorkSummary:
-    device = preflight(suite, device)
-    ledger, tracker, jobs = tune_context(suite, out_dir, storage)
-    save_suite_copy(suite, out_dir)  # after the recipe check: a refused tune leaves the folder's suite.yaml alone
-    assert suite.tune is not None
-    keys = search_keys(suite)
-    progress = Progress(total=len(keys) * (suite.tune.trials + len(seeds(suite))), quiet=quiet)
-    progress.note(f"tune {suite.name}: {len(keys)} studies x {suite.tune.trials} trials on seed {search_seed(suite)}, "
+    progress = Progress(total=len(keys) * (tune.trials + len(seeds(suite))), quiet=quiet)
+    progress.note(f"tune {suite.name}: {len(keys)} studies x {tune.trials} trials on seed {search_seed(suite)}, "
                   f"then the best of each over seed(s) {seeds(suite)}; output in {out_dir}")
-    names = [f"tune:{suite.name}:{cell_id(k)}" for k in keys] + [f"tuned:{suite.name}"]
-    summary = work_everywhere(suite, out_dir, jobs=jobs, study_names=names, ledger=ledger, tracker=tracker,
-                              storage=storage, device=device, workers=workers, progress=progress, mode="tune")
-    finish_suite(suite, out_dir, storage=storage, tracker=tracker, progress=progress, summary=summary)
-    return summary
+    return jobs, [*searches.values(), names.tuned], progress

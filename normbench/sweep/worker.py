@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 
 from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
 from normbench.spec.recipe import CellConfig
+from normbench.spec.results import EpochRecord
 from normbench.store.ledger import Ledger
 from normbench.sweep.progress import Progress
 from normbench.tracking.tracker import Tracker, running_run_ids
@@ -133,7 +134,7 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
     progress.start_cell(cell_id, config.train.epochs)
     between_epochs = 0.0
 
-    def on_epoch(record: dict[str, Any]) -> bool:
+    def on_epoch(record: EpochRecord) -> bool:
         nonlocal between_epochs
         started = time.perf_counter()
         if not ledger.claim_held(trial):  # another worker took this cell over: stop training it
@@ -175,7 +176,7 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
         if not ledger.claim_held(trial, ask=True):
             raise ClaimLostError(f"trial {trial.number} was taken over")
         try:
-            tracker.log_telemetry(run_id, result.get("telemetry", []))
+            tracker.log_telemetry(run_id, result.telemetry)
             tracker.summarize(run_id, result)
         except ServerUnreachableError:  # spooled by summarize: keep the result, MLflow gets it on the next run
             ledger.finish(job.study, trial, result)

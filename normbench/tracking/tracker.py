@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import platform
 import socket
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from normbench.errors import ServerUnreachableError
+from normbench.spec.names import OutputFolder
+from normbench.spec.results import CellResult
+from normbench.spec.selection import cell_scores
 from normbench.store.locks import folder_lock
 from normbench.store.retry import retrying
 
@@ -32,12 +35,11 @@ EPOCH_METRICS = ("train_loss", "val_top1", "lr", "grad_norm", "images_per_sec")
 # The record's `lr` is the schedule's value at that epoch; `lr` is also an axis (a param), so the metric is renamed.
 METRIC_NAMES = {"lr": "scheduled_lr"}
 FLUSH_SECONDS = 5.0
-SCORE = "score"  # the leaderboard's per-cell score (report/stats.py add_scores): test top-1, 0 when diverged
 PARENT_RUN = "leaderboard"  # the suite's parent run: holds the leaderboard files; every cell is nested under it
 
 
 def tracking_uri(out_dir: Path) -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(out_dir).resolve() / 'mlflow.db'}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{OutputFolder(out_dir).mlflow_db.resolve()}"
 
 
 class Tracker:
@@ -49,7 +51,7 @@ class Tracker:
         quiet_mlflow_logging()
         self.uri = tracking_uri(out_dir)
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        self.spool_dir = Path(out_dir) / "mlflow-spool"
+        self.spool_dir = OutputFolder(out_dir).mlflow_spool
         if self.uri.startswith("sqlite:") and not os.environ.get("MLFLOW_TRACKING_URI"):
             create_sqlite_store(Path(out_dir))
         self.client = MlflowClient(tracking_uri=self.uri)
@@ -59,7 +61,7 @@ class Tracker:
                 self.experiment_id = found.experiment_id
             else:
                 local = self.uri.startswith("sqlite:")
-                artifacts = (Path(out_dir).resolve() / "mlartifacts").as_uri() if local else None
+                artifacts = OutputFolder(out_dir).mlflow_artifacts.resolve().as_uri() if local else None
                 self.experiment_id = self._create(experiment, artifacts)
         except Exception as e:  # MlflowException, requests' errors, sqlalchemy's: all mean "cannot track"
             raise ServerUnreachableError(
@@ -122,7 +124,7 @@ class Tracker:
             self.client.delete_run(mine)
         return oldest
 
-    def log_epoch(self, run_id: str, record: dict[str, Any]) -> None:
+    def log_epoch(self, run_id: str, record: Mapping[str, Any]) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -151,22 +153,22 @@ class Tracker:
         self._buffer.pop(run_id, None)
         self._last_flush[run_id] = time.monotonic()
 
-    def summarize(self, run_id: str, result: dict[str, Any]) -> None:
+    def summarize(self, run_id: str, result: CellResult) -> None:
         """Summary metrics that sort in the UI's table and the status tag; `close` marks the run FINISHED after
         the ledger has the cell, so a crash in between is repaired (not duplicated) by the next run."""
         from mlflow.entities import Metric, RunTag
 
-        summary = {"best_val_top1": result["best_val_top1"], "final_val_top1": result["final_val_top1"],
-                   "diverged": float(result["status"] == "diverged"), "epochs_run": result["epochs_run"],
-                   "images_per_sec_mean": result["images_per_sec"], "params": result["params"],
-                   "cell_seconds": result["seconds"], **leaderboard_scores(result)}
+        summary = {"best_val_top1": result.best_val_top1, "final_val_top1": result.final_val_top1,
+                   "diverged": float(result.status == "diverged"), "epochs_run": result.epochs_run,
+                   "images_per_sec_mean": result.images_per_sec, "params": result.params,
+                   "cell_seconds": result.seconds, **cell_scores(result.summary())}
         try:
             self.flush(run_id)
             now = int(time.time() * 1000)
             self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in summary.items()],
-                                  tags=[RunTag("status", result["status"])])
+                                  tags=[RunTag("status", result.status)])
         except ServerUnreachableError:  # the server is away past the retry budget: keep it for the next run
-            self._spool(run_id, result["status"], summary)
+            self._spool(run_id, result.status, summary)
             raise
 
     def _spool(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
@@ -205,15 +207,8 @@ class Tracker:
         except Exception:  # a run that no longer exists needs no closing
             pass
 
-    def run_status(self, run_id: str) -> str | None:
-        try:
-            return self.client.get_run(run_id).info.status
-        except Exception:
-            return None
-
-    def log_artifacts(self, run_name: str, folder: Path) -> None:
-        """Leaderboard files as artifacts of the suite's parent run (`run_name` is kept for callers; the parent
-        is always the `leaderboard` run)."""
+    def log_artifacts(self, folder: Path) -> None:
+        """Leaderboard files (.md, .csv, .png in `folder`) as artifacts of the suite's parent `leaderboard` run."""
         run_id = self.parent_run_id()
         for path in sorted(Path(folder).glob("*")):
             if path.suffix in (".md", ".csv", ".png"):
@@ -225,18 +220,6 @@ def one_param_per_axis(params: dict[str, Any]) -> dict[str, Any]:
     axes = [k for k in params if "." not in k]
     dropped = {f"{section}.{k}" for k in axes for section in ("model", "train", "data")}
     return {k: v for k, v in params.items() if k not in dropped}
-
-
-def leaderboard_scores(result: dict[str, Any]) -> dict[str, float]:
-    """The cell's `score` (test top-1 at the final epoch) and `select` (val top-1 there, what picks the lr), both 0
-    for a diverged cell, as normbench.report.stats.add_scores defines them; a result without a test score (a pruned
-    trial) has neither."""
-    if result["status"] == "diverged":
-        return {SCORE: 0.0, "select": 0.0}
-    test, val = result.get("test_top1"), result.get("val_top1")
-    if test is None or val is None or not (math.isfinite(test) and math.isfinite(val)):
-        return {}
-    return {SCORE: round(float(test), 2), "select": round(float(val), 2)}
 
 
 def quiet_mlflow_logging() -> None:
@@ -251,7 +234,7 @@ def quiet_mlflow_logging() -> None:
 def create_sqlite_store(out_dir: Path) -> None:
     """Create `<out>/mlflow.db` atomically: under the folder's lock (N runs started at once wait for the first), in a
     temporary file renamed into place, so a kill -9 during MLflow's table creation leaves no half-made store."""
-    db = out_dir / "mlflow.db"
+    db = OutputFolder(out_dir).mlflow_db
     if db.exists():
         return
     with folder_lock(out_dir):

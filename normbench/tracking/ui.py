@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from normbench.errors import NormbenchError
+from normbench.spec.names import OutputFolder
 
 SHARE_KEY = "normbench-comparison"
 SHARE_TAG = f"mlflow.sharedViewState.{SHARE_KEY}"
 KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
-SCORE_COLUMNS = ("score", "select", "diverged")  # metrics: test and val top-1 (tracking.leaderboard_scores)
+SCORE_COLUMNS = ("score", "select", "diverged")  # metrics: test and val top-1 (spec.selection.cell_scores)
 
 
 def column(kind: str, name: str) -> str:
@@ -49,14 +50,14 @@ def ui_url(host: str, port: int, experiment_id: str) -> str:
 
 def suite_axes(out: Path, params: list[dict[str, str]]) -> list[str]:
     """The columns that tell cells apart: the suite's matrix axes and tuned keys when `out/suite.yaml` exists, in
-    its order; else every param without a section prefix (an axis, see tracking.cell_params)."""
+    its order; else every param without a section prefix (an axis, see sweep/cells.py cell_params)."""
     logged = {k for p in params for k in p}
     axes = sorted(k for k in logged if "." not in k)
-    if (out / "suite.yaml").exists():
+    if OutputFolder(out).suite.exists():
         from normbench.spec.suite import load_suite
 
         try:
-            suite = load_suite(out / "suite.yaml")
+            suite = load_suite(OutputFolder(out).suite)
         except NormbenchError:
             return axes
         tuned = list(suite.tune.space) if suite.tune else []
@@ -83,10 +84,10 @@ def prepare_experiment(uri: str, out: Path) -> str:
 
 def _suite_experiment(client: Any, out: Path) -> Any:
     """The experiment named by `out/suite.yaml`, else the one experiment with runs (the newest if several)."""
-    if (out / "suite.yaml").exists():
+    if OutputFolder(out).suite.exists():
         import yaml
 
-        name = (yaml.safe_load((out / "suite.yaml").read_text()) or {}).get("name")
+        name = (yaml.safe_load(OutputFolder(out).suite.read_text()) or {}).get("name")
         if name and (found := client.get_experiment_by_name(str(name))) is not None:
             return found
     experiments = [e for e in client.search_experiments() if e.name != "Default"]

@@ -1,4 +1,4 @@
-"""One cell of training: build -> fit -> metrics dict. Knows nothing of MLflow, Optuna or the suite.
+"""One cell of training: build -> fit -> `CellResult`. Knows nothing of MLflow, Optuna or the suite.
 
 The step loop has no host syncs except every `log_interval` steps and at the end of an epoch (one `.item()` for
 the epoch's loss); a divergent loss ends the cell with status "diverged" instead of raising.
@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict
-from typing import Any
+from itertools import islice
 
 import torch
 from timm.data import Mixup
@@ -23,6 +23,7 @@ from normbench.data import DataBundle, build_data
 from normbench.errors import SuiteError
 from normbench.model.vit import NormbenchViT
 from normbench.spec.recipe import CellConfig, TrainConfig
+from normbench.spec.results import CellResult, EpochRecord, Status
 from normbench.train import fastpath
 from normbench.train.aux_losses import from_config as aux_losses_from_config
 from normbench.train.device import resolve_device
@@ -31,7 +32,7 @@ from normbench.train.optim_groups import param_groups
 from normbench.train.schedule import warmup_cosine
 from normbench.train.telemetry import BlockTelemetry
 
-EpochCallback = Callable[[dict[str, Any]], bool | None]  # gets the epoch's record; True stops the cell (pruning)
+EpochCallback = Callable[[EpochRecord], bool | None]  # gets the epoch's record; True stops the cell (pruning)
 
 
 def build_model(cell: CellConfig, data: DataBundle) -> NormbenchViT:
@@ -45,20 +46,17 @@ def mixup_on(tc: TrainConfig) -> bool:
 
 
 def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: EpochCallback | None = None,
-               data: DataBundle | None = None, dist: Dist | None = None) -> dict[str, Any]:
-    """Train one cell and return its metrics.
+               data: DataBundle | None = None, dist: Dist | None = None) -> CellResult:
+    """Train one cell and return its metrics (normbench/spec/results.py says what each field means).
 
     With `dist` (torchrun, normbench/train/distributed.py) every rank calls this with the same cell: each trains on its
     slice of every global batch under DistributedDataParallel, metrics are summed over ranks, and only rank 0's
     `on_epoch` runs (its pruning decision is sent to the others).
 
-    Returns:
-        status ("ok", "diverged" or "pruned"), best_val_top1 and final_val_top1 (percent), val_top1 and test_top1
-        (final epoch, percent; NaN unless status is "ok"), best_val_epoch, train_size/val_size/test_size (the
-        bundle's true split sizes), train_loss (last epoch),
-        epochs_run, images_per_sec (training steps only), params, seconds, `history`: one dict per epoch
-        (epoch, train_loss, val_top1, lr, grad_norm, images_per_sec), and `telemetry`: per-block records of the
-        observed steps (normbench/train/telemetry.py; [] when `train.telemetry_every` is 0).
+    An epoch trains the train loader's first `grad_accum_steps * (len // grad_accum_steps)` micro-batches: a
+    trailing partial accumulation group is skipped, like a loader's drop_last (see the comment in the loop).
+    The result's `telemetry` holds per-block records of the observed steps (normbench/train/telemetry.py; [] when
+    `train.telemetry_every` is 0).
     """
     t_start = time.perf_counter()
     tc = cell.train
@@ -94,14 +92,23 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
                    num_classes=data.num_classes) if mixup_on(tc) else None)
     loss_fn: nn.Module = SoftTargetCrossEntropy() if mixup else fastpath.loss_function(tc.label_smoothing)
     max_loss = tc.max_loss if tc.max_loss is not None else 10.0 * math.log(data.num_classes)
+    if tc.grad_accum_steps > 1 and len(data.train) < tc.grad_accum_steps:
+        raise SuiteError(f"train.grad_accum_steps: {tc.grad_accum_steps} micro-batches per optimizer step, but an "
+                         f"epoch has only {len(data.train)} training batches per process: no step would ever run")
     steps_per_epoch = max(1, len(data.train) // tc.grad_accum_steps)
+    # Only the micro-batches that form full accumulation groups are trained (nanoGPT's `for micro_step in
+    # range(grad_accum)` in effect): a trailing partial group would otherwise leave its gradients in .grad, to be
+    # summed into the next epoch's first step (and under DDP it ran under no_sync, never all-reduced). Skipping it
+    # keeps every step one full group of this epoch's data, and the epoch's loss and images count what was trained.
+    micro_per_epoch = steps_per_epoch * tc.grad_accum_steps
     total_steps = steps_per_epoch * tc.epochs
     warmup_steps = round(tc.warmup_epochs * steps_per_epoch)
     trainable = [p for p in model.parameters() if p.requires_grad]
     telemetry = BlockTelemetry(model)  # records nothing unless a step is observed
 
-    history: list[dict[str, Any]] = []
-    status, step, train_seconds, images_seen = "ok", 0, 0.0, 0
+    history: list[EpochRecord] = []
+    status: Status = "ok"
+    step, train_seconds, images_seen = 0, 0.0, 0
     for epoch in range(tc.epochs):
         model.train()
         data.train.set_epoch(epoch)
@@ -110,7 +117,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         micro, optimizer_steps, epoch_images = 0, 0, 0
         lr = tc.lr
         t0 = time.perf_counter()
-        for x, y in data.train:
+        for x, y in islice(data.train, micro_per_epoch):
             if mixup is not None:
                 x, y = mixup(x, y)
             micro += 1
@@ -152,13 +159,13 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         images_seen += epoch_images
         if not math.isfinite(train_loss) or train_loss > max_loss:
             status = "diverged"
-            history.append({"epoch": epoch, "train_loss": train_loss, "val_top1": float("nan"), "lr": lr,
-                            "grad_norm": float("nan"), "images_per_sec": epoch_images / epoch_seconds})
+            history.append(EpochRecord(epoch=epoch, train_loss=train_loss, val_top1=float("nan"), lr=lr,
+                                       grad_norm=float("nan"), images_per_sec=epoch_images / epoch_seconds))
             break
-        record = {"epoch": epoch, "train_loss": train_loss,
-                  "val_top1": evaluate(model, forward, data, autocast, dev, dist),
-                  "lr": lr, "grad_norm": grad_norm_sum.item() / max(1, optimizer_steps),
-                  "images_per_sec": epoch_images / epoch_seconds}
+        record = EpochRecord(epoch=epoch, train_loss=train_loss,
+                             val_top1=evaluate(model, forward, data, autocast, dev, dist),
+                             lr=lr, grad_norm=grad_norm_sum.item() / max(1, optimizer_steps),
+                             images_per_sec=epoch_images / epoch_seconds)
         history.append(record)
         stop = on_epoch(record) if on_epoch is not None and (dist is None or dist.is_main) else False
         if broadcast(bool(stop), dist):
@@ -168,22 +175,22 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     val = [h["val_top1"] for h in history if math.isfinite(h["val_top1"])]
     # the test split is read once, at the final epoch, and only to report: nothing above chose anything with it
     test_top1 = evaluate(model, forward, data, autocast, dev, dist, split="test") if status == "ok" else float("nan")
-    return {
-        "status": status,
-        "best_val_top1": max(val, default=0.0),
-        "final_val_top1": val[-1] if val else 0.0,
-        "val_top1": val[-1] if status == "ok" and val else float("nan"),  # final epoch
-        "test_top1": test_top1,  # final epoch
-        "best_val_epoch": max(range(len(val)), key=val.__getitem__) if val else -1,
-        **data.sizes(),
-        "train_loss": history[-1]["train_loss"] if history else float("nan"),
-        "epochs_run": len(history),
-        "images_per_sec": images_seen / train_seconds if train_seconds else 0.0,
-        "params": params,
-        "seconds": time.perf_counter() - t_start,
-        "history": history,
-        "telemetry": telemetry.records(),
-    }
+    return CellResult(
+        status=status,
+        best_val_top1=max(val, default=0.0),
+        final_val_top1=val[-1] if val else 0.0,
+        val_top1=val[-1] if status == "ok" and val else float("nan"),  # final epoch
+        test_top1=test_top1,  # final epoch
+        best_val_epoch=max(range(len(val)), key=val.__getitem__) if val else -1,
+        **data.sizes(),  # train_size, val_size, test_size
+        train_loss=history[-1]["train_loss"] if history else float("nan"),
+        epochs_run=len(history),
+        images_per_sec=images_seen / train_seconds if train_seconds else 0.0,
+        params=params,
+        seconds=time.perf_counter() - t_start,
+        history=history,
+        telemetry=telemetry.records(),
+    )
 
 
 @torch.inference_mode()  # no autograd bookkeeping at all (no_grad still tracks versions and views)

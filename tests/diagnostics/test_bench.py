@@ -3,7 +3,7 @@ a benchmark's numbers depend on the machine, its content does not."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from normbench.diagnostics.bench import COLUMNS, MISSION_LAYERS, run_bench, vit_forward_flops, vit_train_flops
+from normbench.diagnostics import MISSION_LAYERS
+from normbench.diagnostics.bench import COLUMNS, bench_table, run_bench, vit_forward_flops, vit_train_flops
 from normbench.model.vit import NormbenchViT
 
 TINY = {"img_size": 8, "patch_size": 4, "in_chans": 3, "num_classes": 10}
@@ -33,16 +34,7 @@ def test_forward_flops_match_torch_flop_counter() -> None:
     assert counter.get_total_flops() == 2 * vit_forward_flops(depth=2, dim=64, **TINY)
 
 
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    # a busy second core stalls every 2-thread OpenMP region for a scheduler tick; one thread keeps the test fast
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def test_run_bench_tiny_cpu_writes_csv_and_md(tmp_path: Path, one_thread: None,
+def test_run_bench_tiny_cpu_writes_csv_and_md(tmp_path: Path, one_torch_thread: None,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     run_bench(depths=[1], dims=[64], batch_size=4, device="cpu", compile_mode="auto", out_dir=tmp_path,
               warmup=1, steps=1, op_iters=2, repeats=1)
@@ -62,10 +54,18 @@ def test_run_bench_tiny_cpu_writes_csv_and_md(tmp_path: Path, one_thread: None,
 
     text = md.read_text(encoding="utf-8")
     assert "torch " in text and "timm " in text and "Batch 4, compile off, amp off" in text
+    assert text.splitlines()[2].startswith("machine: ") and "CPU (" in text  # report/machine.py's line, the CPU's
     table = [line for line in text.splitlines() if line.startswith("|")]
     assert len(table) == 2 + len(MISSION_LAYERS)  # header, rule, one row per layer
     assert all(f"| {layer} " in text for layer in MISSION_LAYERS)
     assert table[0] in capsys.readouterr().out  # the table is printed too
+
+
+def test_bench_table_rounds_each_column_and_leaves_missing_values_blank() -> None:
+    frame = pd.DataFrame([{"layer": "rezero", "step_ms": 1.23456, "gate_op_ms": 0.123456789, "vs_timm": math.nan}])
+    _, rule, row = bench_table(frame).splitlines()
+    assert rule.startswith("|---")  # the reports' one markdown format (report.tables.markdown_table)
+    assert [cell.strip() for cell in row.strip("|").split("|")] == ["rezero", "1.23", "0.1235", ""]
 
 
 def test_a_bench_cut_short_keeps_the_rows_it_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

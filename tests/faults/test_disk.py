@@ -41,21 +41,21 @@ def test_a_path_in_the_way_mid_run_keeps_every_finished_cell(write_suite, tmp_pa
                                                              monkeypatch):
     """leaderboard.md turns into a folder while the cells train: exit 2 naming it; the cells are in the ledger and
     the next run (once it is moved away) only writes the leaderboard."""
-    from normbench.sweep import runner
+    from normbench.sweep.suite_run import SuiteRun
 
     out = tmp_path / "out"
-    real = runner.finish_suite
+    real = SuiteRun.finish
 
     def in_the_way(*args, **kwargs):
         (out / "leaderboard.md").mkdir()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "finish_suite", in_the_way)
+    monkeypatch.setattr(SuiteRun, "finish", in_the_way)
     assert main(["run", str(write_suite()), "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "leaderboard.md" in err and "Traceback" not in err and "resume" in err
     assert sorted(t.user_attrs["cell_id"] for t in trials(out, "tiny") if t.state == TrialState.COMPLETE) == CELLS
-    monkeypatch.setattr(runner, "finish_suite", real)
+    monkeypatch.setattr(SuiteRun, "finish", real)
     (out / "leaderboard.md").rmdir()
     assert main(["run", str(write_suite()), "--out", str(out), "--quiet"]) == 0
     assert_invariants(out, "tiny", CELLS)

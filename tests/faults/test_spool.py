@@ -8,10 +8,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from normbench.errors import ServerUnreachableError
+from normbench.spec.results import CellResult
 from normbench.tracking.tracker import Tracker
 
-RESULT = {"best_val_top1": 0.8, "final_val_top1": 0.75, "status": "ok", "epochs_run": 2, "images_per_sec": 100.0,
-          "params": 1234, "seconds": 1.5}
+RESULT = CellResult.from_summary({"best_val_top1": 0.8, "final_val_top1": 0.75, "status": "ok", "epochs_run": 2,
+                                  "images_per_sec": 100.0, "params": 1234, "seconds": 1.5})
 
 
 def test_a_spooled_summary_is_logged_and_the_run_closed_by_the_next_tracker(tmp_path, monkeypatch):

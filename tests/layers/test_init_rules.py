@@ -24,7 +24,7 @@ from normbench.layers import (
     cait_init_values,
     get_layer,
 )
-from normbench.layers.init_rules import fixup_scalars, fixup_scales
+from normbench.layers.fixup import fixup_scalars, fixup_scales
 from tests.layers._cases import images, tiny_vit
 
 

@@ -12,8 +12,8 @@ from torch import nn
 import normbench
 from normbench import cli
 from normbench.errors import NormbenchError, UnknownLayerError
-from normbench.layers import LayerScale, PostNormBlock, PreNormBlock, get_spec, registry, resolve_layer
-from normbench.layers.init_rules import fixup_init
+from normbench.layers import FixupBias, LayerScale, PostNormBlock, PreNormBlock, get_spec, registry, resolve_layer
+from normbench.layers.fixup import fixup_init
 from tests.layers._cases import ALL_LAYERS, GATES, NORMS, PLACEMENTS, tiny_vit
 
 
@@ -245,3 +245,48 @@ def test_a_named_norm_overrides_the_partner():
 def test_two_of_a_kind_in_one_combination_is_an_error(combo):
     with pytest.raises(NormbenchError, match="names two"):
         resolve_layer(combo)
+
+
+# --- init rules set values; the model builds every module --------------------------------------------------------
+
+
+def _structure(model: nn.Module) -> tuple[list, list]:
+    modules = [(n, type(m)) for n, m in model.named_modules()]
+    params = [(n, id(p)) for n, p in model.named_parameters(remove_duplicate=False)]
+    return modules, params
+
+
+@pytest.mark.parametrize("name", ALL_LAYERS)
+def test_init_rules_change_values_not_the_architecture(name, monkeypatch):
+    plan = resolve_layer(name)
+    with monkeypatch.context() as mp:
+        mp.setattr(type(plan), "init_rules", property(lambda self: []))
+        model = tiny_vit(name)
+    before = _structure(model)
+    for rule in plan.init_rules:
+        rule(model)
+    assert _structure(model) == before, "an init rule added, removed or re-tied a module or parameter"
+
+
+def test_fixup_declares_the_shift_before_fc2_and_the_block_builds_it():
+    for name in ("fixup", "fixup_official"):
+        assert get_spec(name).mlp_norm is FixupBias
+        assert resolve_layer(f"layernorm+{name}").mlp_norm_layer is FixupBias
+    assert resolve_layer("layerscale").mlp_norm_layer is None
+    block = PreNormBlock(16, 2, depth=2, norm_layer=nn.LayerNorm, gate_layer=lambda dim: nn.Identity(),
+                         mlp_norm_layer=FixupBias)
+    assert isinstance(block.mlp.norm, FixupBias)
+
+
+def test_fixup_init_refuses_a_model_without_its_shift_instead_of_adding_one():
+    model = tiny_vit("layernorm")
+    with pytest.raises(NormbenchError, match="mlp_norm=FixupBias"):
+        fixup_init(model)
+    assert isinstance(model.blocks[0].mlp.norm, nn.Identity)
+
+
+def test_two_different_mlp_norms_in_one_combination_is_an_error(scratch_registry):
+    normbench.register_layer("toy_mlp_norm", kind="norm", formula="f", source="s", mlp_norm=nn.LayerNorm)(_ToyNorm)
+    with pytest.raises(NormbenchError, match="at most one"):
+        resolve_layer("toy_mlp_norm+fixup")
+    assert resolve_layer("toy_mlp_norm+layerscale").mlp_norm_layer is nn.LayerNorm

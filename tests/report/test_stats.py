@@ -8,7 +8,10 @@ import math
 import pandas as pd
 import pytest
 
-from normbench.report.stats import add_scores, check_claims, edge, select_lr, t_interval, verdict, versus_baseline
+from normbench.report.stats import check_claims, edge, select_lr, t_interval, verdict, versus_baseline
+from normbench.report.tables import BASELINE_VERDICTS
+from normbench.report.transfer import TRANSFER_VERDICTS
+from normbench.spec.selection import add_scores
 
 
 def cell(layer: str, lr: float, seed: int, val: float, test: float, status: str = "ok", depth: int = 12) -> dict:
@@ -102,3 +105,16 @@ def test_claims_verdicts(diffs, by, expected):
     table = check_claims(cells, select_lr(cells, ["layer", "depth"]), ["layer", "depth"], claims)
     assert table["verdict"].tolist() == [expected] and table["n"].tolist() == [len(diffs)]
     assert verdict(1.0, 2.0) == "supported" and verdict(-2.0, -1.0) == "contradicted"
+
+
+@pytest.mark.parametrize(("low", "high", "claim", "transfer", "baseline"), [
+    (0.5, 2.0, "supported", "holds", "better"),
+    (-2.0, -0.5, "contradicted", "reversed", "worse"),
+    (-1.0, 1.0, "inconclusive", "not settled", "no clear difference"),
+    (0.0, 1.0, "inconclusive", "not settled", "no clear difference"),  # touching 0 is not above it
+    (math.nan, math.nan, "inconclusive", "not settled", "no CI (one seed)"),
+])
+def test_one_verdict_rule_in_each_sections_words(low, high, claim, transfer, baseline):
+    assert verdict(low, high) == claim
+    assert verdict(low, high, words=TRANSFER_VERDICTS) == transfer
+    assert verdict(low, high, words=BASELINE_VERDICTS) == baseline

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from normbench.errors import SuiteError
-from normbench.report.stats import add_scores
 from normbench.report.transfer import ranking_transfer, spearman
+from normbench.spec.selection import add_scores
 from normbench.spec.suite import load_suite
 
 LAYERS = ["layernorm", "layerscale", "rezero", "rmsnorm"]

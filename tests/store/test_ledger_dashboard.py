@@ -16,6 +16,7 @@ import pytest
 from optuna_dashboard._app import create_app
 from optuna_dashboard._storage_url import get_storage
 
+from normbench.spec.results import CellResult
 from normbench.spec.suite import cell_id
 from normbench.store.ledger import Ledger
 
@@ -36,7 +37,7 @@ def train_all(ledger: Ledger, matrix: dict[str, list[Any]]) -> int:
     while (trial := ledger.claim(study)) is not None:
         axes = trial.user_attrs["axes"]
         score = 10.0 * axes["depth"] + (50.0 if axes["layer"] == "layernorm" else 0.0) + 1000 * axes["lr"]
-        ledger.finish(study, trial, {"status": "ok", "best_val_top1": score, "history": []})
+        ledger.finish(study, trial, CellResult.from_summary({"status": "ok", "best_val_top1": score}))
         finished += 1
     return finished
 

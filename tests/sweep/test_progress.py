@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+from normbench.spec.results import CellResult
 from normbench.sweep import progress as progress_module
 from normbench.sweep.progress import Progress
 
@@ -20,7 +21,7 @@ class Clock:
 def finish(progress: Progress, cell: str, clock: Clock, seconds: float) -> None:
     progress.start_cell(cell, epochs=1)
     clock.now += seconds
-    progress.end_cell({"status": "ok", "best_val_top1": 50.0, "seconds": seconds})
+    progress.end_cell(CellResult.from_summary({"status": "ok", "best_val_top1": 50.0, "seconds": seconds}))
 
 
 def test_eta_scales_with_the_cost_of_the_cells_left(monkeypatch):
@@ -79,7 +80,8 @@ def test_a_cell_finished_by_a_worker_process_is_reported_with_its_result(monkeyp
     stream = io.StringIO()
     progress = Progress(total=3, done=1, stream=stream)
     clock.now += 20.0
-    progress.record("layer=rezero", {"status": "ok", "best_val_top1": 61.25, "seconds": 19.5}, where="  (worker 42)")
+    progress.record("layer=rezero", CellResult.from_summary({"status": "ok", "best_val_top1": 61.25, "seconds": 19.5}),
+                    where="  (worker 42)")
     progress.record("layer=dyt", None)  # a cell without a stored result still counts
     lines = stream.getvalue().splitlines()
     assert lines[0] == "[2/3] layer=rezero  ok  best val 61.2%  19.5s  (worker 42)  ETA 0m20s"
@@ -88,7 +90,7 @@ def test_a_cell_finished_by_a_worker_process_is_reported_with_its_result(monkeyp
 
 def test_the_parent_sees_each_finished_cell_once(tmp_path):
     from normbench.store.ledger import Ledger
-    from normbench.sweep.runner import newly_finished
+    from normbench.sweep.watch import newly_finished
 
     ledger = Ledger(None, tmp_path)
     study = ledger.study("run:p")
@@ -96,7 +98,7 @@ def test_the_parent_sees_each_finished_cell_once(tmp_path):
     seen: set[tuple[str, int]] = set()
     assert newly_finished(ledger, ["run:p", "tune:absent"], seen) == []
     trial = ledger.claim(study)
-    ledger.finish(study, trial, {"status": "ok", "best_val_top1": 50.0, "history": []})
+    ledger.finish(study, trial, CellResult.from_summary({"status": "ok", "best_val_top1": 50.0}))
     [finished] = newly_finished(ledger, ["run:p"], seen)
     assert finished.user_attrs["cell_id"] == trial.user_attrs["cell_id"]
     assert finished.user_attrs["result"]["best_val_top1"] == 50.0

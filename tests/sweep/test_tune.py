@@ -8,7 +8,7 @@ from normbench.cli import main
 from normbench.spec.suite import load_suite
 from normbench.store.ledger import Ledger
 from normbench.sweep.tune import search_seed, seeds
-from tests.test_runner import mlflow_runs
+from tests.sweep.test_runner import mlflow_runs
 
 
 def test_search_and_reruns_use_disjoint_seeds(write_suite, tmp_path):

@@ -10,7 +10,7 @@ from normbench.cli import main
 from normbench.spec.suite import load_suite
 from normbench.store.ledger import Ledger
 from normbench.sweep.progress import Progress
-from normbench.sweep.runner import open_run_study, run_jobs
+from normbench.sweep.run import open_run_study, run_jobs
 from normbench.sweep.worker import WorkSummary, run_cell
 
 

@@ -1,6 +1,6 @@
 """`normbench ui` and what MLflow holds for it: the comparison view (model-training kind, axes and score as columns,
 best score first), cells nested under the `leaderboard` run, one param per axis, attempt-numbered run names, and a
-busy port that fails with its number. (tests/test_runner.py starts the real UI server once.)"""
+busy port that fails with its number. (tests/sweep/test_runner.py starts the real UI server once.)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from normbench.cli import main
-from normbench.tracking.tracker import Tracker, leaderboard_scores, one_param_per_axis
+from normbench.spec.selection import cell_scores
+from normbench.tracking.tracker import Tracker, one_param_per_axis
 from normbench.tracking.ui import KIND, KIND_TAG, SHARE_KEY, SHARE_TAG, suite_axes, ui_url, view_state
 
 
@@ -48,11 +49,11 @@ def test_one_param_per_axis() -> None:
 
 
 def test_the_score_columns_are_the_leaderboards() -> None:
-    """As normbench.report.stats.add_scores: test top-1 scores, val top-1 selects, a diverged cell is 0 for both."""
+    """As normbench.spec.selection.add_scores: test top-1 scores, val top-1 selects, a diverged cell is 0 for both."""
     ok = {"status": "ok", "val_top1": 81.234, "test_top1": 79.876, "best_val_top1": 90.0}
-    assert leaderboard_scores(ok) == {"score": 79.88, "select": 81.23}
-    assert leaderboard_scores({**ok, "status": "diverged"}) == {"score": 0.0, "select": 0.0}
-    assert leaderboard_scores({**ok, "status": "pruned", "test_top1": float("nan")}) == {}
+    assert cell_scores(ok) == {"score": 79.88, "select": 81.23}
+    assert cell_scores({**ok, "status": "diverged"}) == {"score": 0.0, "select": 0.0}
+    assert cell_scores({**ok, "status": "pruned", "test_top1": float("nan")}) == {}
 
 
 def test_a_rerun_is_named_apart_from_the_run_it_replaces(tmp_path: Path) -> None:

@@ -89,5 +89,5 @@ def test_losses_are_off_by_default_and_train_when_on():
     off = train_cell(CellConfig(model=model, train=TrainConfig(**base)), device="cpu")
     on = train_cell(CellConfig(model=model, train=TrainConfig(**base, attn_extra_loss=0.03, attn_extra_loss_layers=2,
                                                                 train_feature_decay=0.1)), device="cpu")
-    assert off["status"] == on["status"] == "ok"
-    assert on["train_loss"] != off["train_loss"], "the attention term is non-zero on a fresh model"
+    assert off.status == on.status == "ok"
+    assert on.train_loss != off.train_loss, "the attention term is non-zero on a fresh model"

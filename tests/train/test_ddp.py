@@ -17,7 +17,7 @@ from normbench.errors import SuiteError
 from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.distributed import Dist
 from normbench.train.loop import train_cell
-from tests.test_runner import assert_each_cell_once
+from tests.sweep.test_runner import assert_each_cell_once
 
 CELL = CellConfig(model=ModelConfig(layer="layerscale", depth=2, embed_dim=32, num_heads=2, patch_size=4),
                   train=TrainConfig(epochs=2, batch_size=64, warmup_epochs=0, lr=3e-3))
@@ -49,9 +49,9 @@ accum = dataclasses.replace(cell, train=dataclasses.replace(cell.train, grad_acc
 accumulated = train_cell(accum, device="cpu", dist=dist)
 accum_all_reduces = len(all_reduces)
 pruned = train_cell(cell, device="cpu", dist=dist, on_epoch=lambda record: True)  # rank 0 prunes at epoch 0
-json.dump({"rank": dist.rank, "history": result["history"], "on_epoch_calls": seen,
-           "accum_history": accumulated["history"], "all_reduces": [plain_all_reduces, accum_all_reduces],
-           "pruned": [pruned["status"], pruned["epochs_run"]]},
+json.dump({"rank": dist.rank, "history": result.history, "on_epoch_calls": seen,
+           "accum_history": accumulated.history, "all_reduces": [plain_all_reduces, accum_all_reduces],
+           "pruned": [pruned.status, pruned.epochs_run]},
           open(sys.argv[1] + f"/rank{dist.rank}.json", "w"))
 shutdown(dist)
 """
@@ -65,12 +65,12 @@ def torchrun(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def single_process_history() -> list[dict]:
-    return train_cell(CELL, device="cpu")["history"]
+    return train_cell(CELL, device="cpu").history
 
 
 @pytest.fixture(scope="module")
 def single_process_accum_history() -> list[dict]:
-    return train_cell(replace(CELL, train=replace(CELL.train, grad_accum_steps=2)), device="cpu")["history"]
+    return train_cell(replace(CELL, train=replace(CELL.train, grad_accum_steps=2)), device="cpu").history
 
 
 def assert_follows(ddp_history: list[dict], single_history: list[dict]) -> None:

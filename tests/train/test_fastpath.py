@@ -23,12 +23,12 @@ def test_fast_and_plain_paths_give_the_same_losses(monkeypatch, one_torch_thread
     fast = train_cell(digits_cell(), device="cpu")
     monkeypatch.setenv(fastpath.ENV_SWITCH, "0")
     plain = train_cell(digits_cell(), device="cpu")
-    fast_losses = [h["train_loss"] for h in fast["history"]]
-    plain_losses = [h["train_loss"] for h in plain["history"]]
+    fast_losses = [h["train_loss"] for h in fast.history]
+    plain_losses = [h["train_loss"] for h in plain.history]
     # 22 optimizer steps through fused vs per-tensor AdamW and explicit vs flash attention: float rounding only
     assert fast_losses == pytest.approx(plain_losses, rel=1e-4, abs=1e-5)
     assert fast_losses[-1] < fast_losses[0]  # it trained, so the comparison covers real updates
-    assert abs(fast["best_val_top1"] - plain["best_val_top1"]) <= 1.0  # at most a few of the 360 images flip
+    assert abs(fast.best_val_top1 - plain.best_val_top1) <= 1.0  # at most a few of the 360 images flip
 
 
 def test_loss_equals_timms_label_smoothing_cross_entropy():
@@ -95,4 +95,4 @@ def test_cuda_cell_compiles_in_bf16_with_fused_adamw():
     cell = digits_cell()
     cell.train.epochs = 1  # compile "auto" and amp "auto" are on for CUDA
     result = train_cell(cell, device="cuda")
-    assert result["status"] == "ok" and 0 < result["train_loss"] < 10
+    assert result.status == "ok" and 0 < result.train_loss < 10

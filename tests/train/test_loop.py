@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from normbench.errors import SuiteError
 from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.loop import train_cell
 
@@ -19,35 +20,35 @@ def test_layerscale_depth_12_learns_digits_above_80_percent():
     config = CellConfig(model=ModelConfig(layer="layerscale", depth=12),
                         train=TrainConfig(epochs=14, batch_size=64, lr=3e-3))
     result = train_cell(config, device="cpu")
-    assert result["status"] == "ok"
-    assert result["best_val_top1"] >= 80.0, result["history"]
-    assert result["epochs_run"] == 14 and len(result["history"]) == 14
-    assert {"train_loss", "val_top1", "lr", "grad_norm", "images_per_sec"} <= set(result["history"][0])
+    assert result.status == "ok"
+    assert result.best_val_top1 >= 80.0, result.history
+    assert result.epochs_run == 14 and len(result.history) == 14
+    assert {"train_loss", "val_top1", "lr", "grad_norm", "images_per_sec"} <= set(result.history[0])
 
 
 def test_same_seed_same_history_on_cpu():
     a, b = train_cell(cell(seed=3), device="cpu"), train_cell(cell(seed=3), device="cpu")
-    assert [h["train_loss"] for h in a["history"]] == [h["train_loss"] for h in b["history"]]
+    assert [h["train_loss"] for h in a.history] == [h["train_loss"] for h in b.history]
     c = train_cell(cell(seed=4), device="cpu")
-    assert [h["train_loss"] for h in c["history"]] != [h["train_loss"] for h in a["history"]]
+    assert [h["train_loss"] for h in c.history] != [h["train_loss"] for h in a.history]
 
 
 def test_huge_lr_ends_the_cell_as_diverged_instead_of_raising():
     result = train_cell(cell(lr=50.0, clip_grad=None, epochs=3), device="cpu")
-    assert result["status"] == "diverged"
-    assert result["epochs_run"] <= 3
+    assert result.status == "diverged"
+    assert result.epochs_run <= 3
 
 
 @pytest.mark.parametrize("train", [{"optimizer": "lamb"}, {"grad_accum_steps": 2}, {"mixup": 0.2, "cutmix": 1.0},
                                    {"label_smoothing": 0.0, "clip_grad": None}])
 def test_recipe_options_train(train):
     result = train_cell(cell(**train), device="cpu")
-    assert result["status"] == "ok" and result["params"] > 0
+    assert result.status == "ok" and result.params > 0
 
 
 def test_pruning_callback_stops_the_cell():
     result = train_cell(cell(epochs=5), device="cpu", on_epoch=lambda record: record["epoch"] >= 1)
-    assert result["status"] == "pruned" and result["epochs_run"] == 2
+    assert result.status == "pruned" and result.epochs_run == 2
 
 
 def test_warmup_cosine_schedule():
@@ -67,5 +68,43 @@ def test_compile_and_bf16_cell_runs_on_cpu(one_torch_thread):
     config = CellConfig(model=ModelConfig(layer="layerscale", depth=1, embed_dim=16, num_heads=2, patch_size=4),
                         train=TrainConfig(epochs=1, batch_size=256, warmup_epochs=0, compile="on", amp="bf16"))
     result = train_cell(config, device="cpu")
-    assert result["status"] == "ok" and 0 < result["train_loss"] < 10
+    assert result.status == "ok" and 0 < result.train_loss < 10
     assert counters["stats"]["unique_graphs"] >= 1  # dynamo traced the model rather than falling back to eager
+
+
+def test_grad_accumulation_never_carries_gradients_into_the_next_epoch(monkeypatch):
+    # 1077 digits / 200 = 5 train batches per epoch, 2 per optimizer step: the 5th is a partial group. Each step
+    # must sum exactly one full group of its own epoch's micro-batches: a leftover one whose gradient stayed in
+    # .grad would be added to the next epoch's first step (and under DDP it ran under no_sync, never all-reduced).
+    import normbench.train.loop as loop
+
+    epoch, since_zero, steps = [0], [], []  # the epoch of each backward summed into .grad since it was last cleared
+    create_optimizer = loop.create_optimizer_v2
+
+    def spy(*args, **kwargs):
+        optimizer = create_optimizer(*args, **kwargs)
+        watched = optimizer.param_groups[0]["params"][0]
+        watched.register_post_accumulate_grad_hook(lambda p: since_zero.append(epoch[0]))  # once per backward
+        optimizer.register_step_pre_hook(lambda opt, args, kwargs: steps.append(list(since_zero)))
+        zero_grad = optimizer.zero_grad
+
+        def zero_and_forget(*args, **kwargs):
+            since_zero.clear()
+            return zero_grad(*args, **kwargs)
+
+        optimizer.zero_grad = zero_and_forget
+        return optimizer
+
+    monkeypatch.setattr(loop, "create_optimizer_v2", spy)
+
+    def next_epoch(record) -> None:
+        epoch[0] = record["epoch"] + 1
+
+    result = train_cell(cell(batch_size=200, grad_accum_steps=2, epochs=2), device="cpu", on_epoch=next_epoch)
+    assert result.status == "ok" and result.train_size // 200 == 5
+    assert steps == [[0, 0], [0, 0], [1, 1], [1, 1]]  # the 5th micro-batch of an epoch is not trained
+
+
+def test_an_accumulation_group_longer_than_the_epoch_is_refused():
+    with pytest.raises(SuiteError, match="grad_accum_steps"):  # 5 batches per epoch: no optimizer step would run
+        train_cell(cell(batch_size=200, grad_accum_steps=6, epochs=1), device="cpu")

@@ -8,7 +8,7 @@ import torch
 from timm.optim import create_optimizer_v2
 
 import normbench.train.loop
-from normbench.layers.init_rules import fixup_scalars
+from normbench.layers.fixup import fixup_scalars
 from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.optim_groups import param_groups
 from tests.layers._cases import tiny_vit
@@ -62,6 +62,6 @@ def test_the_training_loop_keeps_the_lr_multiplier(monkeypatch):
     cell = CellConfig(model=ModelConfig(layer="fixup_official", depth=1, embed_dim=16, num_heads=2, patch_size=4),
                       train=TrainConfig(epochs=1, batch_size=256, lr=1e-3, warmup_epochs=0, min_lr=1e-3))
     result = normbench.train.loop.train_cell(cell, device="cpu")
-    assert result["status"] == "ok"
+    assert result.status == "ok"
     lrs = sorted({round(g["lr"], 12) for g in made[0].param_groups})
     assert lrs == [pytest.approx(1e-4), pytest.approx(1e-3)]

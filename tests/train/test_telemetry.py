@@ -222,20 +222,20 @@ def cell(every: int, depth: int = 2, **train) -> CellConfig:
 
 def test_a_cell_records_every_nth_step_without_changing_its_training():
     on, off = train_cell(cell(3), device="cpu"), train_cell(cell(0), device="cpu")
-    assert off["telemetry"] == []
-    assert [h["train_loss"] for h in on["history"]] == [h["train_loss"] for h in off["history"]]  # observes only
-    steps = sorted({r["step"] for r in on["telemetry"]})
-    assert steps == list(range(0, 2 * (on["train_size"] // 128), 3))  # 2 epochs of full 128-image batches
-    assert {r["block"] for r in on["telemetry"]} == {0, 1}
-    assert all(set(r) == {"step", "block", *QUANTITIES} for r in on["telemetry"])
-    assert all(v is None or math.isfinite(v) for r in on["telemetry"] for v in r.values())
+    assert off.telemetry == []
+    assert [h["train_loss"] for h in on.history] == [h["train_loss"] for h in off.history]  # observes only
+    steps = sorted({r["step"] for r in on.telemetry})
+    assert steps == list(range(0, 2 * (on.train_size // 128), 3))  # 2 epochs of full 128-image batches
+    assert {r["block"] for r in on.telemetry} == {0, 1}
+    assert all(set(r) == {"step", "block", *QUANTITIES} for r in on.telemetry)
+    assert all(v is None or math.isfinite(v) for r in on.telemetry for v in r.values())
 
 
 def test_with_grad_accumulation_the_steps_are_optimizer_steps():
     result = train_cell(cell(2, grad_accum_steps=2, epochs=1), device="cpu")
-    optimizer_steps = result["train_size"] // 128 // 2
+    optimizer_steps = result.train_size // 128 // 2
     assert optimizer_steps >= 3
-    assert sorted({r["step"] for r in result["telemetry"]}) == list(range(0, optimizer_steps, 2))
+    assert sorted({r["step"] for r in result.telemetry}) == list(range(0, optimizer_steps, 2))
 
 
 def test_mlflow_gets_one_sorted_metric_per_block_and_quantity(write_suite, tmp_path):

@@ -1,0 +1,98 @@
+"""Every name a suite leaves behind, written once: its studies in the ledger and the files of its output folder.
+
+A suite's cells live in one ledger as Optuna studies: `run:<suite>` (the matrix), `bracket:<suite>:<round>` (lr
+bracketing rounds, 1, 2, ...), `tune:<suite>:<point>` (one search per matrix point without seed and tuned keys) and
+`tuned:<suite>` (the best configurations re-run over the matrix's seeds). The output folder holds the ledger
+journal, the MLflow store and the leaderboard files named below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+RUN, BRACKET, TUNE, TUNED = "run", "bracket", "tune", "tuned"
+
+
+@dataclass(frozen=True)
+class StudyNames:
+    """The study names of one suite."""
+
+    suite: str
+
+    @property
+    def run(self) -> str:
+        return f"{RUN}:{self.suite}"
+
+    def bracket(self, round_: int) -> str:
+        return f"{BRACKET}:{self.suite}:{round_}"
+
+    def bracket_round(self, name: str) -> int | None:
+        """The round of a bracketing study of this suite, else None."""
+        prefix = f"{BRACKET}:{self.suite}:"
+        tail = name[len(prefix):] if name.startswith(prefix) else ""
+        return int(tail) if tail.isdigit() else None
+
+    def bracket_rounds(self, names: Iterable[str]) -> list[str]:
+        """This suite's bracketing studies among `names`, in round order."""
+        rounds = {n: r for n in names if (r := self.bracket_round(n)) is not None}
+        return sorted(rounds, key=rounds.__getitem__)
+
+    def tune(self, point_id: str) -> str:
+        return f"{TUNE}:{self.suite}:{point_id}"
+
+    def tune_point(self, name: str) -> str | None:
+        """The matrix point (`depth=12,layer=x`) a search study of this suite tunes, else None."""
+        prefix = f"{TUNE}:{self.suite}:"
+        return name[len(prefix):] if name.startswith(prefix) else None
+
+    @property
+    def tuned(self) -> str:
+        return f"{TUNED}:{self.suite}"
+
+
+def suites_in(study_names: Iterable[str]) -> list[str]:
+    """The suites that have a run study among `study_names`, sorted."""
+    return sorted({n.split(":", 1)[1] for n in study_names if n.startswith(f"{RUN}:")})
+
+
+@dataclass(frozen=True)
+class OutputFolder:
+    """A suite's output folder (`results/<suite>` by default) and the path of everything normbench writes there."""
+
+    path: Path
+
+    LEDGER = "ledger.journal"
+    MLFLOW_DB = "mlflow.db"
+    MLFLOW_ARTIFACTS = "mlartifacts"
+    MLFLOW_SPOOL = "mlflow-spool"
+    LOCKS = ".locks"
+    SUITE = "suite.yaml"
+    LEADERBOARD = "leaderboard.md"
+    RESULTS = "results.csv"
+    TRANSFER = "transfer.csv"
+    TRANSFER_RANKINGS = "transfer_rankings.csv"
+    ACCURACY_VS_DEPTH = "accuracy_vs_depth.png"
+    ACCURACY_VS_LR = "accuracy_vs_lr.png"
+    # the files a run writes; a folder in the way of one is refused before any training
+    WRITTEN = (LEADERBOARD, RESULTS, SUITE, MLFLOW_DB, LEDGER, ACCURACY_VS_DEPTH, ACCURACY_VS_LR)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    ledger = property(lambda self: self.path / self.LEDGER)
+    mlflow_db = property(lambda self: self.path / self.MLFLOW_DB)
+    mlflow_artifacts = property(lambda self: self.path / self.MLFLOW_ARTIFACTS)
+    mlflow_spool = property(lambda self: self.path / self.MLFLOW_SPOOL)
+    locks = property(lambda self: self.path / self.LOCKS)
+    suite = property(lambda self: self.path / self.SUITE)
+    leaderboard = property(lambda self: self.path / self.LEADERBOARD)
+    results = property(lambda self: self.path / self.RESULTS)
+
+    @staticmethod
+    def telemetry_figure(quantity: str) -> str:
+        return f"telemetry_{quantity}.png"

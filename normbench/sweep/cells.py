@@ -1,0 +1,46 @@
+"""What run and tune share about a suite's cells: the recipe guard on their studies and the params MLflow logs.
+
+A study is stamped with the suite's recipe hash when it is created; adding cells of another recipe to it would mix
+recipes in one leaderboard, so it is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+from normbench.errors import SuiteError
+from normbench.spec.recipe import CellConfig
+from normbench.spec.suite import Suite
+from normbench.store.ledger import Ledger
+
+
+def open_study_of_recipe(ledger: Ledger, suite: Suite, name: str, **study_kwargs: Any) -> optuna.Study:
+    """Study `name`, stamped with the suite's recipe; refuses (SuiteError) when it was trained with another one."""
+    study = ledger.study(name, **study_kwargs)  # an existing study loads without a write: a refused run leaves the
+    check_recipe(ledger, suite, study)           # ledger byte for byte as it was
+    if "recipe" not in study.user_attrs:
+        study.set_user_attr("recipe", suite.recipe_hash())
+    return study
+
+
+def check_recipe(ledger: Ledger, suite: Suite, study: optuna.Study) -> None:
+    """Refuse to add cells of this suite to `study` if its dataset/model/train sections changed since it trained."""
+    recipe = study.user_attrs.get("recipe")
+    if recipe is not None and recipe != suite.recipe_hash():
+        raise SuiteError(f"{suite.path}: its dataset/model/train sections changed since the cells in this ledger "
+                         f"({ledger.url}) were trained; resuming would mix recipes. Use another --out (or "
+                         "--storage), or delete the old results. Changing only the matrix is fine.")
+
+
+def cell_params(axes: dict[str, Any], config: CellConfig) -> dict[str, Any]:
+    """What MLflow logs for a cell: its axes and recipe, with the data set's true split sizes (not the synthetic-only
+    size knobs' defaults)."""
+    from normbench.data import split_sizes
+    from normbench.data.config import DATASET_ONLY_KEYS
+
+    flat = {k: v for k, v in config.flat().items()
+            if not (k.startswith("data.") and any(k[5:] in keys for name, keys in DATASET_ONLY_KEYS.items()
+                                                  if name != config.data.name))}
+    return {**axes, **flat, **{f"data.{k}": v for k, v in split_sizes(config.data).items()}}

@@ -1,0 +1,44 @@
+"""`normbench run --dry-run`: the cells of a suite and their status, with the bracketing cells already run and
+those the next round would add. Trains nothing and writes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from normbench.spec.names import OutputFolder, StudyNames
+from normbench.spec.suite import Suite
+from normbench.sweep.bracket import bracket_axes
+
+
+def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
+    """The table of cells (matrix, earlier bracketing rounds, the next round) and a summary line."""
+    import pandas as pd
+    from tabulate import tabulate
+
+    frame = pd.DataFrame()
+    if storage or OutputFolder(out).ledger.exists():
+        from normbench.report.leaderboard import cells_frame
+        from normbench.store.ledger import Ledger
+
+        frame = cells_frame(Ledger(storage, out), StudyNames(suite.name))
+    records = frame.to_dict("records")
+    done = {r["cell_id"]: r["status"] for r in records}
+    rows = [[c.cell_id, done.get(c.cell_id, "to run")] for c in suite.cells()]
+    rows += [[r["cell_id"], f"{r['status']} (bracket round {r['bracket_round']})"] for r in records
+             if r["bracket_round"] > 0]
+    coming = next_bracket_round(suite, records) if suite.bracket and len(done) >= len(rows) else []
+    rows += [[suite.cell(axes).cell_id, "to run (next bracket round)"] for axes in coming]
+    lines = [tabulate(rows, headers=["cell", "status"], tablefmt="simple"),
+             f"{len(rows)} cells, {len(done)} finished; output folder {out}"]
+    if suite.bracket:
+        lines.append("bracketing on: when the cells above have finished, each row whose val-selected lr is the "
+                     "smallest or largest tried gets cells one grid step beyond it "
+                     f"(at most bracket_max_steps={suite.bracket_max_steps} per end)")
+    return "\n".join(lines)
+
+
+def next_bracket_round(suite: Suite, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The cells the next bracketing round would queue, from the finished cells (matrix and earlier rounds)."""
+    finished = [({k: r[k] for k in suite.matrix}, r) for r in records]
+    return bracket_axes(suite, finished)

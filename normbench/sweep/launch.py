@@ -1,0 +1,68 @@
+"""Start local `normbench worker` processes on one suite's ledger, and stop them on Ctrl-C or SIGTERM.
+
+Each worker is an ordinary `normbench worker` (the command a node of a cluster runs), one per GPU when there are
+GPUs, else sharing the CPU's cores. Watching what they finish is normbench/sweep/watch.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from normbench.errors import Terminated
+from normbench.spec.suite import Suite
+
+
+def default_workers(device: str) -> int:
+    """One worker per visible GPU on a GPU machine; one on a CPU (which its threads already fill)."""
+    if device.startswith("cuda") or device == "auto":
+        import torch
+
+        if torch.cuda.is_available() and ":" not in device:
+            return torch.cuda.device_count()
+    return 1
+
+
+def visible_gpus(device: str) -> int:
+    import torch
+
+    return torch.cuda.device_count() if device in ("auto", "cuda") and torch.cuda.is_available() else 0
+
+
+def worker_command(suite: Suite, out_dir: Path, *, storage: str | None, device: str, mode: str) -> list[str]:
+    args = [sys.executable, "-m", "normbench", "worker", str(suite.path), "--out", str(out_dir),
+            "--device", device, "--mode", mode, "--quiet", *(["--bracket"] if suite.bracket else [])]
+    return [*args, "--storage", storage] if storage else args
+
+
+def worker_env(index: int, workers: int, device: str, gpus: int) -> dict[str, str]:
+    """Worker `index`'s environment: its own GPU when there are GPUs, else its share of the cores."""
+    env = dict(os.environ)
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = str(index % gpus)
+    elif device == "cpu" or not gpus:  # share the cores instead of oversubscribing them
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+    return env
+
+
+def start_workers(suite: Suite, out_dir: Path, *, storage: str | None, device: str, workers: int,
+                  mode: str) -> list[subprocess.Popen]:
+    gpus = visible_gpus(device)
+    command = worker_command(suite, out_dir, storage=storage, device=device, mode=mode)
+    return [subprocess.Popen(command, env=worker_env(i, workers, device, gpus)) for i in range(workers)]
+
+
+def stop_workers(procs: list[subprocess.Popen], stop: KeyboardInterrupt) -> None:
+    """Ctrl-C reaches every worker (they give their cells back): wait for them a moment. SIGTERM (SLURM,
+    Kubernetes) reaches only this process: pass it on at once; each worker gives its cell back on SIGTERM too."""
+    deadline = time.monotonic() + (0.0 if isinstance(stop, Terminated) else 5.0)
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.terminate()
+    for p in procs:
+        p.wait()

@@ -1,0 +1,137 @@
+"""The one composition root of a suite's work: `SuiteRun` builds the ledger, the tracker, the job list and the
+progress line once, for `normbench run`, `tune` and `worker` alike.
+
+    suite -> SuiteRun(mode) -> jobs (sweep/run.py or sweep/tune.py) -> worker loop (sweep/worker.py)
+          -> train_cell (train/) -> ledger (store/) + MLflow (tracking/) -> leaderboard (report/)
+
+The parent (`run`, `tune`) owns the output folder: it checks it can write there, keeps a copy of the suite file,
+starts local worker processes when asked, and writes the leaderboard at the end. A worker joins the same studies.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from normbench.errors import NormbenchError
+from normbench.spec.names import OutputFolder
+from normbench.spec.suite import Suite
+from normbench.store.ledger import Ledger
+from normbench.sweep.launch import default_workers, start_workers
+from normbench.sweep.run import open_run
+from normbench.sweep.tune import open_tune
+from normbench.sweep.watch import WorkerWatch, wait_for_workers
+from normbench.sweep.worker import WorkSummary, work
+from normbench.tracking.tracker import Tracker
+from normbench.train.distributed import Dist
+
+MODES = {"run": open_run, "tune": open_tune}
+
+
+def preflight(suite: Suite, device: str | None) -> str:
+    """The device to use, after checking it exists and loading the dataset once: a missing GPU or dataset fails
+    here with its message, not in every cell."""
+    from normbench.data import build_data
+    from normbench.train.device import resolve_device
+
+    device = device or suite.device
+    resolve_device(device)
+    build_data(suite.dataset, batch_size=1, device="cpu", seed=0)
+    return device
+
+
+class SuiteRun:
+    """A suite's ledger, tracker, jobs and progress, opened for `mode` ("run" or "tune").
+
+    `parent=True` (run, tune) also checks the output folder and saves the suite file there; a worker (`False`)
+    joins a suite a parent owns. A ledger trained with another recipe is refused before anything is written.
+    """
+
+    def __init__(self, suite: Suite, out_dir: Path, *, storage: str | None = None, mode: str = "run",
+                 quiet: bool = False, parent: bool = True) -> None:
+        self.suite, self.storage, self.mode = suite, storage, mode
+        self.folder = OutputFolder(out_dir)
+        if parent:
+            check_output_folder(self.folder)
+        self.ledger = Ledger(storage, self.folder.path)
+        self.tracker = Tracker(self.folder.path, suite.name)
+        self.jobs, self.study_names, self.progress = MODES[mode](suite, self.ledger, self.folder.path, quiet=quiet)
+        if parent:
+            save_suite_copy(suite, self.folder)  # after the recipe check: a refused run changes nothing in the folder
+
+    def work(self, device: str, workers: int | None = None, dist: Dist | None = None) -> WorkSummary:
+        """Run the cells in `workers` local worker processes (when more than one), then in this process: alone
+        that is all the work; after workers it finishes whatever a dead worker left behind (usually nothing)."""
+        workers = workers or default_workers(device)
+        summary = WorkSummary()
+        if workers > 1:
+            watch = WorkerWatch(self.suite, self.ledger, self.progress, self.study_names)
+            procs = start_workers(self.suite, self.folder.path, storage=self.storage, device=device,
+                                  workers=workers, mode=self.mode)
+            summary = wait_for_workers(procs, watch)
+        summary.add(work(self.jobs, self.ledger, self.tracker, device, self.progress, self.suite.name, dist=dist))
+        return summary
+
+    def finish(self, summary: WorkSummary) -> None:
+        """Write the leaderboard (and log it to MLflow) and say where it is."""
+        from normbench.report.leaderboard import write_leaderboard
+
+        write_leaderboard(self.folder.path, suite=self.suite, storage=self.storage, tracker=self.tracker)
+        if summary.bookkeeping():
+            self.progress.note(summary.bookkeeping())
+        self.progress.note(f"leaderboard: {self.folder.leaderboard}")
+
+
+def run_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | None = None,
+              device: str | None = None, workers: int | None = None, quiet: bool = False) -> WorkSummary:
+    """`normbench run` (mode "run") or `normbench tune` ("tune"): train every unfinished cell, then write the
+    leaderboard."""
+    device = preflight(suite, device)
+    suite_run = SuiteRun(suite, out_dir, storage=storage, mode=mode, quiet=quiet)
+    summary = suite_run.work(device, workers)
+    suite_run.finish(summary)
+    return summary
+
+
+def join_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | None = None,
+               device: str | None = None, quiet: bool = False, dist: Dist | None = None) -> WorkSummary:
+    """`normbench worker`: train the suite's cells from this machine until none is left. Under torchrun only rank 0
+    claims cells; the other ranks follow it through each one."""
+    from normbench.sweep.worker import follow
+
+    device = preflight(suite, device)
+    if dist is not None and not dist.is_main:
+        follow(device, dist)
+        return WorkSummary()
+    suite_run = SuiteRun(suite, out_dir, storage=storage, mode=mode, quiet=quiet, parent=False)
+    summary = suite_run.work(device, workers=1, dist=dist)
+    if summary.bookkeeping():
+        suite_run.progress.note(summary.bookkeeping())
+    return summary
+
+
+def check_output_folder(folder: OutputFolder) -> None:
+    """Before training: the output folder can be created and written, and no output file's path is taken by a
+    folder. Raises NormbenchError (exit 2) naming the path, so a disk fault costs no training."""
+    try:
+        folder.path.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"\0" * 4096)
+        probe.unlink()
+    except OSError as e:
+        raise NormbenchError(f"{folder.path}: cannot write the output folder ({e.strerror}); make it writable, free "
+                             "space, or pass another --out. Nothing was trained.") from None
+    for name in OutputFolder.WRITTEN:
+        if (folder / name).is_dir():
+            raise NormbenchError(f"{folder / name}: is a folder, where normbench writes a file; move it away and "
+                                 "run again. Nothing was trained.")
+
+
+def save_suite_copy(suite: Suite, folder: OutputFolder) -> None:
+    """OUT/suite.yaml, read back by `normbench leaderboard OUT`."""
+    folder.path.mkdir(parents=True, exist_ok=True)
+    if suite.path.resolve() != folder.suite.resolve():
+        tmp = folder / f".{OutputFolder.SUITE}.{os.getpid()}"
+        shutil.copyfile(suite.path, tmp)
+        tmp.replace(folder.suite)

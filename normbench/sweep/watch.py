@@ -1,0 +1,77 @@
+"""The parent of local workers: report each cell as a worker finishes it, count the bracketing rounds they queue,
+and wait for them to exit (stopping them on Ctrl-C or SIGTERM)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+from optuna.trial import FrozenTrial, TrialState
+
+from normbench.spec.results import CellResult
+from normbench.spec.suite import Suite
+from normbench.store.ledger import Ledger
+from normbench.sweep.launch import stop_workers
+from normbench.sweep.progress import Progress
+from normbench.sweep.run import bracket_study_names, note_bracket_round, queued_cells
+from normbench.sweep.worker import WorkSummary
+
+WATCH_SECONDS = 2.0
+
+
+def newly_finished(ledger: Ledger, study_names: list[str], seen: set[tuple[str, int]]) -> list[FrozenTrial]:
+    """Finished trials of the studies not in `seen` (`(study, number)` pairs, updated in place)."""
+    existing = set(ledger.study_names())
+    new = []
+    for name in (n for n in study_names if n in existing):
+        for t in ledger.study(name).get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            if (name, t.number) not in seen:
+                seen.add((name, t.number))
+                new.append(t)
+    return new
+
+
+class WorkerWatch:
+    """What the parent has reported so far. Cells finished before the workers started are not reported again."""
+
+    def __init__(self, suite: Suite, ledger: Ledger, progress: Progress, study_names: list[str]) -> None:
+        self.suite, self.ledger, self.progress, self.study_names = suite, ledger, progress, study_names
+        self.seen: set[tuple[str, int]] = set()
+        self.counted = {cid for name in bracket_study_names(ledger, suite)  # in the progress total already
+                        for cid in queued_cells(ledger, name)}
+        self.reported = 0
+        newly_finished(ledger, self.watched(), self.seen)
+
+    def watched(self) -> list[str]:
+        """The studies whose finished cells are reported, with the bracketing rounds the workers queued."""
+        rounds = bracket_study_names(self.ledger, self.suite)
+        for name in rounds:
+            new = {cid: axes for cid, axes in queued_cells(self.ledger, name).items() if cid not in self.counted}
+            if new:
+                self.counted.update(new)
+                note_bracket_round(self.progress, self.suite, name, new)
+        return [*self.study_names, *(n for n in rounds if n not in self.study_names)]
+
+    def report(self) -> None:
+        for t in newly_finished(self.ledger, self.watched(), self.seen):
+            stored = t.user_attrs.get("result")
+            self.progress.record(t.user_attrs.get("cell_id", f"trial {t.number}"),
+                                 CellResult.from_summary(stored) if stored else None,
+                                 where=f"  (worker {t.user_attrs.get('worker_pid', '?')})")
+            self.reported += 1
+
+
+def wait_for_workers(procs: list[subprocess.Popen], watch: WorkerWatch) -> WorkSummary:
+    """Report each cell's result as a worker finishes it until every worker has exited."""
+    try:
+        while any(p.poll() is None for p in procs):
+            time.sleep(WATCH_SECONDS)
+            watch.report()
+        watch.report()  # and those finished since the last look
+    except KeyboardInterrupt as stop:
+        stop_workers(procs, stop)
+        raise
+    failed = [p.returncode for p in procs if p.returncode]
+    if failed:
+        watch.progress.note(f"{len(failed)} worker(s) exited with {failed}; their cells went back to the queue")
+    return WorkSummary(cells_run=watch.reported, errors=len(failed))

@@ -1,7 +1,8 @@
 """One cell of training: build -> fit -> `CellResult`. Knows nothing of MLflow, Optuna or the suite.
 
-The step loop has no host syncs except every `log_interval` steps and at the end of an epoch (one `.item()` for
-the epoch's loss); a divergent loss ends the cell with status "diverged" instead of raising.
+`build_fit` builds what a cell trains with, `train_epoch` runs one epoch's optimizer steps, `train_cell` drives the
+epochs, evaluates and returns the result. The step loop has no host syncs except every `log_interval` steps and at
+the end of an epoch (one `.item()` for the epoch's loss); a divergent loss ends the cell with status "diverged".
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from itertools import islice
+from typing import Any
 
 import torch
 from timm.data import Mixup
@@ -45,20 +47,43 @@ def mixup_on(tc: TrainConfig) -> bool:
     return tc.mixup > 0 or tc.cutmix > 0
 
 
-def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: EpochCallback | None = None,
-               data: DataBundle | None = None, dist: Dist | None = None) -> CellResult:
-    """Train one cell and return its metrics (normbench/spec/results.py says what each field means).
+@dataclass
+class Fit:
+    """Everything one cell trains with, built once by `build_fit`; `step` counts optimizer steps across epochs."""
 
-    With `dist` (torchrun, normbench/train/distributed.py) every rank calls this with the same cell: each trains on its
-    slice of every global batch under DistributedDataParallel, metrics are summed over ranks, and only rank 0's
-    `on_epoch` runs (its pruning decision is sent to the others).
+    tc: TrainConfig
+    data: DataBundle
+    dev: torch.device
+    dist: Dist | None
+    model: NormbenchViT
+    parallel: nn.Module          # the model, or its DDP wrapper
+    forward: Callable[[torch.Tensor], torch.Tensor]  # `parallel`, compiled when asked
+    optimizer: torch.optim.Optimizer
+    aux: Any                     # opt-in auxiliary losses (LearnableScaler recipe); None when off
+    autocast: Callable[[], Any]
+    mixup: Mixup | None
+    loss_fn: nn.Module
+    telemetry: BlockTelemetry
+    steps_per_epoch: int
+    micro_per_epoch: int         # micro-batches trained per epoch: whole accumulation groups only
+    max_loss: float
+    step: int = 0
 
-    An epoch trains the train loader's first `grad_accum_steps * (len // grad_accum_steps)` micro-batches: a
-    trailing partial accumulation group is skipped, like a loader's drop_last (see the comment in the loop).
-    The result's `telemetry` holds per-block records of the observed steps (normbench/train/telemetry.py; [] when
-    `train.telemetry_every` is 0).
-    """
-    t_start = time.perf_counter()
+
+@dataclass
+class EpochTrained:
+    """What one epoch's training steps measured (before evaluation)."""
+
+    train_loss: float            # mean over the trained micro-batches and ranks
+    lr: float                    # the schedule's value at the epoch's last step
+    grad_norm_sum: torch.Tensor  # pre-clipping global norms summed over the steps, still on the device
+    optimizer_steps: int
+    images: int                  # over all ranks
+    seconds: float
+
+
+def build_fit(cell: CellConfig, device: str | torch.device, data: DataBundle | None, dist: Dist | None) -> Fit:
+    """Seed, data, model, optimizer, compile and autocast choices, loss: what `train_cell` trains with."""
     tc = cell.train
     if dist is not None and mixup_on(tc) and (tc.batch_size // dist.world) % 2:
         raise SuiteError(f"train.batch_size: mixup/cutmix pair images within a process's {tc.batch_size // dist.world}"
@@ -72,12 +97,11 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     data = data or build_data(cell.data, batch_size=tc.batch_size, device=dev, seed=tc.seed,
                               img_size=cell.model.img_size, shard=shard)
     model = build_model(cell, data).to(dev)
-    params = sum(p.numel() for p in model.parameters())
     fastpath.set_attention_path(model, dev)
     opt_kwargs = fastpath.optimizer_kwargs(tc.optimizer, dev)
     optimizer = create_optimizer_v2(param_groups(model, tc.lr, tc.weight_decay), tc.optimizer, lr=tc.lr,
                                     weight_decay=tc.weight_decay, **opt_kwargs)
-    aux = aux_losses_from_config(model, tc)  # opt-in auxiliary losses (LearnableScaler recipe); None when off
+    aux = aux_losses_from_config(model, tc)
     parallel = model if dist is None else wrap_ddp(model, dev)
     forward = parallel
     if tc.compile == "on" or (tc.compile == "auto" and on_cuda):
@@ -100,72 +124,97 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     # range(grad_accum)` in effect): a trailing partial group would otherwise leave its gradients in .grad, to be
     # summed into the next epoch's first step (and under DDP it ran under no_sync, never all-reduced). Skipping it
     # keeps every step one full group of this epoch's data, and the epoch's loss and images count what was trained.
-    micro_per_epoch = steps_per_epoch * tc.grad_accum_steps
-    total_steps = steps_per_epoch * tc.epochs
-    warmup_steps = round(tc.warmup_epochs * steps_per_epoch)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    telemetry = BlockTelemetry(model)  # records nothing unless a step is observed
+    return Fit(tc=tc, data=data, dev=dev, dist=dist, model=model, parallel=parallel, forward=forward,
+               optimizer=optimizer, aux=aux, autocast=autocast, mixup=mixup, loss_fn=loss_fn,
+               telemetry=BlockTelemetry(model),  # records nothing unless a step is observed
+               steps_per_epoch=steps_per_epoch, micro_per_epoch=steps_per_epoch * tc.grad_accum_steps,
+               max_loss=max_loss)
 
+
+def train_epoch(fit: Fit, epoch: int) -> EpochTrained:
+    """One epoch's optimizer steps. No host sync but the periodic divergence check and the epoch's loss."""
+    tc, dist, telemetry = fit.tc, fit.dist, fit.telemetry
+    trainable = [p for p in fit.model.parameters() if p.requires_grad]
+    total_steps = fit.steps_per_epoch * tc.epochs
+    warmup_steps = round(tc.warmup_epochs * fit.steps_per_epoch)
+    fit.model.train()
+    fit.data.train.set_epoch(epoch)
+    loss_sum = torch.zeros((), device=fit.dev)
+    grad_norm_sum = torch.zeros((), device=fit.dev)
+    micro, optimizer_steps, images = 0, 0, 0
+    lr = tc.lr
+    t0 = time.perf_counter()
+    for x, y in islice(fit.data.train, fit.micro_per_epoch):
+        if fit.mixup is not None:
+            x, y = fit.mixup(x, y)
+        micro += 1
+        steps_now = micro % tc.grad_accum_steps == 0
+        observed = tc.telemetry_every > 0 and fit.step % tc.telemetry_every == 0  # hooks run eagerly, uncompiled
+        # under DDP only the micro-batch that ends an accumulation all-reduces; the others keep their grads local
+        with fit.parallel.no_sync() if dist is not None and not steps_now else nullcontext():
+            with fit.autocast(), telemetry.observe() if observed else nullcontext():
+                loss = fit.loss_fn((fit.parallel if observed else fit.forward)(x), y)
+                if fit.aux is not None:
+                    loss = loss + fit.aux.pop()
+            (loss / tc.grad_accum_steps).backward()
+        loss_sum += loss.detach()
+        images += x.shape[0]
+        if not steps_now:
+            continue
+        lr = warmup_cosine(fit.step, total_steps=total_steps, warmup_steps=warmup_steps, lr=tc.lr,
+                           warmup_lr=tc.warmup_lr, min_lr=tc.min_lr)
+        for group in fit.optimizer.param_groups:
+            group["lr"] = lr * group.get("lr_scale", 1.0)
+        if observed:
+            telemetry.before_update()
+        grad_norm_sum += nn.utils.clip_grad_norm_(trainable, tc.clip_grad or math.inf)
+        fit.optimizer.step()
+        if observed:
+            telemetry.after_update(fit.step)
+        fit.optimizer.zero_grad(set_to_none=True)
+        fit.step += 1
+        optimizer_steps += 1
+        # the periodic sync; summed over ranks so that all of them stop together
+        if fit.step % tc.log_interval == 0 and not math.isfinite(all_sum(loss_sum.clone(), dist).item()):
+            break
+    world = dist.world if dist else 1
+    train_loss = all_sum(loss_sum, dist).item() / world / max(1, micro)  # the epoch's sync
+    telemetry.collect()
+    return EpochTrained(train_loss=train_loss, lr=lr, grad_norm_sum=grad_norm_sum, optimizer_steps=optimizer_steps,
+                        images=images * world, seconds=time.perf_counter() - t0)
+
+
+def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: EpochCallback | None = None,
+               data: DataBundle | None = None, dist: Dist | None = None) -> CellResult:
+    """Train one cell and return its metrics (normbench/spec/results.py says what each field means).
+
+    With `dist` (torchrun, normbench/train/distributed.py) every rank calls this with the same cell: each trains on
+    its slice of every global batch under DistributedDataParallel, metrics are summed over ranks, and only rank 0's
+    `on_epoch` runs (its pruning decision is sent to the others).
+
+    An epoch trains the train loader's first `grad_accum_steps * (len // grad_accum_steps)` micro-batches: a
+    trailing partial accumulation group is skipped, like a loader's drop_last (see `build_fit`). The result's
+    `telemetry` holds per-block records of the observed steps (normbench/train/telemetry.py; [] when
+    `train.telemetry_every` is 0). A divergent loss ends the cell with status "diverged" instead of raising.
+    """
+    t_start = time.perf_counter()
+    fit = build_fit(cell, device, data, dist)
     history: list[EpochRecord] = []
     status: Status = "ok"
-    step, train_seconds, images_seen = 0, 0.0, 0
-    for epoch in range(tc.epochs):
-        model.train()
-        data.train.set_epoch(epoch)
-        loss_sum = torch.zeros((), device=dev)
-        grad_norm_sum = torch.zeros((), device=dev)
-        micro, optimizer_steps, epoch_images = 0, 0, 0
-        lr = tc.lr
-        t0 = time.perf_counter()
-        for x, y in islice(data.train, micro_per_epoch):
-            if mixup is not None:
-                x, y = mixup(x, y)
-            micro += 1
-            steps_now = micro % tc.grad_accum_steps == 0
-            observed = tc.telemetry_every > 0 and step % tc.telemetry_every == 0  # hooks run eagerly, uncompiled
-            # under DDP only the micro-batch that ends an accumulation all-reduces; the others keep their grads local
-            with parallel.no_sync() if dist is not None and not steps_now else nullcontext():
-                with autocast(), telemetry.observe() if observed else nullcontext():
-                    loss = loss_fn((parallel if observed else forward)(x), y)
-                    if aux is not None:
-                        loss = loss + aux.pop()
-                (loss / tc.grad_accum_steps).backward()
-            loss_sum += loss.detach()
-            epoch_images += x.shape[0]
-            if not steps_now:
-                continue
-            lr = warmup_cosine(step, total_steps=total_steps, warmup_steps=warmup_steps, lr=tc.lr,
-                               warmup_lr=tc.warmup_lr, min_lr=tc.min_lr)
-            for group in optimizer.param_groups:
-                group["lr"] = lr * group.get("lr_scale", 1.0)
-            if observed:
-                telemetry.before_update()
-            grad_norm_sum += nn.utils.clip_grad_norm_(trainable, tc.clip_grad or math.inf)
-            optimizer.step()
-            if observed:
-                telemetry.after_update(step)
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            optimizer_steps += 1
-            # the periodic sync; summed over ranks so that all of them stop together
-            if step % tc.log_interval == 0 and not math.isfinite(all_sum(loss_sum.clone(), dist).item()):
-                break
-        world = dist.world if dist else 1
-        train_loss = all_sum(loss_sum, dist).item() / world / max(1, micro)  # the epoch's sync
-        telemetry.collect()
-        epoch_images *= world
-        epoch_seconds = time.perf_counter() - t0
-        train_seconds += epoch_seconds
-        images_seen += epoch_images
-        if not math.isfinite(train_loss) or train_loss > max_loss:
+    train_seconds, images_seen = 0.0, 0
+    for epoch in range(fit.tc.epochs):
+        trained = train_epoch(fit, epoch)
+        train_seconds += trained.seconds
+        images_seen += trained.images
+        speed = trained.images / trained.seconds
+        if not math.isfinite(trained.train_loss) or trained.train_loss > fit.max_loss:
             status = "diverged"
-            history.append(EpochRecord(epoch=epoch, train_loss=train_loss, val_top1=float("nan"), lr=lr,
-                                       grad_norm=float("nan"), images_per_sec=epoch_images / epoch_seconds))
+            history.append(EpochRecord(epoch=epoch, train_loss=trained.train_loss, val_top1=float("nan"),
+                                       lr=trained.lr, grad_norm=float("nan"), images_per_sec=speed))
             break
-        record = EpochRecord(epoch=epoch, train_loss=train_loss,
-                             val_top1=evaluate(model, forward, data, autocast, dev, dist),
-                             lr=lr, grad_norm=grad_norm_sum.item() / max(1, optimizer_steps),
-                             images_per_sec=epoch_images / epoch_seconds)
+        record = EpochRecord(epoch=epoch, train_loss=trained.train_loss, val_top1=evaluate(fit), lr=trained.lr,
+                             grad_norm=trained.grad_norm_sum.item() / max(1, trained.optimizer_steps),
+                             images_per_sec=speed)
         history.append(record)
         stop = on_epoch(record) if on_epoch is not None and (dist is None or dist.is_main) else False
         if broadcast(bool(stop), dist):
@@ -174,7 +223,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
 
     val = [h["val_top1"] for h in history if math.isfinite(h["val_top1"])]
     # the test split is read once, at the final epoch, and only to report: nothing above chose anything with it
-    test_top1 = evaluate(model, forward, data, autocast, dev, dist, split="test") if status == "ok" else float("nan")
+    test_top1 = evaluate(fit, split="test") if status == "ok" else float("nan")
     return CellResult(
         status=status,
         best_val_top1=max(val, default=0.0),
@@ -182,28 +231,27 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         val_top1=val[-1] if status == "ok" and val else float("nan"),  # final epoch
         test_top1=test_top1,  # final epoch
         best_val_epoch=max(range(len(val)), key=val.__getitem__) if val else -1,
-        **data.sizes(),  # train_size, val_size, test_size
+        **fit.data.sizes(),  # train_size, val_size, test_size
         train_loss=history[-1]["train_loss"] if history else float("nan"),
         epochs_run=len(history),
         images_per_sec=images_seen / train_seconds if train_seconds else 0.0,
-        params=params,
+        params=sum(p.numel() for p in fit.model.parameters()),
         seconds=time.perf_counter() - t_start,
         history=history,
-        telemetry=telemetry.records(),
+        telemetry=fit.telemetry.records(),
     )
 
 
 @torch.inference_mode()  # no autograd bookkeeping at all (no_grad still tracks versions and views)
-def evaluate(model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor], data: DataBundle,
-             autocast: Callable, device: torch.device, dist: Dist | None = None, split: str = "val") -> float:
+def evaluate(fit: Fit, split: str = "val") -> float:
     """Top-1 accuracy in percent on `split` ("val", the default, or "test"), summed over ranks; one host sync at
     the end. Leaves the model in eval."""
-    model.eval()
-    correct = torch.zeros((), dtype=torch.long, device=device)
+    fit.model.eval()
+    correct = torch.zeros((), dtype=torch.long, device=fit.dev)
     total = 0
-    for x, y in getattr(data, split):
-        with autocast():
-            correct += (forward(x).argmax(dim=-1) == y).sum()
+    for x, y in getattr(fit.data, split):
+        with fit.autocast():
+            correct += (fit.forward(x).argmax(dim=-1) == y).sum()
         total += y.shape[0]
-    correct, total = all_sum(torch.stack([correct, correct.new_tensor(total)]), dist).tolist()
+    correct, total = all_sum(torch.stack([correct, correct.new_tensor(total)]), fit.dist).tolist()
     return 100.0 * correct / max(1, total)

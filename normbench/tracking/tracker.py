@@ -39,7 +39,7 @@ PARENT_RUN = "leaderboard"  # the suite's parent run: holds the leaderboard file
 
 
 def tracking_uri(out_dir: Path) -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{OutputFolder(out_dir).mlflow_db.resolve()}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(out_dir).resolve() / OutputFolder.MLFLOW_DB}"
 
 
 class Tracker:
@@ -61,7 +61,7 @@ class Tracker:
                 self.experiment_id = found.experiment_id
             else:
                 local = self.uri.startswith("sqlite:")
-                artifacts = OutputFolder(out_dir).mlflow_artifacts.resolve().as_uri() if local else None
+                artifacts = (Path(out_dir).resolve() / OutputFolder.MLFLOW_ARTIFACTS).as_uri() if local else None
                 self.experiment_id = self._create(experiment, artifacts)
         except Exception as e:  # MlflowException, requests' errors, sqlalchemy's: all mean "cannot track"
             raise ServerUnreachableError(

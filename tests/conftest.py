@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ from tests.postgres_server import fresh_postgres_url, postgres_url  # noqa: F401
 
 os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
 os.environ.pop("MLFLOW_TRACKING_URI", None)  # every test logs into its own output folder
+# one data-ceiling cache for the session (report/ceiling.py): the digits ceiling trains once, not per leaderboard,
+# and nothing is written under the user's home
+os.environ["NORMBENCH_CACHE"] = tempfile.mkdtemp(prefix="normbench-cache-")
 
 REPO = Path(__file__).resolve().parents[1]
 

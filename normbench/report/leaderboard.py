@@ -1,116 +1,40 @@
-"""Ledger -> pandas -> results.csv, leaderboard.md and plots. Regenerable any time with `normbench leaderboard`.
+"""Ledger -> pandas -> results.csv, history.csv, leaderboard.md and figures. Regenerable any time with
+`normbench leaderboard`.
 
-The protocol (README "Protocol"): a cell is scored by its test top-1 at the final epoch and judged for selection
-by its val top-1 at the final epoch; a diverged cell gets 0 for both. Per (layer, depth) the lr with the highest
-seed-mean val is selected and the test score there is reported with a 95% Student t interval over seeds. The
-statistics are normbench/report/stats.py; this module reads the ledger and writes the files.
+The protocol (README "Protocol"): the selection seeds choose each row's lr on val (spec/selection.py), the report
+seeds score it on test; learning speed, convergence, lr sensitivity, failure rate and Holm-adjusted comparisons are
+reported beside the final accuracy (report/analysis.py computes them, header.py and sections.py format them). This
+module reads the ledger and writes the files.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from optuna.trial import TrialState
 
-from normbench.data.config import DATASET_ONLY_KEYS
-from normbench.report.machine import machine_line
-from normbench.report.plots import write_plots
-from normbench.report.stats import check_claims, select_lr
-from normbench.report.tables import (
-    all_depths_table,
-    baseline_table,
-    claims_table,
-    layer_table,
-    markdown_table,
-    rankings_table,
-    throughput_table,
-    transfer_table,
-    tuned_table,
-)
+from normbench.report.analysis import Analysis, analyse
+from normbench.report.ceiling import ceiling_line, read_or_compute_ceiling
+from normbench.report.frames import cells_frame, history_frame
+from normbench.report.header import header
+from normbench.report.sections import run_sections
+from normbench.report.tables import markdown_table, rankings_table, transfer_table, tuned_table
 from normbench.report.telemetry_figures import telemetry_section
 from normbench.report.transfer import RESAMPLES, ranking_transfer
 from normbench.spec.names import OutputFolder, StudyNames, suites_in
 from normbench.spec.selection import add_scores
-from normbench.spec.suite import Suite
+from normbench.spec.suite import DEFAULT_TARGETS, Suite
 from normbench.store.ledger import Ledger
-from normbench.store.migrations import trial_axes
 
-SCORE_DEFINITION = ("score = test top-1 (%) at the final epoch, at the lr whose seed-mean val top-1 (final epoch) "
-                    "is highest; val chooses, test only reports; a diverged cell scores 0; 95% CI = Student t "
-                    "interval over seeds (none with one seed); 'edge' = the selected lr is the smallest or largest "
-                    "tried; 'lr window' = the span of lrs whose mean lies within the selected lr's CI")
-SPLIT_KEYS = ("train_size", "val_size", "test_size")
-
-
-def cells_frame(ledger: Ledger, names: StudyNames, *, tuned: bool = False) -> pd.DataFrame:
-    """One row per finished cell of the suite's run and bracketing studies (or, with `tuned`, of its tuned re-runs):
-    axes, metrics, status, and `bracket_round` (0 for the matrix)."""
-    present = set(ledger.study_names())
-    if tuned:
-        studies = [(names.tuned, 0)]
-    else:
-        studies = [(names.run, 0), *((n, names.bracket_round(n) or 0) for n in names.bracket_rounds(present))]
-    rows = []
-    for name, bracket_round in studies:
-        if name not in present:
-            continue
-        for t in ledger.study(name).get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-            axes = trial_axes(t)
-            result = t.user_attrs.get("result", {})
-            rows.append({"cell_id": t.user_attrs.get("cell_id"), **axes, **result, "trial": t.number,
-                         "bracket_round": bracket_round, "tuned_params": t.user_attrs.get("overrides")})
-    frame = pd.DataFrame(rows)
-    return frame if frame.empty else add_scores(frame)
-
-
-def recipe_lines(suite: Suite) -> list[str]:
-    """Every value the cells trained with (the suite's base recipe resolved against the defaults); matrix axes are
-    listed as axes."""
-    config = suite.cell({}).config
-    axes = set(suite.matrix)
-    data = asdict(config.data)
-    for name, keys in DATASET_ONLY_KEYS.items():
-        if config.data.name != name:
-            data = {k: v for k, v in data.items() if k not in keys}
-
-    def text(values: dict[str, Any]) -> str:
-        return ", ".join(f"{k}={v}" for k, v in values.items() if k not in axes)
-
-    lines = [f"- matrix: {', '.join(f'{k} {v}' for k, v in suite.matrix.items())}"
-             + (f"; bracketing on (at most {suite.bracket_max_steps} steps beyond each end)" if suite.bracket else ""),
-             f"- model: {text(asdict(config.model))}",
-             f"- train: {text(asdict(config.train))}",
-             f"- dataset: {text(data)}"]
-    return lines
-
-
-def header(suite: Suite | None, cells: pd.DataFrame) -> list[str]:
-    lines = [f"# normbench leaderboard: {suite.name if suite else '?'}", ""]
-    if suite is not None:
-        lines += [f"- suite: `{suite.path}`" + (f" — {suite.description}" if suite.description else "")]
-        lines += recipe_lines(suite)
-    if not cells.empty:
-        if all(k in cells for k in SPLIT_KEYS):
-            sizes = cells[list(SPLIT_KEYS)].dropna().drop_duplicates()
-            split = "; ".join("/".join(str(int(v)) for v in row) for row in sizes.itertuples(index=False))
-            lines.append(f"- splits (train/val/test images): {split}")
-        lines.append(f"- seeds: {sorted(cells['seed'].unique().tolist())}; lrs tried: "
-                     f"{', '.join(f'{lr:g}' for lr in sorted(cells['lr'].unique()))}"
-                     + (f" ({int((cells['bracket_round'] > 0).sum())} cells added by bracketing)"
-                        if "bracket_round" in cells and (cells["bracket_round"] > 0).any() else ""))
-    lines += [f"- {machine_line()}", f"- {len(cells)} cells; {SCORE_DEFINITION}"]
-    if cells.attrs.get("legacy"):
-        lines.append("- NOTE: this ledger predates the test split: every number below is the best-epoch VAL top-1, "
-                     "chosen on the same split (optimistic); re-run the suite for test scores")
-    return [*lines, ""]
+UNWRITTEN = ["history", "telemetry"]  # per-epoch and per-block lists: history.csv and the figures hold them
 
 
 def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None = None,
                       tracker: Any = None, reference: str | Path | None = None) -> Path:
-    """Write results.csv, leaderboard.md and the plots into `out_dir`; log them to MLflow when a tracker is given.
+    """Write results.csv, history.csv, leaderboard.md and the figures into `out_dir`; log them to MLflow when a
+    tracker is given.
 
     `reference` (default: the suite's `reference:`) is another suite's output folder: the leaderboard then says
     whether its layer ranking holds here, and transfer.csv is written.
@@ -119,22 +43,25 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     out_dir = folder.path
     ledger = Ledger(storage, out_dir)
     names = StudyNames(suite.name if suite else _single_suite_name(ledger))
-    cells = _with_fixed_axes(cells_frame(ledger, names), suite)
-    tuned = _with_fixed_axes(cells_frame(ledger, names, tuned=True), suite)
-    if not cells.empty:
-        cells.drop(columns=["history", "telemetry"], errors="ignore").to_csv(folder.results, index=False)
-    lines = header(suite, cells)
-    if cells.empty:
+    cells = _with_recipe_columns(cells_frame(ledger, names), suite)
+    tuned = _with_recipe_columns(cells_frame(ledger, names, tuned=True), suite)
+    analysis = _analyse(cells, suite) if not cells.empty else None
+    if analysis is not None:
+        analysis.cells.drop(columns=UNWRITTEN, errors="ignore").to_csv(folder.results, index=False)
+        analysis.history.to_csv(folder.history, index=False)
+    ceiling = _ceiling(folder, suite)
+    lines = header(suite, cells, analysis, ceiling)
+    if analysis is None:
         lines.append("No finished cells yet.")
     else:
-        lines += run_sections(cells, suite, out_dir)
+        lines += run_sections(analysis, suite, out_dir)
         reference = reference if reference is not None else suite.reference if suite else None
         if reference is not None:
-            lines += transfer_section(cells, Path(reference), out_dir)
+            lines += transfer_section(analysis.cells, Path(reference), out_dir)
     if not tuned.empty:
         lines += ["## tuned (equal Optuna budget per layer and depth, chosen on val, re-run on seeds the search "
                   "did not train on)", "", markdown_table(tuned_table(tuned)), ""]
-    lines += budget_section(ledger, names)
+    lines += tuning_budget_section(ledger, names)
     # further sections (e.g. telemetry figures) append to `lines` here, before it is written
     lines += telemetry_section(cells, out_dir)
     path = folder.leaderboard
@@ -144,39 +71,21 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     return path
 
 
-def run_sections(cells: pd.DataFrame, suite: Suite | None, out_dir: Path) -> list[str]:
-    """Per-depth tables, all depths, the paired comparison with the baseline, claims, throughput and plots."""
-    extra = [c for c in (suite.matrix if suite else []) if c not in ("depth", "layer", "lr", "seed")]
-    keys = ["layer", *extra, "depth"]
-    selected = select_lr(cells, keys)
-    params = cells.groupby(keys)["params"].first().to_dict() if "params" in cells else None
-    lines = []
-    for depth in sorted(cells["depth"].unique()):
-        table = layer_table(selected[selected["depth"] == depth], ["layer", *extra],
-                            {k[:-1]: v for k, v in (params or {}).items() if k[-1] == depth} or None)
-        lines += [f"## depth {depth}", "", markdown_table(table), ""]
-    lines += ["## all depths (test top-1 % [95% CI] at each depth's val-selected lr; e = selected lr at the grid's "
-              "edge; sorted by the mean over depths)", "",
-              markdown_table(all_depths_table(selected, ["layer", *extra])), ""]
-    baseline = suite.baseline if suite else ("layernorm" if "layernorm" in set(cells["layer"]) else None)
-    if baseline is not None:
-        table = baseline_table(cells, selected, keys, baseline)
-        if not table.empty:
-            lines += [f"## paired comparison with {baseline} (test top-1, same seeds, each layer at its own "
-                      "val-selected lr)", "", markdown_table(table), ""]
-    if suite is not None and suite.claims:
-        claims = check_claims(cells, selected, keys, suite.claims)
-        lines += ["## claims (supported: the paired 95% CI lies above `by`; contradicted: below; else inconclusive)",
-                  "", markdown_table(claims_table(claims)), ""]
-    lines += ["## throughput (median training images/s over each row's cells)", "",
-              "Wall clock of cells that may have shared the machine with other work: a rough guide, not a speed "
-              "benchmark (`normbench bench` measures speed).", "", markdown_table(throughput_table(cells, keys[:-1])),
-              ""]
-    dataset = suite.dataset.name if suite else "?"
-    epochs = ", ".join(str(int(e)) for e in sorted(cells["epochs_run"].unique())) if suite is None \
-        else str(suite.cell({}).config.train.epochs)
-    plots = write_plots(cells, select_lr(cells, ["layer", "depth"]), out_dir, dataset=dataset, epochs=epochs)
-    return [*lines, *(f"![{p.stem}]({p.name})" for p in plots), ""]
+def _analyse(cells: pd.DataFrame, suite: Suite | None) -> Analysis:
+    train = suite.cell({}).config.train if suite else None
+    axes = list(suite.matrix) if suite else [c for c in ("depth", "layer", "lr", "seed") if c in cells]
+    keys = [*dict.fromkeys([*axes, "depth", "layer", "lr", "seed"])]
+    history = history_frame(cells, [k for k in keys if k in cells])
+    return analyse(cells, history, matrix_axes=axes, targets=list(suite.targets if suite else DEFAULT_TARGETS),
+                   smoothing=train.label_smoothing if train else None,
+                   soft_targets=bool(train and (train.mixup > 0 or train.cutmix > 0)))
+
+
+def _ceiling(folder: OutputFolder, suite: Suite | None) -> str | None:
+    """The data-ceiling line: computed once per output folder (ceiling.csv), then read."""
+    if suite is None:
+        return None
+    return ceiling_line(read_or_compute_ceiling(folder, suite.dataset), suite.dataset.name)
 
 
 TRANSFER_DEFINITION = (f"score = test top-1 (%) at each suite's own val-selected lr, mean over seeds (as above); "
@@ -225,7 +134,7 @@ def _reference_cells(reference: Path) -> tuple[pd.DataFrame, str | None]:
     return add_scores(there), None
 
 
-def budget_section(ledger: Ledger, names: StudyNames) -> list[str]:
+def tuning_budget_section(ledger: Ledger, names: StudyNames) -> list[str]:
     """Trials per tuning study by outcome: the evidence that every layer got the same budget."""
     nan = float("nan")
     rows = []
@@ -243,17 +152,26 @@ def budget_section(ledger: Ledger, names: StudyNames) -> list[str]:
     return ["## tuning budget (trials per study)", "", markdown_table(pd.DataFrame(rows)), ""]
 
 
-def _with_fixed_axes(cells: pd.DataFrame, suite: Suite | None) -> pd.DataFrame:
-    """Axes the matrix does not vary still get a column, from the base recipe (the tables group by them)."""
+def _with_recipe_columns(cells: pd.DataFrame, suite: Suite | None) -> pd.DataFrame:
+    """Axes the matrix does not vary still get a column (and a report cell's seed where the matrix has no seed
+    axis), from the base recipe: the tables group by them. Each cell's `steps_per_epoch` (as the loop counts them)
+    dates histories written before they recorded their step."""
     if cells.empty:
         return cells
     base = suite.cell({}).config if suite else None
     fixed = {"depth": base.model.depth if base else 12, "layer": base.model.layer if base else "layernorm",
              "lr": base.train.lr if base else float("nan"), "seed": base.train.seed if base else 0}
     for axis, value in fixed.items():
-        if axis not in cells:
-            cells[axis] = value
+        cells[axis] = cells[axis].fillna(value) if axis in cells else value
+    if suite is not None:
+        cells["steps_per_epoch"] = [_steps_per_epoch(suite, row) for row in cells.to_dict("records")]
     return cells
+
+
+def _steps_per_epoch(suite: Suite, row: dict[str, Any]) -> int:
+    train = suite.cell({k: row[k] for k in suite.matrix if k in row}).config.train
+    batches = int(row.get("train_size") or 0) // train.batch_size
+    return max(1, batches // train.grad_accum_steps)
 
 
 def _single_suite_name(ledger: Ledger) -> str:

@@ -2,8 +2,14 @@
 
 The protocol is normbench/spec/selection.py's rule: a cell's `select` value (val top-1, final epoch) is the only
 thing that chooses (the lr of a row: `choose_lr`), its `score` (test top-1, final epoch) is only reported; a
-diverged cell gets 0 for both. Cell frames get both columns from `add_scores` there. Intervals are 95% Student t
-intervals over seeds. No I/O here (AlgoPerf's scoring/ is the model): tests build frames by hand.
+diverged cell gets 0 for both. Cell frames get both columns from `add_scores` there.
+
+Only selection cells (role "select": the matrix's seeds and bracketing) choose; a row is scored on its report cells
+(role "report": the suite's fresh `report_seeds`, at the chosen lr) when it has any, else on its selection cells
+(and the tables say which). Score intervals are 95% Student t intervals over seeds clipped to [0, 100]; paired
+comparisons get two-sided paired t p-values, Holm-adjusted over the leaderboard's family of comparisons, and read
+"better"/"worse" only when the adjusted p is below ALPHA. No I/O here (AlgoPerf's scoring/ is the model): tests
+build frames by hand.
 """
 
 from __future__ import annotations
@@ -15,9 +21,22 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from normbench.spec.selection import DIVERGED, SCORE, SELECT, choose_lr, seed_mean
+from normbench.spec.selection import (
+    DIVERGED,
+    REPORTS,
+    ROLE,
+    SCORE,
+    SELECT,
+    SELECTS,
+    at_chance,
+    chance,
+    choose_lr,
+    lr_signal,
+    seed_mean,
+)
 
 CONFIDENCE = 0.95  # every interval of the report: t intervals here, transfer's bootstrap percentiles
+ALPHA = 1 - CONFIDENCE  # a Holm-adjusted p below this separates two rows
 
 
 class Verdicts(NamedTuple):
@@ -32,8 +51,10 @@ class Verdicts(NamedTuple):
 CLAIM_VERDICTS = Verdicts("supported", "contradicted", "inconclusive", "inconclusive")
 
 
-def t_interval(values: Sequence[float] | pd.Series, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """(mean, low, high) of a Student t interval for the mean; low = high = NaN below two values."""
+def t_interval(values: Sequence[float] | pd.Series, confidence: float = CONFIDENCE,
+               bounds: tuple[float, float] = (-math.inf, math.inf)) -> tuple[float, float, float]:
+    """(mean, low, high) of a Student t interval for the mean, clipped to `bounds` (an accuracy cannot leave
+    [0, 100], nor a difference of two [-100, 100]); low = high = NaN below two values."""
     from scipy import stats
 
     x = np.asarray(values, dtype=float)
@@ -44,18 +65,80 @@ def t_interval(values: Sequence[float] | pd.Series, confidence: float = CONFIDEN
     if n < 2:
         return mean, math.nan, math.nan
     half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
-    return mean, mean - half, mean + half
+    return mean, max(bounds[0], mean - half), min(bounds[1], mean + half)
+
+
+ACCURACY = (0.0, 100.0)
+DIFFERENCE = (-100.0, 100.0)
+
+
+def paired_p(differences: Sequence[float], by: float = 0.0, alternative: str = "two-sided") -> float:
+    """p of a paired t test that the mean difference is `by` (alternative "two-sided", "greater" or "less").
+
+    NaN below two pairs. Identical differences have no spread: p is 0 when they all lie on the alternative's side
+    of `by`, else 1 (the t statistic would be infinite or undefined)."""
+    from scipy import stats
+
+    x = np.asarray(differences, dtype=float) - by
+    if len(x) < 2:
+        return math.nan
+    if np.all(x == x[0]):
+        side = {"two-sided": x[0] != 0, "greater": x[0] > 0, "less": x[0] < 0}[alternative]
+        return 0.0 if side else 1.0
+    return float(stats.ttest_1samp(x, 0.0, alternative=alternative).pvalue)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (same order; NaN stays NaN and does not count in the family).
+
+    Sorted ascending, the i-th of m p-values (0-based) becomes max over j <= i of (m - j) * p_(j), capped at 1.
+    """
+    p = np.asarray(pvalues, dtype=float)
+    finite = np.flatnonzero(~np.isnan(p))
+    order = finite[np.argsort(p[finite], kind="stable")]
+    adjusted = np.full(len(p), np.nan)
+    running = 0.0
+    for i, index in enumerate(order):
+        running = max(running, min(1.0, (len(order) - i) * p[index]))
+        adjusted[index] = running
+    return adjusted.tolist()
+
+
+def selecting(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells that choose lrs (role "select"; every cell of a frame without roles)."""
+    return cells[cells[ROLE] == SELECTS] if ROLE in cells else cells
+
+
+def reporting(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per row of `keys`: its report cells when it has any, else its selection cells."""
+    if ROLE not in cells or not (cells[ROLE] == REPORTS).any():
+        return cells
+    has_report = cells[cells[ROLE] == REPORTS][keys].drop_duplicates().assign(_report_row=True)
+    marked = cells.merge(has_report, on=keys, how="left")
+    keep = (marked["_report_row"].fillna(False).astype(bool) == (marked[ROLE] == REPORTS))
+    return cells[keep.to_numpy()]
 
 
 def per_lr(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """One row per (keys, lr): n, select_mean, score mean/low/high, diverged (count). `cells` has select/score."""
+    """One row per (keys, lr) of the selection cells: n, select_mean, score mean/low/high, diverged (count), and
+    the chance flags of the cells (for spec.selection.lr_signal). `cells` has select/score."""
     rows = []
-    for key, group in cells.groupby([*keys, "lr"], dropna=False, sort=True):
-        mean, low, high = t_interval(group[SCORE])
+    for key, group in selecting(cells).groupby([*keys, "lr"], dropna=False, sort=True):
+        mean, low, high = t_interval(group[SCORE], bounds=ACCURACY)
         rows.append({**dict(zip([*keys, "lr"], key, strict=True)), "n": len(group),
                      "select_mean": seed_mean(group[SELECT]), "mean": mean, "low": low, "high": high,
-                     "diverged": int((group["status"] == DIVERGED).sum())})
+                     "diverged": int((group["status"] == DIVERGED).sum()),
+                     "seeds": list(zip(group[SELECT], _chance_flags(group), group["status"] == DIVERGED,
+                                       strict=True))})
     return pd.DataFrame(rows)
+
+
+def _chance_flags(cells: pd.DataFrame) -> list[bool]:
+    if "num_classes" not in cells or "val_size" not in cells:
+        return [False] * len(cells)
+    return [status != DIVERGED and at_chance(v, k if k == k else 0, n if n == n else 0)
+            for status, v, k, n in zip(cells["status"], cells[SELECT], cells["num_classes"], cells["val_size"],
+                                       strict=True)]
 
 
 def edge(lrs: Sequence[float], best: float) -> str:
@@ -68,14 +151,17 @@ def edge(lrs: Sequence[float], best: float) -> str:
 
 
 def select_lr(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Per `keys`: the lr whose seed-mean `select` (val) is highest, and what is reported there.
+    """Per `keys`: the lr whose seed-mean `select` (val, selection cells) is highest, and what is reported there.
 
-    Columns: keys, lr (selected), n, mean/low/high (test score at that lr), select_mean, edge, lrs (the grid
-    tried), window_low/window_high (the lr window: the geometric span of lrs whose score mean lies within the
-    selected lr's interval; just the selected lr with one seed), diverged/cells (over every lr of the row).
-    The lr is spec.selection.choose_lr's over the seed means of `select`; the test score never influences it.
+    Columns: keys, lr (selected), n, mean/low/high (test score at that lr over the reporting seeds, t interval
+    clipped to [0, 100]), seeds ("report" or "select": which seeds scored), ok_mean/ok_n (the score among the
+    seeds that did not diverge), select_mean, edge, signal (spec.selection.lr_signal: "" or why the lrs give none),
+    lrs (the grid tried), window_low/window_high (the lr window: the geometric span of lrs whose selection-seed
+    score mean lies within the selected lr's selection-seed interval), diverged/cells (over every lr of the row, the
+    selection cells: the failure rate). The test score never influences the lr, nor does any report cell.
     """
     table = per_lr(cells, keys)
+    scored = reporting(cells, keys)
     rows = []
     for key, group in table.groupby(keys, dropna=False, sort=False):
         key = key if isinstance(key, tuple) else (key,)
@@ -84,25 +170,39 @@ def select_lr(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         best = group[group["lr"] == lr].iloc[0]
         inside = group[(group["mean"] >= best["low"]) & (group["mean"] <= best["high"])]["lr"].tolist()
         window = inside if inside else [best["lr"]]
-        rows.append({**dict(zip(keys, key, strict=True)), "lr": best["lr"], "n": int(best["n"]),
-                     "mean": best["mean"], "low": best["low"], "high": best["high"],
+        where = dict(zip(keys, key, strict=True))
+        at_lr = _matching(scored, {**where, "lr": lr})
+        mean, low, high = t_interval(at_lr[SCORE], bounds=ACCURACY)
+        ok = at_lr[at_lr["status"] != DIVERGED][SCORE]
+        rows.append({**where, "lr": best["lr"], "n": len(at_lr), "mean": mean, "low": low, "high": high,
+                     "seeds": REPORTS if ROLE in at_lr and (at_lr[ROLE] == REPORTS).any() else SELECTS,
+                     "ok_mean": float(ok.mean()) if len(ok) else math.nan, "ok_n": len(ok),
                      "select_mean": best["select_mean"], "edge": edge(group["lr"], best["lr"]),
+                     "signal": lr_signal(dict(zip(group["lr"], group["seeds"], strict=True))),
                      "lrs": len(group), "window_low": min(window), "window_high": max(window),
                      "diverged": int(group["diverged"].sum()), "cells": int(group["n"].sum())})
     return pd.DataFrame(rows)
 
 
+def _matching(cells: pd.DataFrame, where: dict[str, object]) -> pd.DataFrame:
+    mask = np.ones(len(cells), dtype=bool)
+    for k, v in where.items():
+        mask &= (cells[k] == v).to_numpy() | (cells[k].isna().to_numpy() & (v != v))
+    return cells[mask]
+
+
 def selected_cells(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """The cells (one per seed) at each row's selected lr."""
-    return cells.merge(selected[[*keys, "lr"]], on=[*keys, "lr"], how="inner")
+    """The reporting cells (one per seed) at each row's selected lr."""
+    return reporting(cells, keys).merge(selected[[*keys, "lr"]], on=[*keys, "lr"], how="inner")
 
 
 def paired_difference(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str], where: dict[str, object],
-                      layer: str, other: str) -> dict[str, float]:
-    """`layer` minus `other` at their own selected lrs, over the seeds both have, within the row group `where`.
+                      layer: str, other: str, by: float = 0.0) -> dict[str, float]:
+    """`layer` minus `other` at their own selected lrs, over the reporting seeds both have, within the rows `where`.
 
     Returns:
-        {"n": matched seeds, "mean", "low", "high"} (a 95% t interval of the mean paired difference).
+        {"n": matched seeds, "mean", "low", "high" (a 95% t interval of the mean paired difference, clipped to
+        [-100, 100]), "p" (two-sided paired t test against 0), "p_by" (two-sided against `by`)}.
     """
     at_best = selected_cells(cells, selected, keys)
     for k, v in where.items():
@@ -110,13 +210,16 @@ def paired_difference(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[st
     a = at_best[at_best["layer"] == layer].set_index("seed")[SCORE]
     b = at_best[at_best["layer"] == other].set_index("seed")[SCORE]
     seeds = sorted(set(a.index) & set(b.index))
-    mean, low, high = t_interval([a[s] - b[s] for s in seeds])
-    return {"n": len(seeds), "mean": mean, "low": low, "high": high}
+    diffs = [a[s] - b[s] for s in seeds]
+    mean, low, high = t_interval(diffs, bounds=DIFFERENCE)
+    return {"n": len(seeds), "mean": mean, "low": low, "high": high, "p": paired_p(diffs),
+            "p_by": paired_p(diffs, by)}
 
 
 def versus_baseline(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str], baseline: str) -> pd.DataFrame:
     """Every layer against `baseline` in each group of `keys` without "layer" (e.g. per depth): paired over matched
-    seeds. Columns: the group keys, layer, n, mean, low, high."""
+    seeds. Columns: the group keys, layer, n, mean, low, high, p and p_holm (Holm over every comparison returned:
+    the leaderboard's family)."""
     group_keys = [k for k in keys if k != "layer"]
     rows = []
     for key, group in selected.groupby(group_keys, dropna=False, sort=True):
@@ -125,9 +228,40 @@ def versus_baseline(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str]
             continue
         for layer in group["layer"]:
             if layer != baseline:
-                rows.append({**where, "layer": layer,
-                             **paired_difference(cells, selected, keys, where, layer, baseline)})
-    return pd.DataFrame(rows)
+                diff = paired_difference(cells, selected, keys, where, layer, baseline)
+                rows.append({**where, "layer": layer, **{k: diff[k] for k in ("n", "mean", "low", "high", "p")}})
+    frame = pd.DataFrame(rows)
+    return frame.assign(p_holm=holm(frame["p"])) if not frame.empty else frame
+
+
+def reading(mean: float, p_holm: float, words: Verdicts) -> str:
+    """`words.above`/`words.below` by the sign of `mean` when the Holm-adjusted p is below ALPHA, else
+    `words.neither`; `words.no_interval` without a p (fewer than two paired seeds)."""
+    if math.isnan(p_holm):
+        return words.no_interval
+    if p_holm < ALPHA:
+        return words.above if mean > 0 else words.below
+    return words.neither
+
+
+def separation(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str], table_keys: list[str]) -> pd.DataFrame:
+    """Per table (group of `table_keys`): is the top row separated from the second? Paired over matched seeds,
+    two-sided, Holm-adjusted over the tables. Columns: table keys, top, second, mean, p, p_holm, separated."""
+    rows = []
+    groups = selected.groupby(table_keys, dropna=False, sort=True) if table_keys else [((), selected)]
+    for key, group in groups:
+        if len(group) < 2:
+            continue
+        where = dict(zip(table_keys, key if isinstance(key, tuple) else (key,), strict=True))
+        top, second = group.sort_values("mean", ascending=False, kind="stable")["layer"].tolist()[:2]
+        diff = paired_difference(cells, selected, keys, where, top, second)
+        rows.append({**where, "top": top, "second": second, "mean": diff["mean"], "p": diff["p"]})
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    frame["p_holm"] = holm(frame["p"])
+    frame["separated"] = frame["p_holm"] < ALPHA
+    return frame
 
 
 def verdict(low: float, high: float, by: float = 0.0, words: Verdicts = CLAIM_VERDICTS) -> str:
@@ -142,7 +276,11 @@ def check_claims(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str],
                  claims: list[dict[str, object]]) -> pd.DataFrame:
     """One row per claim (per combination of the other axes at its depth): the paired difference and a verdict.
 
-    A claim is {layer, beats, depth, by (default 0)}: "`layer` beats `beats` at `depth` by more than `by` points".
+    A claim is {layer, beats, depth, by (default 0), claimed (optional)}: "`layer` beats `beats` at `depth` by more
+    than `by` points" (the source reported a gain of `claimed`). The paired t test of the difference against `by`
+    (two-sided, so a lone claim agrees with its 95% interval) is Holm-adjusted over the claims: supported when the
+    adjusted p is below ALPHA and the difference lies above `by`, contradicted when below, else inconclusive (fewer
+    than two paired seeds: inconclusive too).
     """
     group_keys = [k for k in keys if k not in ("layer", "depth")]
     rows = []
@@ -152,7 +290,38 @@ def check_claims(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str],
         for key, _ in groups:
             where = {**dict(zip(group_keys, key if isinstance(key, tuple) else (key,), strict=True)),
                      "depth": claim["depth"]}
-            diff = paired_difference(cells, selected, keys, where, str(claim["layer"]), str(claim["beats"]))
             by = float(claim.get("by", 0.0))  # type: ignore[arg-type]
-            rows.append({**claim, **where, "by": by, **diff, "verdict": verdict(diff["low"], diff["high"], by)})
+            diff = paired_difference(cells, selected, keys, where, str(claim["layer"]), str(claim["beats"]), by)
+            rows.append({**claim, **where, "by": by, **diff})
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    frame["p_holm"] = holm(frame["p_by"])
+    frame["verdict"] = [CLAIM_VERDICTS.neither if not p < ALPHA else
+                        CLAIM_VERDICTS.above if mean > by else CLAIM_VERDICTS.below
+                        for p, mean, by in zip(frame["p_holm"], frame["mean"], frame["by"], strict=True)]
+    return frame
+
+
+def lr_sensitivity(cells: pd.DataFrame, keys: list[str], group_keys: list[str]) -> pd.DataFrame:
+    """Per row of `keys`: Wortsman et al. (2023)'s lr sensitivity, the mean over the lrs every row of its group
+    (`group_keys`, e.g. the depth) tried of (the row's best seed-mean score over those lrs) minus (its seed-mean
+    score at that lr), a diverged cell counting at chance (not 0: a failure is no worse than not learning), on the
+    selection cells. Also the failure rate: the diverged share of the row's selection cells over all its lrs.
+    Columns: keys, sensitivity, common_lrs, failed, cells."""
+    chosen = selecting(cells).copy()
+    guess = chosen["num_classes"].map(chance) if "num_classes" in chosen else pd.Series(math.nan, chosen.index)
+    chosen["_acc"] = chosen[SCORE].where(chosen["status"] != DIVERGED, guess.fillna(0.0))
+    rows = []
+    groups = chosen.groupby(group_keys, dropna=False, sort=True) if group_keys else [((), chosen)]
+    for _, group in groups:
+        lrs_by_row = group.groupby(keys, dropna=False)["lr"].agg(lambda v: frozenset(v))
+        common = frozenset.intersection(*lrs_by_row) if len(lrs_by_row) else frozenset()
+        for key, row in group.groupby(keys, dropna=False, sort=True):
+            key = key if isinstance(key, tuple) else (key,)
+            means = row[row["lr"].isin(common)].groupby("lr")["_acc"].agg(seed_mean)
+            value = float((means.max() - means).mean()) if len(means) else math.nan
+            rows.append({**dict(zip(keys, key, strict=True)), "sensitivity": value, "common_lrs": len(means),
+                         "failed": int((row["status"] == DIVERGED).sum()), "cells": len(row)})
     return pd.DataFrame(rows)
+

@@ -7,8 +7,9 @@ from typing import Any
 
 import pandas as pd
 
-from normbench.report.stats import Verdicts, t_interval, verdict, versus_baseline
-from normbench.spec.selection import add_scores
+from normbench.report.learning_speed import NEVER
+from normbench.report.stats import ACCURACY, Verdicts, reading, t_interval, versus_baseline
+from normbench.spec.selection import AT_CHANCE, FLAT, add_scores
 
 BEST = "★"
 BASELINE_VERDICTS = Verdicts("better", "worse", "no clear difference", "no CI (one seed)")
@@ -32,25 +33,71 @@ def window_text(low: float, high: float) -> str:
     return f"{low:g} (x1)" if low == high else f"{low:g}–{high:g} (x{high / low:.3g})"
 
 
-def edge_text(edge: str) -> str:
+def edge_text(edge: str, signal: str = "") -> str:
+    """Where the selected lr sits, or why the row has no selected lr worth the name (spec.selection.lr_signal)."""
+    if signal == AT_CHANCE:
+        return "no signal (best lr at chance)"
+    if signal == FLAT:
+        return "no signal across lrs (flat within the seeds' spread)"
     return {"low": "edge (lowest lr)", "high": "edge (highest lr)", "only": "edge (one lr)", "": ""}[edge]
 
 
-def layer_table(selected: pd.DataFrame, row_keys: list[str], params: dict[Any, float] | None = None) -> pd.DataFrame:
-    """Per row of `select_lr`'s output: rank, score with CI and n, the val-selected lr, edge flag, lr window,
-    divergences. Sorted by score; the best row is marked."""
+def converged_text(row: pd.Series) -> str:
+    if "converged" not in row or row["converged"] != row["converged"]:
+        return "?"
+    return "yes" if row["converged"] else f"no ({row['reason']})"
+
+
+def rank_text(i: int, rows: int, separated: bool | None) -> str:
+    """'1 ★' for a top row separated from the second (Holm-adjusted paired p < 0.05), '1 (tied)' otherwise."""
+    if i > 0 or rows < 2:
+        return str(i + 1)
+    return f"1 {BEST}" if separated else "1 (tied)"
+
+
+def _text(value: Any, digits: int = 2) -> str:
+    return "—" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def layer_table(selected: pd.DataFrame, row_keys: list[str], params: dict[Any, float] | None = None,
+                separated: bool | None = None) -> pd.DataFrame:
+    """Per row of `select_lr`'s output (with analysis' convergence and sensitivity columns when present): rank,
+    score with CI and n, the score among the seeds that did not diverge, the val-selected lr, edge or no-signal
+    flag, convergence, lr window, lr sensitivity, failure rate. Sorted by score; ★ marks a separated top row."""
     table = selected.sort_values("mean", ascending=False, kind="stable").reset_index(drop=True)
     rows = []
     for i, r in table.iterrows():
         key = tuple(r[k] for k in row_keys)
-        rows.append({"rank": f"{i + 1} {BEST}" if i == 0 else str(i + 1),
+        rows.append({"rank": rank_text(int(i), len(table), separated),
                      **{k: r[k] for k in row_keys},
-                     "test top-1 (%)": f"{r['mean']:.2f}", "95% CI": ci_text(r["low"], r["high"]), "n": str(r["n"]),
+                     "test top-1 (%)": _text(r["mean"]), "95% CI": ci_text(r["low"], r["high"]),
+                     "n": f"{r['n']} {r.get('seeds', '')}".strip(),
+                     "non-failing (%)": f"{_text(r.get('ok_mean'))} ({r.get('ok_n', r['n'])})",
                      "val top-1 (%)": f"{r['select_mean']:.2f}", "lr (val-selected)": f"{r['lr']:g}",
-                     "edge": edge_text(r["edge"]), "lr window": window_text(r["window_low"], r["window_high"]),
-                     "diverged": f"{r['diverged']}/{r['cells']}",
+                     "edge": edge_text(r["edge"], r.get("signal", "")), "converged": converged_text(r),
+                     "lr window": window_text(r["window_low"], r["window_high"]),
+                     "lr sensitivity (points)": _text(r.get("sensitivity")),
+                     "failed": f"{r['diverged']}/{r['cells']} ({100 * r['diverged'] / max(1, r['cells']):.0f}%)",
                      **({"params (M)": f"{params[key] / 1e6:.3f}"} if params and key in params else {})})
     return pd.DataFrame(rows)
+
+
+def steps_text(median: float, reached: int, n: int) -> str:
+    """'96 (4/4)', or 'never (1/4)' when the median seed did not reach the target."""
+    if median != median:
+        return "—"
+    return f"{'never' if median == NEVER else f'{median:.0f}'} ({reached}/{n})"
+
+
+def speed_table(speed: pd.DataFrame, row_keys: list[str], targets: list[float]) -> pd.DataFrame:
+    """Per row: median optimizer steps to each val target over the reporting seeds (how many reached it). Sorted by
+    the highest target first (never = slowest), then the lower ones."""
+    order = [f"median_{t:g}" for t in sorted(targets, reverse=True)]
+    table = speed.sort_values(order, kind="stable")
+    return pd.DataFrame([{**{k: r[k] for k in row_keys},
+                          **{f"steps to {t:g}% val": steps_text(r[f"median_{t:g}"], r[f"reached_{t:g}"], r["n"])
+                             for t in targets}}
+                         for _, r in table.iterrows()])
 
 
 def all_depths_table(selected: pd.DataFrame, row_keys: list[str]) -> pd.DataFrame:
@@ -74,8 +121,13 @@ def all_depths_table(selected: pd.DataFrame, row_keys: list[str]) -> pd.DataFram
     return table.drop(columns="_order")
 
 
+def p_text(p: float) -> str:
+    return "—" if p != p else "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def baseline_table(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str], baseline: str) -> pd.DataFrame:
-    """Every layer minus the baseline, per depth, paired over matched seeds at each one's val-selected lr."""
+    """Every layer minus the baseline, per depth, paired over matched seeds at each one's val-selected lr, with the
+    paired t p and its Holm adjustment over the whole table; the reading follows the adjusted p."""
     diffs = versus_baseline(cells, selected, keys, baseline)
     if diffs.empty:
         return diffs
@@ -85,19 +137,45 @@ def baseline_table(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str],
     for _, r in diffs.iterrows():
         rows.append({**{k: r[k] for k in group_keys}, "layer": r["layer"],
                      f"minus {baseline} (points)": f"{r['mean']:+.2f}", "95% CI": ci_text(r["low"], r["high"]),
-                     "n (paired seeds)": str(r["n"]), "reading": verdict(r["low"], r["high"], words=BASELINE_VERDICTS)})
+                     "n (paired seeds)": str(r["n"]), "p": p_text(r["p"]), "p (Holm)": p_text(r["p_holm"]),
+                     "reading": reading(r["mean"], r["p_holm"], BASELINE_VERDICTS)})
     return pd.DataFrame(rows)
 
 
-def claims_table(claims: pd.DataFrame) -> pd.DataFrame:
+def effect_text(mean: float, low: float, high: float, claimed: float | None) -> str:
+    """The measured effect against the source's: '+20.50 against a claimed +3.40: a different regime' when the
+    claimed gain lies outside the interval, '... : consistent' inside it."""
+    if claimed is None or claimed != claimed or mean != mean:
+        return ""
+    inside = not (math.isnan(low) or math.isnan(high)) and low <= claimed <= high
+    return f"{mean:+.2f} against a claimed {claimed:+.2f}: {'consistent' if inside else 'a different regime'}"
+
+
+def claims_table(claims: pd.DataFrame, regimes: list[str] | None = None) -> pd.DataFrame:
+    """One line per claim: the paired difference, its interval and Holm-adjusted p against `by`, the verdict, the
+    effect against the claimed one, and (`regimes`, one per claim row) the regime it was read in."""
     rows = []
-    for _, c in claims.iterrows():
+    for i, (_, c) in enumerate(claims.iterrows()):
         by = f" by more than {c['by']:g}" if c["by"] else ""
+        claimed = c.get("claimed")
+        claimed = claimed if claimed is not None and claimed == claimed else (c["by"] or None)
         rows.append({"claim": f"{c['layer']} beats {c['beats']} at depth {c['depth']}{by}",
                      "difference (points)": "—" if math.isnan(c["mean"]) else f"{c['mean']:+.2f}",
                      "95% CI": ci_text(c["low"], c["high"]), "n (paired seeds)": str(c["n"]),
-                     "verdict": c["verdict"]})
+                     "p (Holm)": p_text(c["p_holm"]), "verdict": c["verdict"],
+                     "effect vs claimed": effect_text(c["mean"], c["low"], c["high"], claimed),
+                     **({"regime": regimes[i]} if regimes is not None else {})})
     return pd.DataFrame(rows)
+
+
+def budget_table(agreement: pd.DataFrame, group_keys: list[str]) -> pd.DataFrame:
+    """Each budget's ranking against the largest budget's: rho, permutation p, verdict, the swapped pairs."""
+    return pd.DataFrame([{**{k: str(r[k]) for k in group_keys}, "epochs": f"{r['budget']} vs {r['against']}",
+                          "layers": str(r["layers"]), "rho": "—" if math.isnan(r["rho"]) else f"{r['rho']:+.2f}",
+                          "permutation p": p_text(r["p"]), "verdict": r["verdict"],
+                          "swapped (order at the smaller budget)":
+                              ", ".join(f"{a} > {b}" for a, b in r["swaps"]) or "none"}
+                         for _, r in agreement.iterrows()])
 
 
 def tuned_table(tuned: pd.DataFrame) -> pd.DataFrame:
@@ -107,7 +185,7 @@ def tuned_table(tuned: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for key, group in tuned.groupby(keys, sort=True):
         config = group.iloc[0].get("tuned_params", {})
-        mean, low, high = t_interval(group["score"])
+        mean, low, high = t_interval(group["score"], bounds=ACCURACY)
         rows.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True)), "_mean": mean,
                      "test top-1 (%)": f"{mean:.2f}", "95% CI": ci_text(low, high), "n": str(len(group)),
                      "val top-1 (%)": f"{group['select'].mean():.2f}",
@@ -129,6 +207,7 @@ def transfer_table(summary: pd.DataFrame) -> pd.DataFrame:
     """transfer.ranking_transfer's summary: depth, layers, rho, 95% interval, verdict."""
     return pd.DataFrame([{"depth": str(r["depth"]) if r["depth"] != "all" else "all (mean of depths)",
                           "layers": str(r["layers"]), "rho": "—" if math.isnan(r["rho"]) else f"{r['rho']:+.2f}",
+                          "permutation p": p_text(r.get("p", math.nan)),
                           "95% interval": ci_text(r["low"], r["high"]), "verdict": r["verdict"]}
                          for _, r in summary.iterrows()])
 

@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from normbench.report.rank_agreement import permutation_p, pooled_permutation_p, ranks, spearman
 from normbench.report.stats import CONFIDENCE, Verdicts, select_lr, selected_cells, verdict
 
 KEYS = ["layer", "depth"]
 MIN_LAYERS = 3  # two layers give rho = ±1 whatever the evidence
 RESAMPLES = 2000
-# rho's interval against 0: above, the ranking holds here; below, it is reversed
+ALPHA = 0.05  # "holds" also needs the permutation p of rho below this: six layers give rho 0.77 by chance 1 in 20
+# rho's interval against 0: above, the ranking holds here (when its permutation p < ALPHA too); below, it is reversed
 TRANSFER_VERDICTS = Verdicts("holds", "reversed", "not settled", "not settled")
 POOLED = "all"  # the `depth` of the pooled row
 
@@ -30,25 +32,9 @@ class Transfer:
     rankings: one row per (depth, common layer): scores, ranks (1 = best, ties averaged) and lrs of both frames.
     notes: why a depth has no rho or no interval."""
 
-    summary: pd.DataFrame
+    summary: pd.DataFrame  # with `p`: the one-sided permutation p of rho (report/rank_agreement.py)
     rankings: pd.DataFrame
     notes: list[str] = field(default_factory=list)
-
-
-def ranks(scores: np.ndarray) -> np.ndarray:
-    """Ranks along the last axis, 1 = the highest score, ties get the average of the ranks they span."""
-    frame = pd.DataFrame(np.atleast_2d(scores))
-    return frame.rank(axis=1, method="average", ascending=False).to_numpy().reshape(np.shape(scores))
-
-
-def spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray | float:
-    """Spearman's rho along the last axis: Pearson's r of the average ranks; NaN where either side is constant."""
-    ra, rb = ranks(np.asarray(a, dtype=float)), ranks(np.asarray(b, dtype=float))
-    ra, rb = ra - ra.mean(axis=-1, keepdims=True), rb - rb.mean(axis=-1, keepdims=True)
-    denominator = np.sqrt((ra ** 2).sum(axis=-1) * (rb ** 2).sum(axis=-1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rho = np.where(denominator > 0, (ra * rb).sum(axis=-1) / denominator, np.nan)
-    return float(rho) if rho.ndim == 0 else rho
 
 
 def seed_scores(cells: pd.DataFrame) -> tuple[pd.DataFrame, dict[tuple[str, int], np.ndarray]]:
@@ -74,6 +60,15 @@ def _interval(replicates: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
+def transfer_verdict(low: float, high: float, p: float) -> str:
+    """holds: the interval lies above 0 and the permutation p is below ALPHA; reversed: the interval lies below 0;
+    else not settled."""
+    word = verdict(low, high, words=TRANSFER_VERDICTS)
+    if word == TRANSFER_VERDICTS.above and not p < ALPHA:
+        return TRANSFER_VERDICTS.neither
+    return word
+
+
 def ranking_transfer(here: pd.DataFrame, there: pd.DataFrame, *, resamples: int = RESAMPLES,
                      seed: int = 0) -> Transfer:
     """Spearman's rho of the layer scores of `here` against `there`, per common depth and pooled.
@@ -93,7 +88,7 @@ def ranking_transfer(here: pd.DataFrame, there: pd.DataFrame, *, resamples: int 
     merged = sel_here[[*KEYS, "lr", "mean", "n"]].merge(sel_there[[*KEYS, "lr", "mean", "n"]], on=KEYS,
                                                          suffixes=("_here", "_there"))
     rows, rank_rows, notes = [], [], []
-    point_rhos, replicate_rhos = [], []
+    point_rhos, replicate_rhos, pairs = [], [], []
     for depth in sorted(set(sel_here["depth"]) & set(sel_there["depth"])):
         common = merged[merged["depth"] == depth].sort_values("layer")
         layers = common["layer"].tolist()
@@ -104,14 +99,16 @@ def ranking_transfer(here: pd.DataFrame, there: pd.DataFrame, *, resamples: int 
                        "lr_here": common["lr_here"].iloc[i], "lr_there": common["lr_there"].iloc[i],
                        "n_here": int(common["n_here"].iloc[i]), "n_there": int(common["n_there"].iloc[i])}
                       for i, layer in enumerate(layers)]
-        row = {"depth": depth, "layers": len(layers), "rho": math.nan, "low": math.nan, "high": math.nan}
+        row = {"depth": depth, "layers": len(layers), "rho": math.nan, "p": math.nan, "low": math.nan,
+               "high": math.nan}
         if len(layers) < MIN_LAYERS:
             notes.append(f"depth {depth}: {len(layers)} layer(s) in both suites ({', '.join(layers) or 'none'}); "
                          f"a rank correlation needs at least {MIN_LAYERS}")
             rows.append({**row, "verdict": "—"})
             continue
-        row["rho"] = spearman(a, b)
+        row["rho"], row["p"] = spearman(a, b), permutation_p(a, b)
         point_rhos.append(row["rho"])
+        pairs.append((a, b))
         single = [layer for layer in layers
                   if min(len(scores_here[(layer, depth)]), len(scores_there[(layer, depth)])) < 2]
         if single:
@@ -124,14 +121,15 @@ def ranking_transfer(here: pd.DataFrame, there: pd.DataFrame, *, resamples: int 
                                       for layer in layers])
             replicate_rhos.append(spearman(boot_a, boot_b))
             row["low"], row["high"] = _interval(replicate_rhos[-1])
-        rows.append({**row, "verdict": verdict(row["low"], row["high"], words=TRANSFER_VERDICTS)})
+        rows.append({**row, "verdict": transfer_verdict(row["low"], row["high"], row["p"])})
     if point_rhos:
         # a replicate with a constant side (all tied) has no rho: NaN there, excluded from the percentiles
         pooled = np.mean(np.vstack(replicate_rhos), axis=0)
         low, high = _interval(pooled)
+        p = pooled_permutation_p(pairs)
         rows.append({"depth": POOLED, "layers": sum(r["layers"] for r in rows if not math.isnan(r["rho"])),
-                     "rho": float(np.mean(point_rhos)), "low": low, "high": high,
-                     "verdict": verdict(low, high, words=TRANSFER_VERDICTS)})
+                     "rho": float(np.mean(point_rhos)), "p": p, "low": low, "high": high,
+                     "verdict": transfer_verdict(low, high, p)})
     if not rows:
         notes.append("no depth is in both suites")
     return Transfer(summary=pd.DataFrame(rows), rankings=pd.DataFrame(rank_rows), notes=notes)

@@ -1,7 +1,8 @@
 """Every name a suite leaves behind, written once: its studies in the ledger and the files of its output folder.
 
 A suite's cells live in one ledger as Optuna studies: `run:<suite>` (the matrix), `bracket:<suite>:<round>` (lr
-bracketing rounds, 1, 2, ...), `tune:<suite>:<point>` (one search per matrix point without seed and tuned keys) and
+bracketing rounds, 1, 2, ...), `report:<suite>` (each row's chosen lr on the suite's fresh `report_seeds`),
+`tune:<suite>:<point>` (one search per matrix point without seed and tuned keys) and
 `tuned:<suite>` (the best configurations re-run over the matrix's seeds). The output folder holds the ledger
 journal, the MLflow store and the leaderboard files named below.
 """
@@ -12,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-RUN, BRACKET, TUNE, TUNED = "run", "bracket", "tune", "tuned"
+RUN, BRACKET, REPORT, TUNE, TUNED = "run", "bracket", "report", "tune", "tuned"
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ class StudyNames:
         """This suite's bracketing studies among `names`, in round order."""
         rounds = {n: r for n in names if (r := self.bracket_round(n)) is not None}
         return sorted(rounds, key=rounds.__getitem__)
+
+    @property
+    def report(self) -> str:
+        return f"{REPORT}:{self.suite}"
 
     def tune(self, point_id: str) -> str:
         return f"{TUNE}:{self.suite}:{point_id}"
@@ -71,12 +76,16 @@ class OutputFolder:
     SUITE = "suite.yaml"
     LEADERBOARD = "leaderboard.md"
     RESULTS = "results.csv"
+    HISTORY = "history.csv"  # every cell's epochs: a clean clone redraws every curve and learning-speed number
+    CEILING = "ceiling.csv"  # simple models on the same splits (report/ceiling.py): computed once, then read
     TRANSFER = "transfer.csv"
     TRANSFER_RANKINGS = "transfer_rankings.csv"
     ACCURACY_VS_DEPTH = "accuracy_vs_depth.png"
     ACCURACY_VS_LR = "accuracy_vs_lr.png"
+    ACCURACY_VS_STEP = "accuracy_vs_step.png"
+    LR_SENSITIVITY = "lr_sensitivity.png"
     # the files a run writes; a folder in the way of one is refused before any training
-    WRITTEN = (LEADERBOARD, RESULTS, SUITE, MLFLOW_DB, LEDGER, ACCURACY_VS_DEPTH, ACCURACY_VS_LR)
+    WRITTEN = (LEADERBOARD, RESULTS, HISTORY, SUITE, MLFLOW_DB, LEDGER, ACCURACY_VS_DEPTH, ACCURACY_VS_LR)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
@@ -92,6 +101,8 @@ class OutputFolder:
     suite = property(lambda self: self.path / self.SUITE)
     leaderboard = property(lambda self: self.path / self.LEADERBOARD)
     results = property(lambda self: self.path / self.RESULTS)
+    history = property(lambda self: self.path / self.HISTORY)
+    ceiling = property(lambda self: self.path / self.CEILING)
 
     @staticmethod
     def telemetry_figure(quantity: str) -> str:

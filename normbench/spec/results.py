@@ -23,6 +23,8 @@ class EpochRecord(TypedDict):
     lr: float               # the schedule's value at the epoch's last optimizer step
     grad_norm: float        # mean pre-clipping global gradient norm over the epoch's optimizer steps
     images_per_sec: float   # training images / training seconds of the epoch
+    step: int               # optimizer steps taken by the epoch's end (cumulative): learning speed's clock
+    images: int             # training images seen by the epoch's end (cumulative, all ranks)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class CellResult:
     train_size: int                # the data bundle's true split sizes
     val_size: int
     test_size: int
+    num_classes: int               # chance is 100 / num_classes; the loss floor depends on it
     train_loss: float              # last epoch's
     epochs_run: int
     images_per_sec: float          # training steps only
@@ -75,7 +78,8 @@ class CellResult:
 _NAN = float("nan")
 _DEFAULTS: dict[str, Any] = {"status": "ok", "best_val_top1": 0.0, "final_val_top1": 0.0, "val_top1": _NAN,
                              "test_top1": _NAN, "best_val_epoch": -1, "train_size": 0, "val_size": 0, "test_size": 0,
-                             "train_loss": _NAN, "epochs_run": 0, "images_per_sec": 0.0, "params": 0, "seconds": 0.0}
+                             "num_classes": 0, "train_loss": _NAN, "epochs_run": 0, "images_per_sec": 0.0, "params": 0,
+                             "seconds": 0.0}
 
 
 def _json_safe(value: Any) -> Any:

@@ -5,6 +5,12 @@ of a row in the leaderboard, MLflow's `select` column, bracketing, `normbench tu
 figures' lr). `score` is its test top-1 at the final epoch: only reported, never chosen on. A diverged cell gets 0
 for both (a blown-up model is no model). Among a row's lrs the highest seed-mean `select` wins; ties go to the
 smaller lr. Ledgers written before the test split existed have neither metric: both fall back to best-epoch val.
+
+A row whose lrs give no signal is not treated as having an optimum (`lr_signal`): when its best lr's cells all sit
+at chance nothing has learned yet (usually too small a step: bracketing steps up), and when the spread of its lr
+means is within the spread of its seeds the lrs cannot be told apart (bracketing stops; the leaderboard flags it).
+Only the selection seeds choose: cells with role "report" (a suite's `report_seeds`) never enter these functions'
+choices; the leaderboard scores them at the lr the selection seeds chose.
 """
 
 from __future__ import annotations
@@ -18,6 +24,31 @@ import pandas as pd
 DIVERGED = "diverged"
 SELECT = "select"  # column / MLflow metric: val top-1 (final epoch), 0 when diverged
 SCORE = "score"    # column / MLflow metric: test top-1 (final epoch), 0 when diverged
+ROLE, SELECTS, REPORTS = "role", "select", "report"  # results.csv column: which seeds chose, which only report
+AT_CHANCE, FLAT = "at chance", "flat across lrs"  # lr_signal's two kinds of "no signal"
+CHANCE_SE = 2.0  # a val top-1 within this many binomial standard errors above chance has not learned
+TIE_RULE = "ties between lrs go to the smaller lr, and bracketing never extends toward an edge a tie chose"
+
+
+def chance(num_classes: float) -> float:
+    """Top-1 (%) of a guess: 100 / num_classes (NaN when the number of classes is unknown, e.g. old ledgers)."""
+    return 100.0 / num_classes if num_classes and num_classes > 0 else math.nan
+
+
+def at_chance(value: float, num_classes: float, val_size: float) -> bool:
+    """Whether a val top-1 (%) is indistinguishable from guessing: at most CHANCE_SE binomial standard errors of a
+    guess on `val_size` images above chance. False when either size is unknown (0 or missing)."""
+    if not num_classes or num_classes <= 1 or not val_size or val_size <= 0 or not math.isfinite(value):
+        return False
+    p = 1.0 / num_classes
+    return value <= 100.0 * (p + CHANCE_SE * math.sqrt(p * (1 - p) / val_size))
+
+
+def cell_at_chance(result: Mapping[str, Any]) -> bool:
+    """A finished, non-diverged cell whose selection value sits at chance."""
+    if result.get("status") == DIVERGED:
+        return False
+    return at_chance(select_value(result), result.get("num_classes") or 0, result.get("val_size") or 0)
 
 
 def select_value(result: Mapping[str, Any]) -> float:
@@ -76,8 +107,38 @@ def choose_lr(select_mean_by_lr: Mapping[float, float]) -> float:
     return max(sorted(select_mean_by_lr), key=rank)
 
 
+def lr_signal(by_lr: Mapping[float, Iterable[tuple[float, bool, bool]]]) -> str:
+    """Whether a row's lrs tell anything apart: AT_CHANCE when every cell of its best lr sits at chance, FLAT when the
+    range of its lr means is no larger than the largest range over the seeds that did not diverge at one lr (two
+    lrs or more; a divergence is a failure of that lr, not seed noise), else "".
+
+    `by_lr` maps each lr to its cells' (select value, at chance, diverged) triples, one per seed.
+    """
+    cells = {lr: list(triples) for lr, triples in by_lr.items()}
+    means = {lr: seed_mean(v for v, _, _ in triples) for lr, triples in cells.items()}
+    best = choose_lr(means)
+    if cells[best] and all(c for _, c, _ in cells[best]):
+        return AT_CHANCE
+    finite = [m for m in means.values() if not math.isnan(m)]
+    if len(finite) >= 2:
+        alive = [[v for v, _, d in triples if not d] for triples in cells.values()]
+        spread = max((max(v) - min(v) for v in alive if v), default=0.0)
+        if max(finite) - min(finite) <= spread:
+            return FLAT
+    return ""
+
+
+def tied(select_mean_by_lr: Mapping[float, float], lr: float) -> bool:
+    """Whether another lr has exactly `lr`'s seed mean: the choice between them was the tie-break's."""
+    value = select_mean_by_lr[lr]
+    return any(other != lr and v == value for other, v in select_mean_by_lr.items())
+
+
 def chosen_lrs(cells: pd.DataFrame, keys: list[str], by: str = SELECT) -> pd.DataFrame:
-    """One row per group of `keys` with its selected `lr` (choose_lr over the group's seed means of `by`)."""
+    """One row per group of `keys` with its selected `lr` (choose_lr over the group's seed means of `by`), from the
+    selection cells only (a frame with a `role` column keeps its "select" rows)."""
+    if ROLE in cells:
+        cells = cells[cells[ROLE] == SELECTS]
     means = cells.groupby([*keys, "lr"], dropna=False, sort=True)[by].agg(seed_mean)
     rows = []
     for key, group in means.groupby(level=list(range(len(keys))), dropna=False, sort=True):

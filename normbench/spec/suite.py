@@ -3,8 +3,9 @@
 A suite names a dataset, a base recipe (`model:`, `train:`), a `matrix:` whose axes are any model or train key
 (`depth`, `layer`, `lr`, `seed`, `drop_path_rate`, ...) and optionally a `tune:` section, lr bracketing
 (`bracket`, `bracket_max_steps`), the `baseline` layer of the paired comparisons, `claims` to check and a
-`reference` suite's output folder whose layer ranking the leaderboard tests for transfer. Errors name
-the file, the key, the bad value and the closest valid one.
+`reference` suite's output folder whose layer ranking the leaderboard tests for transfer, the `report_seeds`
+that train each row's chosen lr once selection is over (selection never sees them), and the val `targets` whose
+steps-to-reach measure learning speed. Errors name the file, the key, the bad value and the closest valid one.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from normbench.errors import NormbenchError, SuiteError, did_you_mean
 from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
 
 TOP_LEVEL = ("name", "description", "dataset", "model", "train", "matrix", "tune", "device", "bracket",
-             "bracket_max_steps", "baseline", "claims", "reference")
-CLAIM_KEYS = ("layer", "beats", "depth", "by")
+             "bracket_max_steps", "baseline", "claims", "reference", "report_seeds", "targets")
+CLAIM_KEYS = ("layer", "beats", "depth", "by", "claimed")
+DEFAULT_TARGETS = (50.0, 70.0, 90.0)  # val top-1 (%) whose first crossing measures learning speed
 SECTIONS: dict[str, type] = {"dataset": DataConfig, "model": ModelConfig, "train": TrainConfig}
 AXIS_SECTIONS = {"model": ModelConfig, "train": TrainConfig}
 
@@ -66,6 +68,8 @@ class Suite:
     baseline: str | None = None    # the layer every other is compared with (default layernorm when present)
     claims: list[dict[str, Any]] = field(default_factory=list)  # {layer, beats, depth, by}: checked in the report
     reference: str | None = None   # another suite's output folder (relative to the cwd): does its ranking hold here?
+    report_seeds: list[int] = field(default_factory=list)  # train each row's chosen lr on these; they report
+    targets: list[float] = field(default_factory=lambda: list(DEFAULT_TARGETS))  # learning-speed val targets (%)
 
     def cells(self) -> list[Cell]:
         """The matrix expanded in file order (the last axis varies fastest)."""
@@ -74,9 +78,11 @@ class Suite:
                 for values in itertools.product(*self.matrix.values())]
 
     def cell(self, axes: dict[str, Any]) -> Cell:
+        """The cell of `axes`: matrix axes, or any model/train key (a report cell's seed when the matrix has none)."""
         model, train = dict(self.model), dict(self.train)
         for axis, value in axes.items():
-            (model if self.axis_section[axis] == "model" else train)[axis] = value
+            section = self.axis_section.get(axis) or ("model" if axis in _MODEL_KEYS else "train")
+            (model if section == "model" else train)[axis] = value
         config = CellConfig(model=ModelConfig(**model), train=TrainConfig(**train), data=self.dataset)
         return Cell(axes=axes, config=config, cell_id=cell_id(axes))
 
@@ -85,6 +91,14 @@ class Suite:
 
     def depths(self) -> list[int]:
         return list(self.matrix.get("depth", [self.model.get("depth", 12)]))
+
+    def selection_seeds(self) -> list[int]:
+        """The seeds that choose each row's lr: the matrix's, else the recipe's one seed."""
+        return list(self.matrix.get("seed", [self.train.get("seed", TrainConfig.seed)]))
+
+    def row_axes(self) -> list[str]:
+        """The matrix axes that make a leaderboard row (all but lr and seed), in file order."""
+        return [k for k in self.matrix if k not in ("lr", "seed")]
 
     def enable_bracket(self) -> None:
         """Turn on lr bracketing (`--bracket`), which needs a grid of at least two lrs to take its ratio from."""
@@ -98,6 +112,9 @@ class Suite:
         """Fingerprint of everything but the matrix: a ledger trained with another recipe must not be resumed."""
         recipe = {"dataset": asdict(self.dataset), "model": self.model, "train": self.train}
         return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+_MODEL_KEYS = frozenset(f.name for f in fields(ModelConfig))
 
 
 def cell_id(axes: dict[str, Any]) -> str:
@@ -271,16 +288,48 @@ def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
         if claim["depth"] not in depths:
             raise SuiteError(f"{where}: {key}.depth: {claim['depth']!r} is not a depth of this suite "
                              f"(depths: {', '.join(map(str, depths))})")
-        by = claim.get("by", 0)
-        if isinstance(by, bool) or not isinstance(by, (int, float)):
-            raise SuiteError(f"{where}: {key}.by: expected a number of points, got {by!r}")
-    suite.claims = [{**c, "by": float(c.get("by", 0))} for c in claims]
+        for k in ("by", "claimed"):
+            value = claim.get(k, 0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise SuiteError(f"{where}: {key}.{k}: expected a number of points, got {value!r}")
+    suite.claims = [{**c, "by": float(c.get("by", 0)), **({"claimed": float(c["claimed"])} if "claimed" in c else {})}
+                    for c in claims]
     reference = raw.get("reference")
     # checked for existence only by the leaderboard: the reference may finish after this suite starts
     if reference is not None and (not isinstance(reference, str) or not reference.strip()):
         raise SuiteError(f"{where}: reference: expected the path of another suite's output folder as a string, "
                          f"e.g. results/depth-sweep-digits, got {reference!r}")
     suite.reference = reference
+    suite.report_seeds = _report_seeds(raw.get("report_seeds"), suite, where)
+    suite.targets = _targets(raw.get("targets", list(DEFAULT_TARGETS)), where)
+
+
+def _report_seeds(raw: Any, suite: Suite, where: str) -> list[int]:
+    """Fresh seeds, none of which selection trains on: a lucky selection seed must not also report."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not raw or not all(isinstance(s, int) and not isinstance(s, bool) for s in raw):
+        raise SuiteError(f"{where}: report_seeds: expected a list of integer seeds, e.g. [100, 101, 102, 103], "
+                         f"got {raw!r}")
+    if len(set(raw)) != len(raw):
+        raise SuiteError(f"{where}: report_seeds: repeated seed in {raw}")
+    shared = sorted(set(raw) & set(suite.selection_seeds()))
+    if shared:
+        raise SuiteError(f"{where}: report_seeds: {shared} also select the lr (matrix seeds "
+                         f"{suite.selection_seeds()}); report seeds must be fresh: pick others, e.g. "
+                         f"{[max(suite.selection_seeds()) + 100 + i for i in range(len(raw))]}")
+    return list(raw)
+
+
+def _targets(raw: Any, where: str) -> list[float]:
+    numbers = isinstance(raw, list) and raw and all(isinstance(t, (int, float)) and not isinstance(t, bool)
+                                                    for t in raw)
+    if not numbers or not all(0 < t <= 100 for t in raw):
+        raise SuiteError(f"{where}: targets: expected a list of val top-1 percentages in (0, 100], e.g. "
+                         f"[50, 70, 90], got {raw!r}")
+    if len(set(raw)) != len(raw):
+        raise SuiteError(f"{where}: targets: repeated value in {raw}")
+    return sorted(float(t) for t in raw)
 
 
 def _device(value: Any, where: str) -> str:

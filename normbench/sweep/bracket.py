@@ -3,8 +3,12 @@
 A row is one point of the matrix without lr and seed (e.g. depth=24, layer=rezero). When its best lr, chosen on
 val like everywhere else (spec.selection.choose_lr), is the smallest or largest lr tried, one more lr one grid step
 beyond (the grid's own geometric ratio) is queued for every seed. Rounds repeat until the best lr is interior, the
-edge has diverged on every seed, or `bracket_max_steps` lrs lie beyond that end of the grid. Pure: the runner queues
-what it returns.
+edge has diverged on every seed, or `bracket_max_steps` lrs lie beyond that end of the grid.
+
+A row without signal (spec.selection.lr_signal) is not an edge: when its best lr sits at chance nothing has learned,
+and the step goes *up* from the largest lr tried (too small a step size is the usual reason) unless that lr diverged;
+when its lrs are flat within the seeds' spread, it stops. An edge reached only by the tie-break (another lr has the
+same mean) is not extended either. Pure: the runner queues what it returns.
 """
 
 from __future__ import annotations
@@ -12,7 +16,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from normbench.spec.selection import DIVERGED, choose_lr, seed_mean, select_value
+from normbench.spec.selection import (
+    AT_CHANCE,
+    DIVERGED,
+    cell_at_chance,
+    choose_lr,
+    lr_signal,
+    seed_mean,
+    select_value,
+    tied,
+)
 from normbench.spec.suite import Suite
 
 
@@ -37,16 +50,24 @@ def bracket_axes(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, An
     grid = sorted(suite.matrix["lr"])
     ratio = grid_ratio(grid)
     seeds = suite.matrix.get("seed", [None])
-    rows: dict[tuple, dict[float, list[tuple[float, bool]]]] = {}
+    rows: dict[tuple, dict[float, list[tuple[float, bool, bool]]]] = {}
     for axes, result in finished:
         row = tuple((k, axes[k]) for k in suite.matrix if k not in ("lr", "seed"))
         rows.setdefault(row, {}).setdefault(float(axes["lr"]), []).append(
-            (select_value(result), result.get("status") == DIVERGED))
+            (select_value(result), result.get("status") == DIVERGED, cell_at_chance(result)))
     new = []
     for row, by_lr in rows.items():
         tried = sorted(by_lr)
-        best = choose_lr({lr: seed_mean(v for v, _ in by_lr[lr]) for lr in tried})
-        if len(tried) < 2 or all(d for _, d in by_lr[best]):
+        means = {lr: seed_mean(v for v, _, _ in by_lr[lr]) for lr in tried}
+        best = choose_lr(means)
+        signal = lr_signal({lr: [(v, c, d) for v, d, c in cells] for lr, cells in by_lr.items()})
+        if signal == AT_CHANCE:
+            best = tried[-1]  # nothing learned: step up from the largest lr, whatever the tie-break chose
+            if all(d for _, d, _ in by_lr[best]):
+                continue  # ... unless it blew up: nothing between chance and divergence to find
+        elif signal or tied(means, best):
+            continue  # flat within the seeds' spread, or an edge only the tie-break chose: no direction to go
+        if len(tried) < 2 or all(d for _, d, _ in by_lr[best]):
             continue  # no grid to extend, or the edge itself blew up
         if best == tried[-1]:
             beyond, step = sum(lr > grid[-1] * (1 + 1e-9) for lr in tried), ratio

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from normbench.spec.names import OutputFolder, StudyNames
+from normbench.spec.selection import REPORTS
 from normbench.spec.suite import Suite
 from normbench.sweep.bracket import bracket_axes
 
@@ -18,7 +19,7 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
 
     frame = pd.DataFrame()
     if storage or OutputFolder(out).ledger.exists():
-        from normbench.report.leaderboard import cells_frame
+        from normbench.report.frames import cells_frame
         from normbench.store.ledger import Ledger
 
         frame = cells_frame(Ledger(storage, out), StudyNames(suite.name))
@@ -27,7 +28,9 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
     rows = [[c.cell_id, done.get(c.cell_id, "to run")] for c in suite.cells()]
     rows += [[r["cell_id"], f"{r['status']} (bracket round {r['bracket_round']})"] for r in records
              if r["bracket_round"] > 0]
-    coming = next_bracket_round(suite, records) if suite.bracket and len(done) >= len(rows) else []
+    rows += [[r["cell_id"], f"{r['status']} (report seed)"] for r in records if r.get("role") == REPORTS]
+    selecting = [r for r in records if r.get("role") != REPORTS]
+    coming = next_bracket_round(suite, selecting) if suite.bracket and len(done) >= len(rows) else []
     rows += [[suite.cell(axes).cell_id, "to run (next bracket round)"] for axes in coming]
     lines = [tabulate(rows, headers=["cell", "status"], tablefmt="simple"),
              f"{len(rows)} cells, {len(done)} finished; output folder {out}"]
@@ -35,6 +38,11 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
         lines.append("bracketing on: when the cells above have finished, each row whose val-selected lr is the "
                      "smallest or largest tried gets cells one grid step beyond it "
                      f"(at most bracket_max_steps={suite.bracket_max_steps} per end)")
+    if suite.report_seeds:
+        rows_count = len({tuple(c.axes.get(k) for k in suite.row_axes()) for c in suite.cells()})
+        lines.append(f"report seeds {suite.report_seeds}: once selection is over, each of the {rows_count} rows' "
+                     f"chosen lr is trained on every report seed ({rows_count * len(suite.report_seeds)} cells); "
+                     "they alone give the scores")
     return "\n".join(lines)
 
 

@@ -1,9 +1,11 @@
-"""`normbench run`'s work: a suite's matrix as one study, plus lr bracketing rounds, as the jobs a worker consumes.
+"""`normbench run`'s work: a suite's matrix as one study, plus lr bracketing rounds and the report stage, as the
+jobs a worker consumes.
 
 With bracketing (`--bracket`), cells beyond the lr grid's edge are queued in rounds, each its own study
-`bracket:<suite>:<round>` in the same ledger, by whichever worker finds every cell so far finished. Every worker
-computes the same round from the same ledger, and a cell already queued anywhere is not queued again, so each
-runs once.
+`bracket:<suite>:<round>` in the same ledger, by whichever worker finds every cell so far finished. With
+`report_seeds`, once selection is over (every cell finished, no bracketing round left to add), each row's chosen lr
+is queued on the report seeds in the study `report:<suite>` (sweep/report_stage.py). Every worker computes the same
+cells from the same ledger, and a cell already queued is not queued again, so each runs once.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import optuna
 from optuna.trial import TrialState
 
 from normbench.spec.names import StudyNames
+from normbench.spec.selection import REPORTS, SELECTS
 from normbench.spec.suite import Suite
 from normbench.store.ledger import LIVE, UNFINISHED, Ledger
 from normbench.store.migrations import trial_cell_id
 from normbench.sweep.bracket import bracket_axes
 from normbench.sweep.cells import cell_params, open_study_of_recipe
 from normbench.sweep.progress import Progress
+from normbench.sweep.report_stage import report_axes
 from normbench.sweep.worker import Job
 
 JobList = Callable[[], list[Job]]
@@ -33,11 +37,13 @@ def open_run_study(ledger: Ledger, suite: Suite) -> optuna.Study:
 
 
 def run_job(suite: Suite, study: optuna.Study) -> Job:
+    role = REPORTS if study.study_name == StudyNames(suite.name).report else SELECTS
+
     def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
         # The axes come from the trial's user attrs; its params show them in optuna-dashboard (store/trial_params.py).
         axes = dict(trial.user_attrs["axes"])
         cell = suite.cell(axes)
-        return cell.cell_id, cell_params(axes, cell.config), cell.config
+        return cell.cell_id, {**cell_params(axes, cell.config), "role": role}, cell.config
 
     return Job(study=study, cell_for=cell_for)
 
@@ -45,6 +51,13 @@ def run_job(suite: Suite, study: optuna.Study) -> Job:
 def bracket_study_names(ledger: Ledger, suite: Suite) -> list[str]:
     """The suite's bracketing rounds present in the ledger, in round order."""
     return StudyNames(suite.name).bracket_rounds(ledger.study_names())
+
+
+def stage_study_names(ledger: Ledger, suite: Suite) -> list[str]:
+    """The studies queued after the matrix: bracketing rounds in order, then the report stage, those present."""
+    names = StudyNames(suite.name)
+    present = ledger.study_names()
+    return [*names.bracket_rounds(present), *([names.report] if names.report in present else [])]
 
 
 def queued_cells(ledger: Ledger, study_name: str) -> dict[str, dict[str, Any]]:
@@ -59,35 +72,59 @@ def cell_cost(suite: Suite, axes: dict[str, Any]) -> float:
     return float(config.model.depth * config.train.epochs)
 
 
-def note_bracket_round(progress: Progress, suite: Suite, study_name: str, cells: dict[str, dict[str, Any]]) -> None:
-    """Count a new bracketing round's cells (`{cell_id: axes}`) in the progress line's total and ETA."""
+def note_new_cells(progress: Progress, suite: Suite, study_name: str, cells: dict[str, dict[str, Any]]) -> None:
+    """Count a bracketing round's or the report stage's new cells (`{cell_id: axes}`) in the progress line."""
     progress.add({cid: cell_cost(suite, axes) for cid, axes in cells.items()})
-    progress.note(f"bracket round {study_name.rsplit(':', 1)[-1]}: {len(cells)} cells beyond the lr grid's edge")
+    if study_name == StudyNames(suite.name).report:
+        progress.note(f"selection over: {len(cells)} report cells (each row's chosen lr on report seeds "
+                      f"{suite.report_seeds})")
+    else:
+        progress.note(f"bracket round {study_name.rsplit(':', 1)[-1]}: {len(cells)} cells beyond the lr grid's edge")
 
 
 def run_jobs(suite: Suite, study: optuna.Study, ledger: Ledger, progress: Progress | None = None) -> JobList:
     """The job list a worker consumes: the matrix, plus (when `suite.bracket`) a round of cells beyond each edge
-    lr, queued when every cell so far has finished; a new round is a new study, which tells the worker loop there
-    is more to do."""
+    lr, queued when every cell so far has finished, plus (with `report_seeds`) the report stage once no round is
+    left to add; a new round or stage is a new study, which tells the worker loop there is more to do."""
     names = StudyNames(suite.name)
 
     def jobs() -> list[Job]:
-        studies = [study, *(ledger.study(n) for n in bracket_study_names(ledger, suite))]
-        if suite.bracket and not any(s.get_trials(deepcopy=False, states=UNFINISHED) for s in studies):
-            trials = [t for s in studies for t in s.get_trials(deepcopy=False, states=LIVE)]
+        selecting = [study, *(ledger.study(n) for n in bracket_study_names(ledger, suite))]
+        if not any(s.get_trials(deepcopy=False, states=UNFINISHED) for s in selecting):
+            trials = [t for s in selecting for t in s.get_trials(deepcopy=False, states=LIVE)]
             finished = [(t.user_attrs["axes"], t.user_attrs.get("result", {})) for t in trials
                         if t.state == TrialState.COMPLETE]
-            present = {t.user_attrs.get("cell_id") for t in trials}
-            new = {suite.cell(axes).cell_id: axes for axes in bracket_axes(suite, finished)}
-            new = {cid: axes for cid, axes in new.items() if cid not in present}
+            new = next_bracket_round(suite, finished, {t.user_attrs.get("cell_id") for t in trials})
             if new:
-                studies.append(ledger.study(names.bracket(len(studies))))
-                ledger.enqueue(studies[-1], new)
-                if progress is not None:
-                    note_bracket_round(progress, suite, studies[-1].study_name, new)
-        return [run_job(suite, s) for s in studies]
+                selecting.append(ledger.study(names.bracket(len(selecting))))
+                _queue(ledger, selecting[-1], new, suite, progress)
+            elif suite.report_seeds:
+                _queue(ledger, ledger.study(names.report),
+                       {suite.cell(axes).cell_id: axes for axes in report_axes(suite, finished)}, suite, progress)
+        reporting = [ledger.study(names.report)] if names.report in ledger.study_names() else []
+        return [run_job(suite, s) for s in [*selecting, *reporting]]
 
     return jobs
+
+
+def next_bracket_round(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, Any]]],
+                       present: set[str]) -> dict[str, dict[str, Any]]:
+    """`{cell_id: axes}` of the next bracketing round that are not queued yet ({} without bracketing)."""
+    if not suite.bracket:
+        return {}
+    new = {suite.cell(axes).cell_id: axes for axes in bracket_axes(suite, finished)}
+    return {cid: axes for cid, axes in new.items() if cid not in present}
+
+
+def _queue(ledger: Ledger, study: optuna.Study, cells: dict[str, dict[str, Any]], suite: Suite,
+           progress: Progress | None) -> None:
+    """Queue the cells not queued yet in `study` and count them in the progress line."""
+    present = set(queued_cells(ledger, study.study_name)) if study.study_name in ledger.study_names() else set()
+    new = {cid: axes for cid, axes in cells.items() if cid not in present}
+    if new:
+        ledger.enqueue(study, new)
+        if progress is not None:
+            note_new_cells(progress, suite, study.study_name, new)
 
 
 def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
@@ -97,7 +134,7 @@ def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
     study = open_run_study(ledger, suite)
     cells = suite.cells()
     ledger.enqueue(study, {c.cell_id: c.axes for c in cells})
-    rounds = bracket_study_names(ledger, suite)  # queued by an earlier run of this suite: counted too
+    rounds = stage_study_names(ledger, suite)  # queued by an earlier run of this suite: counted too
     queued = {c.cell_id: c.axes for c in cells}
     for name in rounds:
         queued.update(queued_cells(ledger, name))
@@ -105,6 +142,7 @@ def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
                 for t in s.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if "axes" in t.user_attrs}
     costs = {cid: cell_cost(suite, axes) for cid, axes in queued.items() if cid not in finished}
     progress = Progress(total=len(queued), done=len(finished), quiet=quiet, costs=costs)
-    progress.note(f"suite {suite.name}: {len(queued)} cells ({len(queued) - len(cells)} from bracketing), "
+    progress.note(f"suite {suite.name}: {len(queued)} cells ({len(queued) - len(cells)} from bracketing and report "
+                  "seeds), "
                   f"{len(finished)} already finished; output in {out_dir}")
     return run_jobs(suite, study, ledger, progress), [study.study_name], progress

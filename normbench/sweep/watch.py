@@ -1,4 +1,5 @@
-"""The parent of local workers: report each cell as a worker finishes it, count the bracketing rounds they queue,
+"""The parent of local workers: report each cell as a worker finishes it, count the bracketing rounds and report
+cells they queue,
 and wait for them to exit (stopping them on Ctrl-C or SIGTERM)."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from normbench.spec.suite import Suite
 from normbench.store.ledger import Ledger
 from normbench.sweep.launch import stop_workers
 from normbench.sweep.progress import Progress
-from normbench.sweep.run import bracket_study_names, note_bracket_round, queued_cells
+from normbench.sweep.run import note_new_cells, queued_cells, stage_study_names
 from normbench.sweep.worker import WorkSummary
 
 WATCH_SECONDS = 2.0
@@ -37,19 +38,20 @@ class WorkerWatch:
     def __init__(self, suite: Suite, ledger: Ledger, progress: Progress, study_names: list[str]) -> None:
         self.suite, self.ledger, self.progress, self.study_names = suite, ledger, progress, study_names
         self.seen: set[tuple[str, int]] = set()
-        self.counted = {cid for name in bracket_study_names(ledger, suite)  # in the progress total already
+        self.counted = {cid for name in stage_study_names(ledger, suite)  # in the progress total already
                         for cid in queued_cells(ledger, name)}
         self.reported = 0
         newly_finished(ledger, self.watched(), self.seen)
 
     def watched(self) -> list[str]:
-        """The studies whose finished cells are reported, with the bracketing rounds the workers queued."""
-        rounds = bracket_study_names(self.ledger, self.suite)
+        """The studies whose finished cells are reported, with the bracketing rounds and report stage the workers
+        queued."""
+        rounds = stage_study_names(self.ledger, self.suite)
         for name in rounds:
             new = {cid: axes for cid, axes in queued_cells(self.ledger, name).items() if cid not in self.counted}
             if new:
                 self.counted.update(new)
-                note_bracket_round(self.progress, self.suite, name, new)
+                note_new_cells(self.progress, self.suite, name, new)
         return [*self.study_names, *(n for n in rounds if n not in self.study_names)]
 
     def report(self) -> None:

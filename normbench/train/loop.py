@@ -210,11 +210,12 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         if not math.isfinite(trained.train_loss) or trained.train_loss > fit.max_loss:
             status = "diverged"
             history.append(EpochRecord(epoch=epoch, train_loss=trained.train_loss, val_top1=float("nan"),
-                                       lr=trained.lr, grad_norm=float("nan"), images_per_sec=speed))
+                                       lr=trained.lr, grad_norm=float("nan"), images_per_sec=speed,
+                                       step=fit.step, images=images_seen))
             break
         record = EpochRecord(epoch=epoch, train_loss=trained.train_loss, val_top1=evaluate(fit), lr=trained.lr,
                              grad_norm=trained.grad_norm_sum.item() / max(1, trained.optimizer_steps),
-                             images_per_sec=speed)
+                             images_per_sec=speed, step=fit.step, images=images_seen)
         history.append(record)
         stop = on_epoch(record) if on_epoch is not None and (dist is None or dist.is_main) else False
         if broadcast(bool(stop), dist):
@@ -232,6 +233,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         test_top1=test_top1,  # final epoch
         best_val_epoch=max(range(len(val)), key=val.__getitem__) if val else -1,
         **fit.data.sizes(),  # train_size, val_size, test_size
+        num_classes=fit.data.num_classes,
         train_loss=history[-1]["train_loss"] if history else float("nan"),
         epochs_run=len(history),
         images_per_sec=images_seen / train_seconds if train_seconds else 0.0,

@@ -32,12 +32,13 @@ def frame() -> pd.DataFrame:
 def test_layer_table_sorts_by_test_at_the_val_selected_lr_and_marks_the_best():
     selected = select_lr(frame(), ["layer", "depth"])
     table = layer_table(selected, ["layer"], {("layernorm",): 2e6, ("rezero",): 2e6}).set_index("layer")
-    assert list(table.index) == ["rezero", "layernorm"] and table.loc["rezero", "rank"] == "1 ★"
+    assert list(table.index) == ["rezero", "layernorm"] and table.loc["rezero", "rank"] == "1 (tied)"
+    assert layer_table(selected, ["layer"], separated=True)["rank"].tolist() == ["1 ★", "2"]
     row = table.loc["layernorm"]
     # val picks 1e-3 (81.0 vs 79.5), although test would favour 3e-3 (91.0)
-    assert row["lr (val-selected)"] == "0.001" and row["test top-1 (%)"] == "80.00" and row["n"] == "2"
+    assert row["lr (val-selected)"] == "0.001" and row["test top-1 (%)"] == "80.00" and row["n"] == "2 select"
     assert row["95% CI"] == "[67.29, 92.71]"  # 80 ± 12.7062 * sqrt(2) / sqrt(2)
-    assert row["edge"] == "edge (lowest lr)" and row["diverged"] == "1/6" and row["params (M)"] == "2.000"
+    assert row["edge"] == "edge (lowest lr)" and row["failed"] == "1/6 (17%)" and row["params (M)"] == "2.000"
     assert row["lr window"] == "0.001–0.003 (x3)"  # 3e-3's test mean 91.0 lies inside [67.29, 92.71]
     assert table.loc["rezero", "edge"] == "edge (one lr)"
     assert "±" not in table.to_string()
@@ -82,11 +83,13 @@ def test_leaderboard_of_a_run_has_the_protocol_sections(write_suite, tmp_path: P
     out = tmp_path / "out"
     assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
     board = (out / "leaderboard.md").read_text()
-    for text in ("splits (train/val/test images): 1077/360/360", "seeds: [0, 1]", "score = test top-1",
+    for text in ("splits (train/val/test images): 1077/360/360", "seeds: selection [0, 1]; report none",
+                 "score = test top-1", "- regime: 1 epochs = 4 optimizer steps", "data ceiling (simple models",
                  "train: epochs=1, batch_size=256, optimizer=adamw", "label_smoothing=0.1",  # defaults shown too
-                 "95% CI", "edge (one lr)", "## paired comparison with layernorm", "## claims",
+                 "95% CI", "## paired comparison with layernorm", "## claims",
                  "layerscale beats layernorm at depth 1", "## throughput"):
         assert text in board, text
+    assert "edge (one lr)" in board or "no signal (best lr at chance)" in board  # one epoch of a tiny model
     csv = pd.read_csv(out / "results.csv")
     assert {"val_top1", "test_top1", "best_val_epoch", "train_size", "val_size", "test_size"} <= set(csv)
     assert csv["test_top1"].notna().all() and (csv["test_size"] == 360).all()

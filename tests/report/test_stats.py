@@ -8,10 +8,22 @@ import math
 import pandas as pd
 import pytest
 
-from normbench.report.stats import check_claims, edge, select_lr, t_interval, verdict, versus_baseline
+from normbench.report.stats import (
+    check_claims,
+    edge,
+    holm,
+    lr_sensitivity,
+    paired_p,
+    select_lr,
+    selected_cells,
+    separation,
+    t_interval,
+    verdict,
+    versus_baseline,
+)
 from normbench.report.tables import BASELINE_VERDICTS
 from normbench.report.transfer import TRANSFER_VERDICTS
-from normbench.spec.selection import add_scores
+from normbench.spec.selection import add_scores, chosen_lrs
 
 
 def cell(layer: str, lr: float, seed: int, val: float, test: float, status: str = "ok", depth: int = 12) -> dict:
@@ -118,3 +130,68 @@ def test_one_verdict_rule_in_each_sections_words(low, high, claim, transfer, bas
     assert verdict(low, high) == claim
     assert verdict(low, high, words=TRANSFER_VERDICTS) == transfer
     assert verdict(low, high, words=BASELINE_VERDICTS) == baseline
+
+
+def test_holm_adjusts_a_small_family_by_hand():
+    # sorted: 0.01 (x4 = 0.04), 0.02 (x3 = 0.06), 0.03 (x2 = 0.06), 0.04 (x1, but never below the last: 0.06)
+    assert holm([0.03, 0.01, 0.04, 0.02]) == pytest.approx([0.06, 0.04, 0.06, 0.06])
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1
+    adjusted = holm([0.01, math.nan, 0.04])  # NaN is not in the family of two
+    assert adjusted[0] == pytest.approx(0.02) and math.isnan(adjusted[1]) and adjusted[2] == pytest.approx(0.04)
+
+
+def test_paired_p_by_hand_and_its_degenerate_cases():
+    # [2, 5, 2]: mean 3, se 1, t = 3 with 2 df: two-sided p = 0.0955
+    assert paired_p([2.0, 5.0, 2.0]) == pytest.approx(0.09547, abs=1e-4)
+    assert paired_p([2.0, 5.0, 2.0], by=3.0) == pytest.approx(1.0)
+    assert math.isnan(paired_p([4.0]))
+    assert paired_p([3.0, 3.0]) == 0.0 and paired_p([0.0, 0.0]) == 1.0  # no spread: all on one side, or none
+
+
+def test_score_intervals_stay_inside_0_and_100():
+    mean, low, high = t_interval([99.0, 100.0, 93.0], bounds=(0.0, 100.0))
+    assert high == 100.0 and low < mean < high
+    assert t_interval([1.0, 0.0, 9.0], bounds=(0.0, 100.0))[1] == 0.0
+    cells = add_scores(pd.DataFrame([cell("a", 1e-3, s, 90.0, v) for s, v in enumerate([99.0, 100.0, 93.0])]))
+    row = select_lr(cells, ["layer", "depth"]).iloc[0]
+    assert row["high"] == 100.0
+
+
+def test_selection_never_reads_the_report_seeds():
+    # selection seeds choose 1e-3; report cells at 3e-3 with a poisoned val of 100 (and at 1e-3 a val of 0) must move
+    # nothing: the lr stays, and the score comes from the report seeds at the chosen lr only
+    select = [cell("a", 1e-3, 0, 80.0, 75.0), cell("a", 1e-3, 1, 82.0, 77.0),
+              cell("a", 3e-3, 0, 70.0, 99.0), cell("a", 3e-3, 1, 72.0, 99.0)]
+    report = [cell("a", 1e-3, 100, 0.0, 60.0), cell("a", 1e-3, 101, 0.0, 62.0),
+              cell("a", 3e-3, 102, 100.0, 100.0)]  # a stray report cell at an lr selection did not choose
+    rows = [{**c, "role": "select"} for c in select] + [{**c, "role": "report"} for c in report]
+    cells = add_scores(pd.DataFrame(rows))
+    row = select_lr(cells, ["layer", "depth"]).iloc[0]
+    assert row["lr"] == 1e-3 and row["select_mean"] == 81.0   # the selection seeds' val, not the report seeds'
+    assert row["mean"] == 61.0 and row["n"] == 2 and row["seeds"] == "report"
+    assert sorted(selected_cells(cells, select_lr(cells, ["layer", "depth"]), ["layer", "depth"])["seed"]) == [100, 101]
+    assert chosen_lrs(cells, ["layer"])["lr"].tolist() == [1e-3]
+    without = add_scores(pd.DataFrame([{**c, "role": "select"} for c in select]))
+    assert select_lr(without, ["layer", "depth"]).iloc[0]["seeds"] == "select"
+
+
+def test_lr_sensitivity_counts_a_failure_at_chance_over_the_common_lrs():
+    rows = [cell("a", 1e-3, 0, 80.0, 80.0), cell("a", 3e-3, 0, 70.0, 70.0), cell("a", 1e-2, 0, 0, 0, "diverged"),
+            cell("b", 1e-3, 0, 60.0, 60.0), cell("b", 3e-3, 0, 60.0, 60.0), cell("b", 3e-4, 0, 10.0, 10.0)]
+    cells = add_scores(pd.DataFrame([{**r, "num_classes": 10} for r in rows]))
+    table = lr_sensitivity(cells, ["layer", "depth"], ["depth"]).set_index("layer")
+    # common lrs of the depth: 1e-3 and 3e-3. a: best 80, losses 0 and 10 -> 5; b: 0 and 0 -> 0
+    assert table.loc["a", "sensitivity"] == pytest.approx(5.0) and table.loc["b", "sensitivity"] == 0.0
+    assert table.loc["a", "common_lrs"] == 2 and table.loc["a", "failed"] == 1 and table.loc["a", "cells"] == 3
+    alone = add_scores(pd.DataFrame([{**r, "num_classes": 10} for r in rows[:3]]))
+    # alone, a's lrs are all common: the diverged 1e-2 counts at chance (10), not 0: (0 + 10 + 70) / 3
+    assert lr_sensitivity(alone, ["layer", "depth"], ["depth"])["sensitivity"].iloc[0] == pytest.approx(80 / 3)
+
+
+def test_the_top_row_is_separated_only_when_the_holm_adjusted_p_says_so():
+    clear = paired_cells([10.0, 11.0, 12.0])   # learnable_scaler 81 vs 70: t = 19, p = 0.003
+    noisy = paired_cells([1.0, -1.0, 2.0])
+    for cells, expected in ((clear, True), (noisy, False)):
+        selected = select_lr(cells, ["layer", "depth"])
+        table = separation(cells, selected, ["layer", "depth"], ["depth"])
+        assert table["top"].tolist() == ["learnable_scaler"] and table["separated"].tolist() == [expected]

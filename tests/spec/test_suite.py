@@ -86,6 +86,13 @@ def test_dry_run_lists_cells(write_suite, capsys, tmp_path):
     ({"claims": [{"layer": "layerscale", "beats": "layernorm", "depth": 36}]}, ["claims[0].depth", "depths: 1"]),
     ({"claims": [{"layer": "layerscale", "beats": "layernorm", "depth": 1, "bye": 2}]}, ["did you mean `by`"]),
     ({"claims": [{"layer": "layerscale", "beats": "layernorm", "depth": 1, "by": "3"}]}, ["claims[0].by"]),
+    ({"claims": [{"layer": "layerscale", "beats": "layernorm", "depth": 1, "claimed": "+3"}]},
+     ["claims[0].claimed", "number of points"]),
+    ({"report_seeds": [0, 100]}, ["report_seeds", "[0] also select the lr", "fresh"]),  # TINY selects on seed 0
+    ({"report_seeds": 100}, ["report_seeds", "list of integer seeds"]),
+    ({"report_seeds": [100, 100]}, ["report_seeds", "repeated"]),
+    ({"targets": [50, 150]}, ["targets", "(0, 100]"]),
+    ({"targets": []}, ["targets", "percentages"]),
 ])
 def test_malformed_protocol_keys_exit_2_naming_the_key(write_suite, capsys, overrides, expected):
     code, err = run_cli(capsys, "run", str(write_suite(**overrides)), "--dry-run")
@@ -104,6 +111,9 @@ def test_protocol_keys_parse_with_defaults(write_suite):
     suite = load_suite(write_suite(claims=[claim, {**claim, "by": 3.4}]))
     assert suite.baseline == "layernorm" and not suite.bracket and suite.bracket_max_steps == 3
     assert [c["by"] for c in suite.claims] == [0.0, 3.4]
+    assert suite.report_seeds == [] and suite.targets == [50.0, 70.0, 90.0]
+    chosen = load_suite(write_suite(report_seeds=[101, 100], targets=[90, 30]))
+    assert chosen.report_seeds == [101, 100] and chosen.targets == [30.0, 90.0] and chosen.selection_seeds() == [0]
     no_layernorm = write_suite(matrix={"depth": [1], "layer": ["rezero", "layerscale"], "lr": [1e-3, 3e-3]})
     assert load_suite(no_layernorm).baseline is None  # no comparison section unless a baseline is named
 

@@ -91,8 +91,8 @@ def test_a_finished_trial_stores_the_summary_and_history_as_before(tmp_path):
     history = [{"epoch": 0, "train_loss": 2.0, "val_top1": 40.0, "lr": 1e-3, "grad_norm": 1.5, "images_per_sec": 9.0},
                {"epoch": 1, "train_loss": nan, "val_top1": nan, "lr": 5e-4, "grad_norm": nan, "images_per_sec": 8.0}]
     result = CellResult(status="diverged", best_val_top1=40.0, final_val_top1=40.0, val_top1=nan, test_top1=nan,
-                        best_val_epoch=0, train_size=1077, val_size=360, test_size=360, train_loss=nan, epochs_run=2,
-                        images_per_sec=8.5, params=1234, seconds=3.25, history=history,
+                        num_classes=10, best_val_epoch=0, train_size=1077, val_size=360, test_size=360,
+                        train_loss=nan, epochs_run=2, images_per_sec=8.5, params=1234, seconds=3.25, history=history,
                         telemetry=[{"step": 0, "block": 0, "rms": 1.0}])
     ledger = Ledger(None, tmp_path)
     study = ledger.study("run:json")
@@ -102,8 +102,8 @@ def test_a_finished_trial_stores_the_summary_and_history_as_before(tmp_path):
     stored = Ledger(None, tmp_path).study("run:json").get_trials(deepcopy=False)[0]
     assert json.dumps(stored.user_attrs["result"]) == (
         '{"status": "diverged", "best_val_top1": 40.0, "final_val_top1": 40.0, "val_top1": null, "test_top1": null, '
-        '"best_val_epoch": 0, "train_size": 1077, "val_size": 360, "test_size": 360, "train_loss": null, '
-        '"epochs_run": 2, "images_per_sec": 8.5, "params": 1234, "seconds": 3.25, '
+        '"best_val_epoch": 0, "train_size": 1077, "val_size": 360, "test_size": 360, "num_classes": 10, '
+        '"train_loss": null, "epochs_run": 2, "images_per_sec": 8.5, "params": 1234, "seconds": 3.25, '
         '"telemetry": [{"step": 0, "block": 0, "rms": 1.0}]}')
     assert json.dumps(stored.user_attrs["history"]) == (
         '[{"epoch": 0, "train_loss": 2.0, "val_top1": 40.0, "lr": 0.001, "grad_norm": 1.5, "images_per_sec": 9.0}, '

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from normbench.spec.suite import parse_suite
@@ -55,3 +56,44 @@ def test_selection_reads_val_not_test():
     # test prefers 1e-3 (the low edge: a step down); val prefers 3e-3 (the high edge: a step up), and val decides
     cells = [*done("rezero", 1e-3, [30, 30], test=99.0), *done("rezero", 3e-3, [60, 60], test=1.0)]
     assert {a["lr"] for a in bracket_axes(suite(), cells)} == {9e-3}
+
+
+def at_digits_size(cells: list, num_classes: int = 10, val_size: int = 360) -> list:
+    """The cells with the sizes that place chance (10% of 360 val images: at chance up to 13.16%)."""
+    return [(axes, {**result, "num_classes": num_classes, "val_size": val_size}) for axes, result in cells]
+
+
+def test_a_row_at_chance_at_every_lr_steps_up_not_down():
+    # the reported case: rezero at exactly chance at both lrs (identical per seed: the model has not moved). The
+    # tie-break picks the smaller lr, but nothing learned: the step goes up from the largest lr, never below 1e-3
+    chance = [10.28, 9.72]
+    cells = at_digits_size([*done("rezero", 1e-3, chance), *done("rezero", 3e-3, chance)])
+    added = bracket_axes(suite(), cells)
+    assert {a["lr"] for a in added} == {9e-3} and len(added) == 2
+    # the next round, still at chance: up again; at the limit, stop
+    more = at_digits_size([*cells[:4], *done("rezero", 9e-3, chance)])
+    assert {a["lr"] for a in bracket_axes(suite(), more)} == {2.7e-2}
+    assert bracket_axes(suite(bracket_max_steps=1), more) == []
+    # at chance below a largest lr that diverged: nothing between chance and divergence, stop
+    blew_up = at_digits_size([*done("rezero", 1e-3, chance), *done("rezero", 3e-3, [0, 0], status="diverged")])
+    assert bracket_axes(suite(), blew_up) == []
+
+
+def test_a_flat_row_above_chance_stops_and_the_leaderboard_flags_it():
+    from normbench.report.stats import select_lr
+    from normbench.report.tables import layer_table
+    from normbench.spec.selection import FLAT, add_scores
+
+    # 70 vs 71 with seeds 5 apart: the lrs are indistinguishable, whichever the tie-break or a seed favoured
+    cells = at_digits_size([*done("layernorm", 1e-3, [68, 73]), *done("layernorm", 3e-3, [69, 72])])
+    assert bracket_axes(suite(), cells) == []
+    frame = pd.DataFrame([{"cell_id": f"{a['lr']}-{a['seed']}", **a, "best_val_top1": r["val_top1"], **r}
+                          for a, r in cells])
+    selected = select_lr(add_scores(frame), ["layer", "depth"])
+    assert selected["signal"].tolist() == [FLAT]
+    assert layer_table(selected, ["layer"])["edge"].tolist() == ["no signal across lrs (flat within the seeds' spread)"]
+
+
+def test_a_genuine_bottom_edge_optimum_still_steps_down():
+    cells = at_digits_size([*done("layernorm", 1e-3, [80, 82]), *done("layernorm", 3e-3, [60, 62])])
+    assert {a["lr"] for a in bracket_axes(suite(), cells)} == {3.333e-4}

@@ -1,0 +1,83 @@
+"""Every number a leaderboard prints, computed once from the cells and their histories (`analyse`); the tables
+and the header only format an `Analysis`. Pure: no ledger, no files.
+
+A row is a layer (and any extra matrix axis); a table is a depth, and a budget when `epochs` is a matrix axis.
+Per row: the lr the selection seeds chose, the score on the report seeds there, learning speed, convergence,
+lr sensitivity and failure rate; per table: whether the top row is separated from the second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from normbench.report.budget import BUDGET_AXIS
+from normbench.report.convergence import convergence_rows, loss_floor, loss_threshold
+from normbench.report.learning_speed import add_steps_to_targets, speed_rows
+from normbench.report.stats import lr_sensitivity, select_lr, selected_cells, separation
+
+MATRIX_AXES = ("depth", "layer", "lr", "seed")
+
+
+@dataclass(frozen=True)
+class Regime:
+    """The training regime of the cells: what a reader must know before reading a number."""
+
+    num_classes: int | None
+    smoothing: float | None
+    soft_targets: bool                   # mixup or cutmix: no constant loss floor
+    floor: float | None
+    threshold: float | None              # a converged row's median final train loss stays under this
+
+    @staticmethod
+    def of(cells: pd.DataFrame, smoothing: float | None, soft_targets: bool) -> Regime:
+        classes = cells["num_classes"].dropna() if "num_classes" in cells else pd.Series(dtype=float)
+        classes = classes[classes > 0]
+        k = int(classes.iloc[0]) if len(classes) else None
+        known = k is not None and smoothing is not None and not soft_targets
+        return Regime(k, smoothing, soft_targets, loss_floor(k, smoothing) if known else None,
+                      loss_threshold(k, smoothing) if known else None)
+
+
+@dataclass
+class Analysis:
+    cells: pd.DataFrame        # every cell, with steps_to_<target> columns
+    history: pd.DataFrame      # every cell's epochs (report/frames.py)
+    row_keys: list[str]        # layer and any extra matrix axis
+    table_keys: list[str]      # depth, and the budget axis when it varies
+    targets: list[float]
+    regime: Regime
+    selected: pd.DataFrame     # select_lr's rows + convergence + sensitivity + failure columns
+    speed: pd.DataFrame        # learning_speed.speed_rows per row
+    separation: pd.DataFrame   # stats.separation per table
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def keys(self) -> list[str]:
+        return [*self.row_keys, *self.table_keys]
+
+
+def table_and_row_keys(cells: pd.DataFrame, matrix_axes: list[str]) -> tuple[list[str], list[str]]:
+    """(row keys, table keys): a table per depth (and budget, when `epochs` takes several values); a row per layer
+    and any other axis the matrix varies."""
+    budget = [BUDGET_AXIS] if BUDGET_AXIS in matrix_axes and cells[BUDGET_AXIS].nunique() > 1 else []
+    extra = [a for a in matrix_axes if a not in (*MATRIX_AXES, *budget)]
+    return ["layer", *extra], ["depth", *budget]
+
+
+def analyse(cells: pd.DataFrame, history: pd.DataFrame, *, matrix_axes: list[str], targets: list[float],
+            smoothing: float | None, soft_targets: bool) -> Analysis:
+    row_keys, table_keys = table_and_row_keys(cells, matrix_axes)
+    keys = [*row_keys, *table_keys]
+    cells = add_steps_to_targets(cells, history, targets)
+    regime = Regime.of(cells, smoothing, soft_targets)
+    selected = select_lr(cells, keys)
+    at_selected = selected_cells(cells, selected, keys)
+    converged = convergence_rows(at_selected, history, keys, regime.threshold)
+    sensitivity = lr_sensitivity(cells, keys, table_keys)
+    selected = (selected.merge(converged, on=keys, how="left")
+                .merge(sensitivity[[*keys, "sensitivity", "common_lrs"]], on=keys, how="left"))
+    return Analysis(cells=cells, history=history, row_keys=row_keys, table_keys=table_keys, targets=targets,
+                    regime=regime, selected=selected, speed=speed_rows(at_selected, keys, targets),
+                    separation=separation(cells, selected, keys, table_keys))

@@ -1,0 +1,45 @@
+"""Is the ranking an answer about the layers or about the budget? With `epochs` as a matrix axis, each budget's
+layer ranking (per depth) is compared with the largest budget's: Spearman's rho, its permutation p, and the pairs
+of layers that swap. Pure.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from normbench.report.rank_agreement import permutation_p, spearman, swapped_pairs
+from normbench.report.stats import ALPHA
+
+BUDGET_AXIS = "epochs"
+MIN_LAYERS = 3  # two layers give rho = ±1 whatever the evidence
+
+
+def budget_verdict(rho: float, p: float) -> str:
+    if math.isnan(rho):
+        return "—"
+    return "holds" if rho > 0 and p < ALPHA else "not settled"
+
+
+def budget_agreement(selected: pd.DataFrame, group_keys: list[str]) -> pd.DataFrame:
+    """Per group (e.g. depth) and budget below the largest: rho and p of the layer scores against the largest
+    budget's, the layers both have, and the swapped pairs (this budget's order first). Empty without two budgets."""
+    rows = []
+    groups = selected.groupby(group_keys, dropna=False, sort=True) if group_keys else [((), selected)]
+    for key, group in groups:
+        where = dict(zip(group_keys, key if isinstance(key, tuple) else (key,), strict=True))
+        budgets = sorted(group[BUDGET_AXIS].unique())
+        if len(budgets) < 2:
+            continue
+        final = group[group[BUDGET_AXIS] == budgets[-1]].set_index("layer")["mean"]
+        for budget in budgets[:-1]:
+            here = group[group[BUDGET_AXIS] == budget].set_index("layer")["mean"]
+            layers = sorted(set(here.index) & set(final.index))
+            a, b = here[layers].to_numpy(float), final[layers].to_numpy(float)
+            enough = len(layers) >= MIN_LAYERS
+            rho = spearman(a, b) if enough else math.nan
+            p = permutation_p(a, b) if enough else math.nan
+            rows.append({**where, "budget": budget, "against": budgets[-1], "layers": len(layers), "rho": rho,
+                         "p": p, "verdict": budget_verdict(rho, p), "swaps": swapped_pairs(layers, a, b)})
+    return pd.DataFrame(rows)

@@ -1,0 +1,92 @@
+"""Has a row converged? Its final training loss against the loss's floor, and whether val was still rising.
+
+Label smoothing ε over K classes trains against the target q = (1 - ε) one-hot + ε / K, so the cross-entropy can
+fall no lower than q's entropy: 0.5003 for K = 10, ε = 0.1 (`loss_floor`). A row is converged when the median
+final training loss of its seeds lies within LOSS_TOLERANCE of the way from chance (ln K) down to that floor, and
+its seed-mean val curve did not rise by more than RISE_POINTS over the last RISE_SHARE of its epochs. Mixup and
+cutmix train on soft, mixed targets whose floor is not a constant: there only the val test applies, and the report
+says so. Pure functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+LOSS_TOLERANCE = 0.1  # of the gap between chance's loss (ln K) and the floor
+RISE_SHARE = 0.2      # the last 20% of the epochs...
+RISE_POINTS = 1.0     # ...may gain at most this many val points (a least-squares fit over them)
+
+
+def loss_floor(num_classes: int, smoothing: float) -> float:
+    """The least cross-entropy a model can reach against label-smoothed targets: the targets' entropy (0 without
+    smoothing)."""
+    if num_classes < 2:
+        raise ValueError(f"a loss floor needs at least two classes, got {num_classes}")
+    true = 1.0 - smoothing + smoothing / num_classes
+    other = smoothing / num_classes
+    return -(true * math.log(true) if true > 0 else 0.0) - (num_classes - 1) * (other * math.log(other)
+                                                                                  if other > 0 else 0.0)
+
+
+def loss_threshold(num_classes: int, smoothing: float) -> float:
+    """The final training loss a converged row stays under: the floor plus LOSS_TOLERANCE of (ln K - floor)."""
+    floor = loss_floor(num_classes, smoothing)
+    return floor + LOSS_TOLERANCE * (math.log(num_classes) - floor)
+
+
+def val_gain(curve: Sequence[float]) -> float:
+    """The val points gained over the last RISE_SHARE of the epochs (at least the last two): the least-squares
+    slope over them times their span. NaN for a curve of fewer than two finite epochs."""
+    values = np.asarray([v for v in curve if v is not None and math.isfinite(v)], dtype=float)
+    if len(values) < 2:
+        return math.nan
+    window = values[-max(2, math.ceil(RISE_SHARE * len(values))):]
+    slope = np.polyfit(np.arange(len(window)), window, 1)[0]
+    return float(slope * (len(window) - 1))
+
+
+@dataclass(frozen=True)
+class Convergence:
+    converged: bool
+    reason: str  # "" when converged, else what failed: "loss 0.79 > 0.68", "val +3.2 over the last 2 epochs"
+
+
+def row_convergence(final_losses: Sequence[float], val_curves: Sequence[Sequence[float]],
+                    threshold: float | None) -> Convergence:
+    """Whether one row (its non-diverged seeds' final training losses and val curves) converged.
+
+    `threshold` is `loss_threshold`'s value, or None where the floor is unknown (mixup/cutmix): then only val
+    is checked. A row with no non-diverged seed is not converged ("every seed diverged")."""
+    losses = [v for v in final_losses if v is not None and math.isfinite(v)]
+    if not losses:
+        return Convergence(False, "every seed diverged")
+    reasons = []
+    loss = float(np.median(losses))
+    if threshold is not None and loss > threshold:
+        reasons.append(f"loss {loss:.2f} > {threshold:.2f}")
+    length = min(len(c) for c in val_curves) if val_curves else 0
+    mean_curve = np.mean([list(c)[:length] for c in val_curves], axis=0) if length else []
+    gain = val_gain(list(mean_curve))
+    if not math.isnan(gain) and gain > RISE_POINTS:
+        epochs = max(2, math.ceil(RISE_SHARE * length))
+        reasons.append(f"val +{gain:.1f} over the last {epochs} epochs")
+    return Convergence(not reasons, "; ".join(reasons))
+
+
+def convergence_rows(at_selected: pd.DataFrame, history: pd.DataFrame, keys: list[str],
+                     threshold: float | None) -> pd.DataFrame:
+    """Per row of `keys` (its cells at the selected lr): converged (bool) and reason, from `history`."""
+    curves = {cid: g.sort_values("epoch")["val_top1"].tolist() for cid, g in history.groupby("cell_id")}
+    rows = []
+    for key, group in at_selected.groupby(keys, dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        alive = group[group["status"] != "diverged"]
+        verdict = row_convergence(alive["train_loss"].tolist(),
+                                  [curves[c] for c in alive["cell_id"] if c in curves], threshold)
+        rows.append({**dict(zip(keys, key, strict=True)), "converged": verdict.converged, "reason": verdict.reason})
+    return pd.DataFrame(rows)

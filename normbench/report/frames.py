@@ -1,0 +1,65 @@
+"""The ledger read back as two DataFrames: one row per finished cell (`cells_frame`) and one row per epoch of each
+cell (`history_frame`, written as history.csv so a clean clone can redraw every curve and recompute every
+learning-speed number without the ledger).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from optuna.trial import TrialState
+
+from normbench.spec.names import StudyNames
+from normbench.spec.selection import REPORTS, ROLE, SELECTS, add_scores
+from normbench.store.ledger import Ledger
+from normbench.store.migrations import trial_axes
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+HISTORY_COLUMNS = ("epoch", "step", "images", "train_loss", "val_top1", "lr_now", "grad_norm")
+
+
+def studies_of(ledger: Ledger, names: StudyNames, *, tuned: bool = False) -> list[tuple[str, int, str]]:
+    """(study, bracket round, role) of the suite's studies present in the ledger: the matrix and bracketing rounds
+    select; the report stage reports; with `tuned`, the tuned re-runs (which report)."""
+    present = set(ledger.study_names())
+    if tuned:
+        studies = [(names.tuned, 0, REPORTS)]
+    else:
+        studies = [(names.run, 0, SELECTS),
+                   *((n, names.bracket_round(n) or 0, SELECTS) for n in names.bracket_rounds(present)),
+                   (names.report, 0, REPORTS)]
+    return [s for s in studies if s[0] in present]
+
+
+def cells_frame(ledger: Ledger, names: StudyNames, *, tuned: bool = False) -> pd.DataFrame:
+    """One row per finished cell of the suite's run, bracketing and report studies (or, with `tuned`, of its tuned
+    re-runs): axes, metrics, status, `role` (select/report) and `bracket_round` (0 outside bracketing)."""
+    rows = []
+    for name, bracket_round, role in studies_of(ledger, names, tuned=tuned):
+        for t in ledger.study(name).get_trials(deepcopy=False, states=FINISHED):
+            rows.append({"cell_id": t.user_attrs.get("cell_id"), **trial_axes(t), **t.user_attrs.get("result", {}),
+                         ROLE: role, "trial": t.number, "bracket_round": bracket_round,
+                         "tuned_params": t.user_attrs.get("overrides"), "history": t.user_attrs.get("history")})
+    frame = pd.DataFrame(rows)
+    return frame if frame.empty else add_scores(frame)
+
+
+def history_frame(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One row per (cell, epoch) of `cells` (a cells_frame with its `history` column): cell_id, role, `keys` (the
+    axes), then HISTORY_COLUMNS. `lr_now` is the schedule's lr at the epoch's last step (`lr` is the cell's peak).
+    Histories written before `step` and `images` were recorded get them from the split size and the recipe
+    (`steps_per_epoch`, a column of `cells` the caller fills), as the loop counts them."""
+    rows = []
+    for _, cell in cells.iterrows():
+        per_epoch = cell.get("history")
+        if not isinstance(per_epoch, list):
+            continue
+        steps = cell.get("steps_per_epoch")
+        for record in per_epoch:
+            epoch = int(record["epoch"])
+            step = record.get("step", (epoch + 1) * steps if steps else None)
+            rows.append({"cell_id": cell["cell_id"], ROLE: cell[ROLE], **{k: cell[k] for k in keys},
+                         "epoch": epoch, "step": step, "images": record.get("images"),
+                         "train_loss": record.get("train_loss"), "val_top1": record.get("val_top1"),
+                         "lr_now": record.get("lr"), "grad_norm": record.get("grad_norm")})
+    frame = pd.DataFrame(rows, columns=["cell_id", ROLE, *keys, *HISTORY_COLUMNS])
+    return frame.astype({"val_top1": float, "train_loss": float})

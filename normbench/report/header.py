@@ -1,0 +1,137 @@
+"""The leaderboard's header: the suite and recipe, the splits and seeds, the training regime in words, the data's
+ceiling, the machine and how every number below is defined. A reader learns here in which regime a number holds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any
+
+import pandas as pd
+
+from normbench.data.config import DATASET_ONLY_KEYS
+from normbench.report.analysis import Analysis
+from normbench.report.convergence import LOSS_TOLERANCE, RISE_POINTS, RISE_SHARE
+from normbench.report.machine import machine_line
+from normbench.report.stats import ALPHA
+from normbench.spec.selection import CHANCE_SE, REPORTS, ROLE, SELECTS, TIE_RULE
+from normbench.spec.suite import Suite
+
+SCORE_DEFINITION = (
+    "score = test top-1 (%) at the final epoch, at the lr whose seed-mean val top-1 (final epoch) over the "
+    "selection seeds is highest (" + TIE_RULE + "); then that lr is trained on the report seeds, which selection "
+    "never saw, and they give the score (a row without report cells is scored on its selection seeds, marked "
+    "'select' in n); val chooses, test only reports; a diverged cell scores 0; 95% CI = Student t interval over "
+    "the scoring seeds, clipped to [0, 100]; non-failing = the mean over the seeds that did not diverge; "
+    "'edge' = the selected lr is the smallest or largest tried; 'no signal' = the best lr's cells sit at chance "
+    f"(within {CHANCE_SE:g} binomial standard errors) or the lr means are within the seeds' spread; 'lr window' = "
+    "the span of lrs whose selection-seed mean lies within the selected lr's selection-seed CI; lr sensitivity "
+    "(Wortsman et al. 2023) = the mean over the lrs every row of the table tried of (the row's best seed-mean "
+    "score) minus (its seed-mean score there), a diverged cell counted at chance; failed = diverged cells over all "
+    "the row's lrs; 1 ★ = the top row is separated from the second (paired t test over matched seeds, "
+    f"Holm-adjusted over the tables, p < {ALPHA:g}), else 1 (tied)")
+
+
+def recipe_lines(suite: Suite) -> list[str]:
+    """Every value the cells trained with (the suite's base recipe resolved against the defaults); matrix axes are
+    listed as axes."""
+    config = suite.cell({}).config
+    axes = set(suite.matrix)
+    data = asdict(config.data)
+    for name, keys in DATASET_ONLY_KEYS.items():
+        if config.data.name != name:
+            data = {k: v for k, v in data.items() if k not in keys}
+
+    def text(values: dict[str, Any]) -> str:
+        return ", ".join(f"{k}={v}" for k, v in values.items() if k not in axes)
+
+    return [f"- matrix: {', '.join(f'{k} {v}' for k, v in suite.matrix.items())}"
+            + (f"; bracketing on (at most {suite.bracket_max_steps} steps beyond each end)" if suite.bracket else "")
+            + (f"; report seeds {suite.report_seeds}" if suite.report_seeds else ""),
+            f"- model: {text(asdict(config.model))}",
+            f"- train: {text(asdict(config.train))}",
+            f"- dataset: {text(data)}"]
+
+
+def seeds_line(cells: pd.DataFrame) -> str:
+    def seeds(role: str) -> list[int]:
+        chosen = cells[cells[ROLE] == role] if ROLE in cells else cells
+        return sorted(int(s) for s in chosen["seed"].dropna().unique())
+
+    report = seeds(REPORTS)
+    added = int((cells["bracket_round"] > 0).sum()) if "bracket_round" in cells else 0
+    return (f"- seeds: selection {seeds(SELECTS)}; report "
+            + (f"{report} (fresh: they never chose an lr)" if report else
+               "none (every score comes from the seeds that chose its lr: optimistic)")
+            + f"; lrs tried: {', '.join(f'{lr:g}' for lr in sorted(cells['lr'].dropna().unique()))}"
+            + (f" ({added} cells added by bracketing)" if added else ""))
+
+
+def regime_word(converged: int, rows: int) -> str:
+    if rows and converged == rows:
+        return "converged: these are final-accuracy numbers"
+    if rows and 2 * converged >= rows:
+        return "mostly converged: read unconverged rows as lower bounds"
+    return "early training: most rows have not converged, so these numbers measure how fast a layer gets going"
+
+
+def budget_text(analysis: Analysis, where: dict[str, Any] | None = None) -> str:
+    """'10 epochs = 160 optimizer steps (17,280 images) per cell' over the cells that trained every epoch (of the
+    table `where`, when given); several budgets are listed."""
+    cells = analysis.cells
+    if where:
+        for k, v in where.items():
+            cells = cells[cells[k] == v]
+    done = analysis.history[analysis.history["cell_id"].isin(set(cells[cells["status"] == "ok"]["cell_id"]))]
+    if done.empty:
+        return "no cell trained to its end"
+    last = done.sort_values("epoch").groupby("cell_id").tail(1)
+    parts = []
+    for (epochs, step, images), _ in last.groupby([last["epoch"] + 1, "step", "images"], dropna=False):
+        images_text = f" ({int(images):,} images)" if images == images else ""
+        parts.append(f"{int(epochs)} epochs = {int(step)} optimizer steps{images_text}")
+    return "; ".join(parts) + " per cell"
+
+
+def regime_line(analysis: Analysis) -> str:
+    selected = analysis.selected
+    converged = int(selected["converged"].fillna(False).astype(bool).sum())
+    rows = len(selected)
+    regime = analysis.regime
+    if regime.threshold is not None:
+        rule = (f"median final train loss at most {regime.threshold:.3f}, i.e. within {LOSS_TOLERANCE:g} of the way "
+                f"from chance's ln {regime.num_classes} = {math.log(regime.num_classes):.3f} down to the "
+                f"label-smoothing floor {regime.floor:.3f}, and")
+    elif regime.soft_targets:
+        rule = "mixup/cutmix train on soft targets without a constant loss floor: only"
+    else:
+        rule = "no loss floor known (number of classes not recorded): only"
+    return (f"- regime: {budget_text(analysis)}; {converged} of {rows} rows converged ({rule} the seed-mean val "
+            f"curve gaining at most {RISE_POINTS:g} point over the last {RISE_SHARE:.0%} of epochs): "
+            f"{regime_word(converged, rows)}")
+
+
+def ceiling_text(ceiling: str | None) -> list[str]:
+    return [f"- {ceiling}"] if ceiling else []
+
+
+def header(suite: Suite | None, cells: pd.DataFrame, analysis: Analysis | None, ceiling: str | None) -> list[str]:
+    lines = [f"# normbench leaderboard: {suite.name if suite else '?'}", ""]
+    if suite is not None:
+        lines += [f"- suite: `{suite.path}`" + (f" — {suite.description}" if suite.description else "")]
+        lines += recipe_lines(suite)
+    if not cells.empty:
+        if all(k in cells for k in ("train_size", "val_size", "test_size")):
+            sizes = cells[["train_size", "val_size", "test_size"]].dropna().drop_duplicates()
+            split = "; ".join("/".join(str(int(v)) for v in row) for row in sizes.itertuples(index=False))
+            lines.append(f"- splits (train/val/test images): {split}")
+        lines.append(seeds_line(cells))
+    if analysis is not None:
+        lines.append(regime_line(analysis))
+    lines += ceiling_text(ceiling)
+    lines += [f"- {machine_line()}", f"- {len(cells)} cells; {SCORE_DEFINITION}"]
+    if cells.attrs.get("legacy"):
+        lines.append("- NOTE: this ledger predates the test split: every number below is the best-epoch VAL top-1, "
+                     "chosen on the same split (optimistic); re-run the suite for test scores")
+    return [*lines, ""]

@@ -1,0 +1,126 @@
+"""The leaderboard's body for a run: per table (depth, budget) final accuracy and learning speed as two answers,
+then all depths, the paired comparisons with the baseline, the claims with their regime, the rankings across
+budgets, lr sensitivity and failure, throughput and the figures. Formats an `Analysis`; computes nothing new.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from normbench.report.analysis import Analysis
+from normbench.report.budget import BUDGET_AXIS, budget_agreement
+from normbench.report.header import budget_text
+from normbench.report.plots import write_accuracy_vs_step, write_lr_sensitivity, write_plots
+from normbench.report.stats import ALPHA, check_claims, select_lr, selected_cells
+from normbench.report.tables import (
+    all_depths_table,
+    baseline_table,
+    budget_table,
+    claims_table,
+    layer_table,
+    markdown_table,
+    speed_table,
+    throughput_table,
+)
+from normbench.spec.suite import Suite
+
+
+def title(where: dict[str, Any]) -> str:
+    return ", ".join(f"{v} epochs" if k == BUDGET_AXIS else f"{k} {v}" for k, v in where.items())
+
+
+def _rows_of(frame: pd.DataFrame, where: dict[str, Any]) -> pd.DataFrame:
+    for k, v in where.items():
+        frame = frame[frame[k] == v]
+    return frame
+
+
+def table_sections(analysis: Analysis) -> list[str]:
+    """Per table: final accuracy (with convergence and robustness columns), then learning speed."""
+    a = analysis
+    params = a.cells.groupby(a.keys)["params"].first().to_dict() if "params" in a.cells else {}
+    lines = []
+    for where in a.selected[a.table_keys].drop_duplicates().sort_values(a.table_keys).to_dict("records"):
+        rows = _rows_of(a.selected, where)
+        separated = _rows_of(a.separation, where)["separated"] if not a.separation.empty else pd.Series()
+        by_row = {tuple(r[k] for k in a.row_keys): params.get(tuple(r[k] for k in a.keys))
+                  for r in rows.to_dict("records")}
+        by_row = {k: v for k, v in by_row.items() if v is not None}
+        lines += [f"## {title(where)}: final accuracy ({budget_text(a, where)})", "",
+                  markdown_table(layer_table(rows, a.row_keys, by_row or None,
+                                             bool(separated.iloc[0]) if len(separated) else None)), ""]
+        speed = _rows_of(a.speed, where)
+        if not speed.empty:
+            lines += [f"## {title(where)}: learning speed (median optimizer steps to reach each val top-1 at the "
+                      "selected lr, over the scoring seeds; how many reached it)", "",
+                      markdown_table(speed_table(speed, a.row_keys, a.targets)), ""]
+    return lines
+
+
+def claim_regimes(analysis: Analysis, claims: pd.DataFrame) -> list[str]:
+    """Per claim row: its steps and which of its two rows had not converged."""
+    texts = []
+    for _, claim in claims.iterrows():
+        where = {k: claim[k] for k in analysis.table_keys}
+        rows = _rows_of(analysis.selected, where)
+        rows = rows[rows["layer"].isin([claim["layer"], claim["beats"]])]
+        open_rows = rows[~rows["converged"].fillna(False).astype(bool)]["layer"].tolist()
+        state = "both rows converged" if not open_rows else f"unconverged: {', '.join(open_rows)}"
+        texts.append(f"{budget_text(analysis, where)}; {state}")
+    return texts
+
+
+def comparison_sections(analysis: Analysis, suite: Suite | None) -> list[str]:
+    a = analysis
+    cells, selected, keys = a.cells, a.selected, a.keys
+    lines = ["## all depths (test top-1 % [95% CI] at each depth's val-selected lr; e = selected lr at the grid's "
+             "edge; sorted by the mean over depths)", "",
+             markdown_table(all_depths_table(selected, [*a.row_keys, *a.table_keys[1:]])), ""]
+    baseline = suite.baseline if suite else ("layernorm" if "layernorm" in set(cells["layer"]) else None)
+    if baseline is not None:
+        table = baseline_table(cells, selected, keys, baseline)
+        if not table.empty:
+            lines += [f"## paired comparison with {baseline} (test top-1, matched scoring seeds, each layer at its "
+                      f"own val-selected lr; paired t test, Holm-adjusted over this table: better/worse only where "
+                      f"the adjusted p < {ALPHA:g})", "", markdown_table(table), ""]
+    if suite is not None and suite.claims:
+        claims = check_claims(cells, selected, keys, suite.claims)
+        lines += [f"## claims (paired t test of the difference against `by`, Holm-adjusted over the claims: "
+                  f"supported where p < {ALPHA:g} and the difference lies above `by`, contradicted where below, "
+                  "else inconclusive; each read in the regime it states)", "",
+                  markdown_table(claims_table(claims, claim_regimes(a, claims))), ""]
+    if BUDGET_AXIS in a.table_keys:
+        group_keys = [k for k in a.table_keys if k != BUDGET_AXIS]
+        agreement = budget_agreement(selected, group_keys)
+        if not agreement.empty:
+            lines += ["## does the ranking hold across budgets? (Spearman's rho of the layer scores against the "
+                      f"largest budget's; one-sided exact permutation p; holds: rho > 0 and p < {ALPHA:g})", "",
+                      markdown_table(budget_table(agreement, group_keys)), ""]
+    return lines
+
+
+def run_sections(analysis: Analysis, suite: Suite | None, out_dir: Path) -> list[str]:
+    """Every section of a run's leaderboard, and its figures."""
+    a = analysis
+    lines = [*table_sections(a), *comparison_sections(a, suite)]
+    lines += ["## throughput (median training images/s over each row's cells)", "",
+              "Wall clock of cells that may have shared the machine with other work: a rough guide, not a speed "
+              "benchmark (`normbench bench` measures speed).", "",
+              markdown_table(throughput_table(a.cells, [*a.row_keys, *a.table_keys[1:]])), ""]
+    dataset = suite.dataset.name if suite else "?"
+    largest = a.cells
+    if BUDGET_AXIS in a.table_keys:  # the depth and lr figures show the largest budget
+        largest = largest[largest[BUDGET_AXIS] == largest[BUDGET_AXIS].max()]
+    epochs = ", ".join(str(int(e)) for e in sorted(largest["epochs_run"].unique())) if suite is None \
+        else str(suite.cell({}).config.train.epochs) if BUDGET_AXIS not in a.table_keys \
+        else str(int(largest[BUDGET_AXIS].max()))
+    plots = write_plots(largest, select_lr(largest, ["layer", "depth"]), out_dir, dataset=dataset, epochs=epochs)
+    for extra in (write_accuracy_vs_step(a.history, selected_cells(a.cells, a.selected, a.keys), out_dir,
+                                         dataset=dataset),
+                  write_lr_sensitivity(a.selected, out_dir, dataset=dataset, table_keys=a.table_keys)):
+        if extra is not None:
+            plots.append(extra)
+    return [*lines, *(f"![{p.stem}]({p.name})" for p in plots), ""]

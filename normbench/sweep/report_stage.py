@@ -1,0 +1,38 @@
+"""Fresh seeds report: once selection is over, each row's chosen lr is trained on the suite's `report_seeds`.
+
+The selection seeds (the matrix's `seed` axis, bracketing rounds included) choose each row's lr with
+spec.selection.choose_lr; the report seeds never took part in that choice, so a seed that was lucky on val cannot
+also be the one that reports (val and test correlate across cells). `normbench tune` re-runs its best configurations
+on unseen seeds the same way. Pure: the runner queues what this returns, once, when every selection cell has
+finished and bracketing has nothing more to add.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from normbench.spec.selection import choose_lr, seed_mean, select_value
+from normbench.spec.suite import Suite
+
+
+def chosen_lr_by_row(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[tuple, float]:
+    """`{row: lr}` over the finished selection cells ((axes, result) pairs); a row is the matrix axes but lr and seed,
+    as `((axis, value), ...)` in file order."""
+    base_lr = float(suite.cell({}).config.train.lr)
+    by_row: dict[tuple, dict[float, list[float]]] = {}
+    for axes, result in finished:
+        row = tuple((k, axes[k]) for k in suite.row_axes())
+        lr = float(axes.get("lr", base_lr))
+        by_row.setdefault(row, {}).setdefault(lr, []).append(select_value(result))
+    return {row: choose_lr({lr: seed_mean(v) for lr, v in by_lr.items()}) for row, by_lr in by_row.items()}
+
+
+def report_axes(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The axes of every report cell: each row's chosen lr on each report seed (matrix key order, then `seed`)."""
+    cells = []
+    for row, lr in chosen_lr_by_row(suite, finished).items():
+        for seed in suite.report_seeds:
+            values = {**dict(row), "lr": lr, "seed": seed}
+            order = [*(k for k in suite.matrix if k in values), *(k for k in ("lr", "seed") if k not in suite.matrix)]
+            cells.append({k: values[k] for k in order if k != "lr" or "lr" in suite.matrix})
+    return cells

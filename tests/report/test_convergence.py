@@ -1,0 +1,38 @@
+"""normbench.report.convergence: the label-smoothing loss floor by hand, the val-still-rising test, row verdicts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from normbench.report.convergence import loss_floor, loss_threshold, row_convergence, val_gain
+
+
+def test_the_loss_floor_of_ten_classes_at_smoothing_0_1():
+    # targets: 0.9 + 0.1 / 10 = 0.91 on the true class, 0.01 on each of the other nine; floor = their entropy
+    by_hand = -(0.91 * math.log(0.91) + 9 * 0.01 * math.log(0.01))
+    assert loss_floor(10, 0.1) == pytest.approx(by_hand) == pytest.approx(0.50029, abs=1e-5)
+    assert loss_floor(10, 0.0) == 0.0
+    assert loss_threshold(10, 0.1) == pytest.approx(by_hand + 0.1 * (math.log(10) - by_hand))
+    with pytest.raises(ValueError):
+        loss_floor(1, 0.1)
+
+
+def test_val_gain_over_the_last_fifth_of_the_epochs():
+    assert val_gain([10, 20, 30, 40, 50, 60, 70, 80, 90, 95]) == pytest.approx(5.0)  # last 2 epochs: 90 -> 95
+    assert val_gain([50.0] * 10) == pytest.approx(0.0)
+    # 20 epochs: the last 4 rise by 1 each: slope 1 over 3 steps
+    assert val_gain([80.0] * 16 + [81.0, 82.0, 83.0, 84.0]) == pytest.approx(3.0)
+    assert math.isnan(val_gain([50.0]))
+
+
+def test_row_convergence_names_what_failed():
+    flat = [50.0] * 10
+    assert row_convergence([0.55, 0.60], [flat, flat], 0.68).converged
+    high = row_convergence([0.79, 0.81], [flat, flat], 0.68)
+    assert not high.converged and high.reason == "loss 0.80 > 0.68"
+    rising = row_convergence([0.55], [[10, 20, 30, 40, 50, 60, 70, 80, 90, 95]], 0.68)
+    assert not rising.converged and rising.reason == "val +5.0 over the last 2 epochs"
+    assert row_convergence([0.9], [flat], None).converged  # mixup: no floor, only val is checked
+    assert row_convergence([], [], 0.68).reason == "every seed diverged"

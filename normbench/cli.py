@@ -21,6 +21,9 @@ def _suite_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--storage", help="ledger URL shared by many workers, e.g. postgresql://user:pw@host/db "
                                      "(default: a journal file in the output folder)")
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N (default: the suite's, else auto)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override a suite key as if the file said it, e.g. --set train.epochs=2 --set "
+                        "dataset.root=~/data (VALUE is YAML; repeatable; the output folder's suite.yaml records it)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
 
@@ -94,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--workers {args.workers}: must be 1 or more (leave it out for one per GPU, 1 on CPU)")
     previous = _raise_on_sigterm()
     try:
+        _check_device_flag(args)
         return COMMANDS[args.command](args)
     except NormbenchError as e:
         print(f"normbench: error: {e}", file=sys.stderr)
@@ -109,6 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _check_device_flag(args: argparse.Namespace) -> None:
+    """`--device` goes through the suite's `device:` check: one line, not torch's traceback."""
+    if getattr(args, "device", None) is not None:
+        from normbench.spec.cell_checks import check_device
+
+        check_device(args.device, "--device")
 
 
 def _raise_on_sigterm() -> Any:
@@ -147,11 +159,30 @@ def _redacted(url: str) -> str:
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from normbench.spec.suite import load_suite
 
-    suite = load_suite(args.suite)
+    overrides = getattr(args, "overrides", None) or []
+    suite = load_suite(args.suite, overrides)
+    if overrides:
+        suite.path = _overridden_copy(args.suite, overrides)
     if getattr(args, "bracket", False):
         suite.enable_bracket()
     out = args.out or Path("results") / suite.name
     return suite, out
+
+
+def _overridden_copy(path: Path, overrides: list[str]) -> Path:
+    """The suite as `--set` leaves it, in a temporary file that lives as long as this process: the run saves it as
+    the output folder's suite.yaml (the record of what ran), and its local workers load it instead of the file."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from normbench.spec.suite_file import overridden_text
+
+    folder = Path(tempfile.mkdtemp(prefix="normbench-set-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    copy = folder / path.name
+    copy.write_text(overridden_text(path, overrides))
+    return copy
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -36,13 +36,14 @@ class ClaimLostError(Exception):
     it stops that cell and goes on; not a user error, never shown as one."""
 
 
-def did_you_mean(value: object, choices: Iterable[str]) -> str:
-    """' (did you mean `x`?)' for the closest choice, or ' (choose from a, b, c)' when none is close."""
+def did_you_mean(value: object, choices: Iterable[str], otherwise: str | None = None) -> str:
+    """' (did you mean `x`?)' for the closest choice, or when none is close ' (choose from a, b, c)', or
+    ' (otherwise)' when given (for lists too long to print)."""
     choices = sorted(str(c) for c in choices)
     close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
     if close:
         return f" (did you mean `{close[0]}`?)"
-    return f" (choose from {', '.join(choices)})"
+    return f" ({otherwise})" if otherwise else f" (choose from {', '.join(choices)})"
 
 
 class Terminated(KeyboardInterrupt):

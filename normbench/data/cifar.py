@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pickle
+import socket
 from dataclasses import dataclass
+from http.client import HTTPException
 from pathlib import Path
+from urllib.error import URLError
 
 import numpy as np
 import torch
@@ -51,12 +54,37 @@ LAYOUTS = {
 }
 
 
+# what a download without network raises (urllib wraps most in URLError); a full disk stays an OSError
+NETWORK_ERRORS = (URLError, ConnectionError, TimeoutError, socket.gaierror, HTTPException)
+
+
 def _download(name: str, root: Path) -> None:
     from torchvision.datasets import CIFAR10, CIFAR100
     from torchvision.datasets.utils import download_and_extract_archive
 
     source = CIFAR10 if name == "cifar10" else CIFAR100
-    download_and_extract_archive(source.url, str(root), filename=source.filename, md5=source.tgz_md5)
+    created = _missing_folders(root)
+    try:
+        download_and_extract_archive(source.url, str(root), filename=source.filename, md5=source.tgz_md5)
+    except NETWORK_ERRORS as e:
+        (root / source.filename).unlink(missing_ok=True)  # a partial archive: never complete, as the error says
+        for folder in created:  # innermost first; leave no empty data folder behind
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise DatasetNotFoundError(
+            f"{name}: download of {source.url} failed ({getattr(e, 'reason', None) or e}): no network here? Fetch "
+            f"{source.filename} elsewhere and put it in dataset.root ({root}); download: true then extracts it "
+            "without the network (or extract it there yourself and set download: false)"
+        ) from None
+
+
+def _missing_folders(path: Path) -> list[Path]:
+    """`path` and its ancestors that do not exist yet, innermost first: what a download would create."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
 
 
 def _read_batch(path: Path, label_key: str, name: str) -> tuple[np.ndarray, np.ndarray]:

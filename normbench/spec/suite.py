@@ -6,6 +6,9 @@ A suite names a dataset, a base recipe (`model:`, `train:`), a `matrix:` whose a
 `reference` suite's output folder whose layer ranking the leaderboard tests for transfer, the `report_seeds`
 that train each row's chosen lr once selection is over (selection never sees them), and the val `targets` whose
 steps-to-reach measure learning speed. Errors name the file, the key, the bad value and the closest valid one.
+
+The file is read by spec/suite_file.py (a key given twice is an error, `3e-3` is a float); `load_suite(path,
+overrides)` applies `--set KEY=VALUE` overrides before validating, as if the file said them.
 """
 
 from __future__ import annotations
@@ -15,22 +18,19 @@ import itertools
 import json
 import re
 import typing
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from normbench.data.config import DataConfig
-from normbench.errors import NormbenchError, SuiteError, did_you_mean
+from normbench.errors import SuiteError, did_you_mean
+from normbench.spec.cell_checks import check_cell, check_dataset, check_device
 from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
+from normbench.spec.suite_file import AXIS_SECTIONS, SECTIONS, TOP_LEVEL, apply_overrides, read_suite_file
 
-TOP_LEVEL = ("name", "description", "dataset", "model", "train", "matrix", "tune", "device", "bracket",
-             "bracket_max_steps", "baseline", "claims", "reference", "report_seeds", "targets")
 CLAIM_KEYS = ("layer", "beats", "depth", "by", "claimed")
 DEFAULT_TARGETS = (50.0, 70.0, 90.0)  # val top-1 (%) whose first crossing measures learning speed
-SECTIONS: dict[str, type] = {"dataset": DataConfig, "model": ModelConfig, "train": TrainConfig}
-AXIS_SECTIONS = {"model": ModelConfig, "train": TrainConfig}
 
 
 @dataclass(frozen=True)
@@ -124,21 +124,20 @@ def cell_id(axes: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------------------------------- loading
 
-
-def load_suite(path: str | Path) -> Suite:
-    """Read and validate a suite file. Raises SuiteError (exit code 2) naming file, key and value."""
+def load_suite(path: str | Path, overrides: Sequence[str] = ()) -> Suite:
+    """Read and validate a suite file, with `--set KEY=VALUE` overrides applied first. Raises SuiteError (exit
+    code 2) naming file, key and value."""
     path = Path(path)
-    if not path.is_file():
-        raise SuiteError(f"{path}: suite file not found; the suites/ folder holds examples (suites/smoke.yaml)")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise SuiteError(f"{path}: not valid YAML: {e}") from None
-    return parse_suite(raw, path)
+    raw = read_suite_file(path)
+    if not overrides:
+        return parse_suite(raw, path)
+    return parse_suite(apply_overrides(raw, overrides, path), path,
+                       where=f"{path} with --set {' '.join(overrides)}")
 
 
-def parse_suite(raw: Any, path: Path) -> Suite:
-    where = str(path)
+def parse_suite(raw: Any, path: Path, where: str | None = None) -> Suite:
+    """Validate a suite's YAML (`where` names it in messages: the file, and any --set overrides)."""
+    where = where or str(path)
     if not isinstance(raw, dict):
         raise SuiteError(f"{where}: a suite is a mapping of keys ({', '.join(TOP_LEVEL)}), got {type(raw).__name__}")
     for key in raw:
@@ -151,20 +150,21 @@ def parse_suite(raw: Any, path: Path) -> Suite:
     sections = {s: _section(raw.get(s), cls, s, where) for s, cls in SECTIONS.items()}
     try:
         dataset = DataConfig(**sections["dataset"])
-        _check_dataset(dataset, where)
+        check_dataset(dataset, where)
     except TypeError as e:
         raise SuiteError(f"{where}: dataset: {e}") from None
-    matrix, axis_section = _matrix(raw.get("matrix") or {}, where)
+    matrix, axis_section = _matrix(raw.get("matrix"), where)
     for axis in matrix:  # an axis overrides the base recipe; saying both is a mistake worth naming
         if axis in sections[axis_section[axis]]:
             raise SuiteError(f"{where}: `{axis}` is both in `{axis_section[axis]}:` and a matrix axis; keep one")
     suite = Suite(name=name, path=path, dataset=dataset, model=sections["model"], train=sections["train"],
-                  matrix=matrix, axis_section=axis_section, device=_device(raw.get("device", "auto"), where),
+                  matrix=matrix, axis_section=axis_section,
+                  device=check_device(raw.get("device", "auto"), f"{where}: device"),
                   description=str(raw.get("description", "")))
     suite.tune = _tune(raw.get("tune"), suite, where)
     _protocol(raw, suite, where)
     for cell in suite.cells():
-        _check_cell(cell, where)
+        check_cell(cell, where)
     return suite
 
 
@@ -201,6 +201,9 @@ def _check_type(value: Any, hint: Any, key: str, where: str) -> None:
 
 
 def _matrix(raw: Any, where: str) -> tuple[dict[str, list[Any]], dict[str, str]]:
+    if raw is None or raw == {}:  # else one cell with an empty id trains on hidden defaults
+        raise SuiteError(f"{where}: matrix: needs at least one axis (e.g. layer: [layernorm]), got {raw!r}; each "
+                         "axis is a model or train key with the values to train")
     if not isinstance(raw, dict):
         raise SuiteError(f"{where}: `matrix` must map axis names to lists of values, got {raw!r}")
     hints = {s: typing.get_type_hints(cls) for s, cls in AXIS_SECTIONS.items()}
@@ -330,54 +333,6 @@ def _targets(raw: Any, where: str) -> list[float]:
     if len(set(raw)) != len(raw):
         raise SuiteError(f"{where}: targets: repeated value in {raw}")
     return sorted(float(t) for t in raw)
-
-
-def _device(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", value):
-        raise SuiteError(f"{where}: device: expected auto, cpu, cuda or cuda:N, got {value!r}")
-    return value
-
-
-def _check_dataset(dataset: DataConfig, where: str) -> None:
-    from normbench.data import DATASETS
-
-    if dataset.name not in DATASETS:
-        hint = did_you_mean(dataset.name, DATASETS)
-        raise SuiteError(f"{where}: dataset.name: unknown dataset `{dataset.name}`{hint}")
-
-
-def _check_cell(cell: Cell, where: str) -> None:
-    from normbench.layers import resolve_layer
-
-    m = cell.config.model
-    try:
-        resolve_layer(m.layer)
-    except NormbenchError as e:
-        key = "matrix.layer" if "layer" in cell.axes else "model.layer"
-        raise SuiteError(f"{where}: {key}: {e}") from None
-    if m.embed_dim % m.num_heads:
-        raise SuiteError(f"{where}: model: embed_dim {m.embed_dim} is not divisible by num_heads {m.num_heads} "
-                         f"(cell {cell.cell_id})")
-    positive = {"model.depth": m.depth, "model.embed_dim": m.embed_dim, "train.epochs": cell.config.train.epochs,
-                "train.batch_size": cell.config.train.batch_size, "train.lr": cell.config.train.lr,
-                "train.grad_accum_steps": cell.config.train.grad_accum_steps}
-    for key, value in positive.items():
-        if value <= 0:
-            raise SuiteError(f"{where}: {key}: must be positive, got {value!r}")
-    t = cell.config.train
-    not_negative = {"train.telemetry_every": t.telemetry_every, "train.attn_extra_loss": t.attn_extra_loss,
-                    "train.attn_extra_loss_layers": t.attn_extra_loss_layers,
-                    "train.train_feature_decay": t.train_feature_decay}  # 0 turns each off
-    for key, value in not_negative.items():
-        if value < 0:
-            raise SuiteError(f"{where}: {key}: must be 0 (off) or more, got {value!r}")
-    choices = {"model.drop_path_mode": (m.drop_path_mode, ("linear", "uniform")),
-               "model.global_pool": (m.global_pool, ("token", "avg")),
-               "train.amp": (cell.config.train.amp, ("auto", "bf16", "none")),
-               "train.compile": (cell.config.train.compile, ("auto", "on", "off"))}
-    for key, (value, options) in choices.items():
-        if value not in options:
-            raise SuiteError(f"{where}: {key}: {value!r}{did_you_mean(value, options)}")
 
 
 def with_overrides(cell: Cell, overrides: dict[str, Any]) -> CellConfig:

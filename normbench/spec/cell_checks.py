@@ -1,0 +1,143 @@
+"""Checks of one cell's recipe that need no training: every key in range, the layer known, the schedule, image,
+batch and optimizer consistent with the data. normbench/spec/suite.py runs them on every cell of a matrix, so a
+suite that would train nonsense is refused before anything is created.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from normbench.data.config import DataConfig
+from normbench.errors import NormbenchError, SuiteError, did_you_mean
+
+if TYPE_CHECKING:
+    from normbench.spec.suite import Cell
+
+# the bundled data sets' fixed train splits (normbench/data/digits.py, mnist5k.py): known without loading them;
+# cifar and imagefolder are only known once read from disk, so their batch size is checked when they load
+BUNDLED_TRAIN_SIZE = {"digits": 1077, "mnist5k": 3000}
+NATIVE_IMG_SIZE = {"digits": 8, "mnist5k": 28, "cifar10": 32, "cifar100": 32}  # synthetic: synthetic_size
+
+
+def check_device(value: Any, key: str) -> str:
+    """A suite's `device:` or a command's `--device` (`key` names which), checked before torch sees it."""
+    if not isinstance(value, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", value):
+        raise SuiteError(f"{key}: expected auto, cpu, cuda or cuda:N, got {value!r}")
+    return value
+
+
+def check_dataset(dataset: DataConfig, where: str) -> None:
+    from normbench.data import DATASETS
+
+    if dataset.name not in DATASETS:
+        hint = did_you_mean(dataset.name, DATASETS)
+        raise SuiteError(f"{where}: dataset.name: unknown dataset `{dataset.name}`{hint}")
+
+
+def check_cell(cell: Cell, where: str) -> None:
+    from normbench.layers import resolve_layer
+
+    m = cell.config.model
+    try:
+        resolve_layer(m.layer)
+    except NormbenchError as e:
+        key = "matrix.layer" if "layer" in cell.axes else "model.layer"
+        raise SuiteError(f"{where}: {key}: {e}") from None
+    if m.embed_dim % m.num_heads:
+        raise SuiteError(f"{where}: model: embed_dim {m.embed_dim} is not divisible by num_heads {m.num_heads} "
+                         f"(cell {cell.cell_id})")
+    positive = {"model.depth": m.depth, "model.embed_dim": m.embed_dim, "model.patch_size": m.patch_size,
+                "model.img_size": 1 if m.img_size is None else m.img_size, "train.epochs": cell.config.train.epochs,
+                "train.batch_size": cell.config.train.batch_size, "train.lr": cell.config.train.lr,
+                "train.grad_accum_steps": cell.config.train.grad_accum_steps}
+    for key, value in positive.items():
+        if value <= 0:
+            raise SuiteError(f"{where}: {key}: must be positive, got {value!r}")
+    t = cell.config.train
+    not_negative = {"train.telemetry_every": t.telemetry_every, "train.attn_extra_loss": t.attn_extra_loss,
+                    "train.attn_extra_loss_layers": t.attn_extra_loss_layers,
+                    "train.train_feature_decay": t.train_feature_decay, "train.weight_decay": t.weight_decay,
+                    "train.warmup_epochs": t.warmup_epochs}  # 0 turns each off
+    for key, value in not_negative.items():
+        if value < 0:
+            raise SuiteError(f"{where}: {key}: must be 0 (off) or more, got {value!r}")
+    _check_schedule(cell, where)
+    _check_image(cell, where)
+    _check_batch(cell, where)
+    _check_optimizer(cell, where)
+    choices = {"model.drop_path_mode": (m.drop_path_mode, ("linear", "uniform")),
+               "model.global_pool": (m.global_pool, ("token", "avg")),
+               "train.amp": (cell.config.train.amp, ("auto", "bf16", "none")),
+               "train.compile": (cell.config.train.compile, ("auto", "on", "off"))}
+    for key, (value, options) in choices.items():
+        if value not in options:
+            raise SuiteError(f"{where}: {key}: {value!r}{did_you_mean(value, options)}")
+
+
+def _in_cell(cell: Cell, *keys: str) -> str:
+    """' (cell depth=2,...)' when one of `keys` is a matrix axis: the bad value is that cell's, not the recipe's."""
+    return f" (cell {cell.cell_id})" if any(k in cell.axes for k in keys) else ""
+
+
+def _check_schedule(cell: Cell, where: str) -> None:
+    """The lr schedule reaches its peak, and its floors and the smoothing are in range."""
+    t = cell.config.train
+    if t.warmup_epochs >= t.epochs:
+        raise SuiteError(f"{where}: train.warmup_epochs: {t.warmup_epochs:g} is not below train.epochs {t.epochs}"
+                         f"{_in_cell(cell, 'warmup_epochs', 'epochs')}, so the lr would never reach its peak; "
+                         "use fewer warmup epochs or more epochs")
+    for key, value in {"train.min_lr": t.min_lr, "train.warmup_lr": t.warmup_lr}.items():
+        if value < 0:
+            raise SuiteError(f"{where}: {key}: must be 0 or more, got {value!r}")
+    if not 0 <= t.label_smoothing < 1:
+        raise SuiteError(f"{where}: train.label_smoothing: must lie in [0, 1) (0: off, 0.1 usual), got "
+                         f"{t.label_smoothing!r}")
+
+
+def _check_image(cell: Cell, where: str) -> None:
+    """The patch side divides the image side (the data set's native size, or model.img_size)."""
+    from normbench.data.build import IMAGEFOLDER_SIZE
+
+    m, data = cell.config.model, cell.config.data
+    native = {**NATIVE_IMG_SIZE, "synthetic": data.synthetic_size, "imagefolder": IMAGEFOLDER_SIZE}[data.name]
+    size = m.img_size or native
+    if size % m.patch_size:
+        divisors = [d for d in range(1, size + 1) if size % d == 0]
+        near = sorted({max(d for d in divisors if d <= m.patch_size),
+                       min((d for d in divisors if d >= m.patch_size), default=size)})
+        side = f"model.img_size {size}" if m.img_size else f"the {size}x{size} images of {data.name}"
+        raise SuiteError(f"{where}: model.patch_size: {m.patch_size} does not divide {side}"
+                         f"{_in_cell(cell, 'patch_size', 'img_size')}; use a divisor of {size}, e.g. "
+                         f"{' or '.join(map(str, near))}")
+
+
+def _check_batch(cell: Cell, where: str) -> None:
+    """A batch fits in the train split, and an epoch holds at least one optimizer step (bundled and synthetic data:
+    the sizes are known without loading anything)."""
+    t, data = cell.config.train, cell.config.data
+    n = data.train_size if data.name == "synthetic" else BUNDLED_TRAIN_SIZE.get(data.name)
+    if n is None or n < 1:  # cifar, imagefolder: known once read; a bad synthetic size is the loader's message
+        return
+    if t.batch_size > n:
+        raise SuiteError(f"{where}: train.batch_size: {t.batch_size} is more than the {n} images of the {data.name} "
+                         f"train split{_in_cell(cell, 'batch_size')}, so the batch would silently shrink to {n}; "
+                         f"use at most {n}")
+    batches = n // t.batch_size
+    if batches < t.grad_accum_steps:
+        raise SuiteError(f"{where}: train.grad_accum_steps: {t.grad_accum_steps} batches per optimizer step, but an "
+                         f"epoch of {data.name} holds only {batches} batches of {t.batch_size}"
+                         f"{_in_cell(cell, 'grad_accum_steps', 'batch_size')}: no step would ever run; use at most "
+                         f"{batches} or a smaller batch_size")
+
+
+def _check_optimizer(cell: Cell, where: str) -> None:
+    """A name timm's create_optimizer_v2 knows (it reads `lookahead_adamw` as adamw with Lookahead)."""
+    from timm.optim import list_optimizers  # timm is loaded by the layer check already
+
+    name = cell.config.train.optimizer
+    known = list_optimizers()
+    if name.lower().split("_")[-1] not in known:
+        hint = did_you_mean(name.lower(), known, otherwise=f"use one of timm's {len(known)}, e.g. adamw, lamb "
+                                                         "or sgd: timm.optim.list_optimizers()")
+        raise SuiteError(f"{where}: train.optimizer: unknown optimizer {name!r}{_in_cell(cell, 'optimizer')}{hint}")

@@ -1,0 +1,130 @@
+"""A suite file as YAML: read with `SuiteLoader` (a key given twice is an error, `3e-3` is a float), the suite's
+top-level keys and sections, and `--set KEY=VALUE` overrides applied as if the file said them. normbench/spec/suite.py
+validates what this returns.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from normbench.data.config import DataConfig
+from normbench.errors import SuiteError, did_you_mean
+from normbench.spec.recipe import ModelConfig, TrainConfig
+
+TOP_LEVEL = ("name", "description", "dataset", "model", "train", "matrix", "tune", "device", "bracket",
+             "bracket_max_steps", "baseline", "claims", "reference", "report_seeds", "targets")
+SECTIONS: dict[str, type] = {"dataset": DataConfig, "model": ModelConfig, "train": TrainConfig}
+AXIS_SECTIONS = {"model": ModelConfig, "train": TrainConfig}
+
+
+# YAML 1.1 (PyYAML) reads `3e-3` and `1.5e3` as strings: it wants a dot and a signed exponent. A researcher writes
+# lr: [3e-3], so any number with an exponent is a float here (as in YAML 1.2).
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping names one key twice; PyYAML alone would keep the last value silently."""
+
+    def __init__(self, key: str, first_line: int, line: int) -> None:
+        super().__init__(f"`{key}` given twice (lines {first_line} and {line})")
+        self.key, self.first_line, self.line = key, first_line, line
+
+
+class SuiteLoader(yaml.SafeLoader):
+    """safe_load's loader, plus: a key given twice in a mapping is refused, and `1e-3` is a float."""
+
+    def compose_mapping_node(self, anchor: Any) -> yaml.MappingNode:
+        # checked on the composed node, before merge keys (`<<`) are flattened into it: a merged key is no repeat
+        node = super().compose_mapping_node(anchor)
+        first_line: dict[tuple[str, str], int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE_TAG:
+                continue
+            key, line = (key_node.tag, key_node.value), key_node.start_mark.line + 1
+            if key in first_line:
+                raise DuplicateKeyError(key_node.value, first_line[key], line)
+            first_line[key] = line
+        return node
+
+
+class SuiteDumper(yaml.SafeDumper):
+    """Writes what SuiteLoader reads back: a string such as '1e3' is quoted, or it would come back a float."""
+
+
+for _cls in (SuiteLoader, SuiteDumper):
+    _cls.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+.0123456789"))
+
+
+def read_suite_file(path: Path) -> Any:
+    """The file's YAML, read with SuiteLoader."""
+    if not path.is_file():
+        raise SuiteError(f"{path}: suite file not found; the suites/ folder holds examples (suites/smoke.yaml)")
+    try:
+        return yaml.load(path.read_text(), Loader=SuiteLoader)
+    except DuplicateKeyError as e:
+        raise SuiteError(f"{path}: line {e.line}: `{e.key}` is given twice (first on line {e.first_line}); YAML "
+                         "would silently keep the last value: delete one") from None
+    except yaml.YAMLError as e:
+        raise SuiteError(f"{path}: not valid YAML: {e}") from None
+
+
+def apply_overrides(raw: Any, overrides: Sequence[str], path: Path) -> Any:
+    """`raw` (not changed) with each `KEY=VALUE` set: KEY is a top-level key or `section.key` (`train.epochs`,
+    `dataset.root`, `matrix.lr`, `tune.trials`), VALUE a YAML scalar or flow value (`2`, `~/data`, `[1e-3, 3e-3]`).
+    Only the key's name is checked here; its value is validated with the rest of the suite."""
+    if not isinstance(raw, dict):
+        return raw  # parse_suite names what the file holds instead
+    raw = copy.deepcopy(raw)
+    for item in overrides:
+        key, value = _override(item, path)
+        if key[0] in AXIS_SECTIONS and key[1] in (raw.get("matrix") or {}):  # else refused as "both" below
+            raise SuiteError(f"{path}: --set {item}: `{key[1]}` is a matrix axis of this suite; set the axis instead: "
+                             f"--set matrix.{key[1]}=[{item.partition('=')[2]}]")
+        node = raw
+        for part in key[:-1]:
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
+            if not isinstance(node, dict):
+                raise SuiteError(f"{path}: --set {item}: `{part}` in the file is not a mapping ({node!r}); "
+                                 "set the whole key instead")
+        node[key[-1]] = value
+    return raw
+
+
+def _override(item: str, path: Path) -> tuple[list[str], Any]:
+    """`train.epochs=2` -> (["train", "epochs"], 2), its key's name checked against the suite's keys."""
+    name, sep, text = item.partition("=")
+    key = name.strip().split(".")
+    if not sep or not all(key):
+        raise SuiteError(f"{path}: --set {item!r}: expected KEY=VALUE, e.g. --set train.epochs=2")
+    if key[0] not in TOP_LEVEL:
+        raise SuiteError(f"{path}: --set {item}: unknown key `{key[0]}`{did_you_mean(key[0], TOP_LEVEL)}")
+    if key[0] in SECTIONS:
+        valid = [f.name for f in fields(SECTIONS[key[0]])]
+        if len(key) != 2:
+            raise SuiteError(f"{path}: --set {item}: `{key[0]}` is a section: set one of its keys, e.g. --set "
+                             f"{key[0]}.{valid[0]}=VALUE")
+        if key[1] not in valid:
+            raise SuiteError(f"{path}: --set {item}: `{name}` is not a {key[0]} key{did_you_mean(key[1], valid)}")
+    elif len(key) > 1 and key[0] not in ("matrix", "tune"):
+        raise SuiteError(f"{path}: --set {item}: `{key[0]}` takes a value, not keys; use --set {key[0]}=VALUE")
+    try:
+        return key, yaml.load(text, Loader=SuiteLoader)
+    except yaml.YAMLError as e:
+        raise SuiteError(f"{path}: --set {item}: the value is not valid YAML ({e.problem or e})") from None
+
+
+def overridden_text(path: Path, overrides: Sequence[str]) -> str:
+    """The suite file as `--set` leaves it (its comments are not kept): the output folder's record of what ran."""
+    raw = apply_overrides(read_suite_file(path), overrides, path)
+    return (f"# {path} with --set {' '.join(overrides)} (written by normbench)\n"
+            + yaml.dump(raw, Dumper=SuiteDumper, sort_keys=False, default_flow_style=None))

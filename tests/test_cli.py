@@ -1,0 +1,91 @@
+"""The command line's own inputs go through the suite's checks: `--device`, `--set KEY=VALUE`, and a CIFAR download
+without network, each refused in one line before anything is created."""
+
+from __future__ import annotations
+
+import urllib.request
+from urllib.error import URLError
+
+import pytest
+import yaml
+
+from normbench.cli import main
+from normbench.spec.suite import load_suite
+from tests.spec.test_suite import run_cli
+
+
+@pytest.mark.parametrize("command", ["run", "tune", "worker"])
+def test_a_bad_device_flag_is_one_line_like_the_suite_key(write_suite, capsys, tmp_path, command):
+    out = tmp_path / "out"
+    code, err = run_cli(capsys, command, str(write_suite()), "--out", str(out), "--device", "tpu")
+    assert code == 2 and err.strip() == "normbench: error: --device: expected auto, cpu, cuda or cuda:N, got 'tpu'"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["train.epocs=2"], ["--set train.epocs=2", "`train.epocs` is not a train key", "did you mean `epochs`?"]),
+    (["dataset.rot=~/data"], ["`dataset.rot` is not a dataset key", "did you mean `root`?"]),
+    (["trian.epochs=2"], ["unknown key `trian`", "did you mean `train`?"]),
+    (["train=2"], ["`train` is a section", "--set train.epochs=VALUE"]),
+    (["train.epochs"], ["--set 'train.epochs': expected KEY=VALUE"]),
+    (["name.x=1"], ["`name` takes a value, not keys"]),
+    (["train.epochs=ten"], ["with --set train.epochs=ten: train.epochs: expected int, got 'ten'"]),
+    (["train.epochs=2.5"], ["train.epochs: expected int, got 2.5"]),
+    (["dataset.download=maybe"], ["dataset.download: expected bool, got 'maybe'"]),
+    (["train.warmup_epochs=1"], ["train.warmup_epochs: 1 is not below train.epochs 1"]),
+    (["train.optimizer=adamx"], ["did you mean `adamax`?"]),
+    (["matrix.lr=[]"], ["matrix.lr: needs at least one value"]),
+    (["train.lr=3e-3"], ["`lr` is a matrix axis of this suite", "--set matrix.lr=[3e-3]"]),
+])
+def test_bad_overrides_are_refused_like_the_files_keys(write_suite, capsys, tmp_path, overrides, expected):
+    path, out = write_suite(), tmp_path / "out"
+    code, err = run_cli(capsys, "run", str(path), "--out", str(out), *[a for o in overrides for a in ("--set", o)])
+    assert code == 2 and str(path) in err and len(err.strip().splitlines()) == 1
+    for fragment in expected:
+        assert fragment in err
+    assert not out.exists()
+
+
+def test_overrides_are_yaml_values_and_change_the_recipe(write_suite):
+    path = write_suite()
+    plain = load_suite(path)
+    suite = load_suite(path, ["train.epochs=3", "train.weight_decay=3e-3", "dataset.root=~/data",
+                              "dataset.download=true", "matrix.seed=[0, 1]", "model.embed_dim=32", "matrix.depth=[2]"])
+    assert suite.train["epochs"] == 3 and suite.train["weight_decay"] == 3e-3 and suite.model["embed_dim"] == 32
+    assert suite.dataset.root == "~/data" and suite.dataset.download is True
+    assert suite.matrix["seed"] == [0, 1] and len(suite.cells()) == 2 * len(plain.cells())
+    assert suite.recipe_hash() != plain.recipe_hash()
+    assert load_suite(path, ["train.epochs=1"]).recipe_hash() == plain.recipe_hash()  # the file's own value
+
+
+def test_a_run_with_overrides_saves_them_and_resumes_only_with_them(write_suite, capsys, tmp_path, one_torch_thread):
+    path, out = write_suite(matrix={"depth": [1], "layer": ["layernorm"], "lr": [1e-3], "seed": [0]}), tmp_path / "out"
+    sets = ["--set", "train.epochs=2", "--set", "matrix.lr=[2e-3]"]
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--device", "cpu", *sets]) == 0
+    saved = yaml.safe_load((out / "suite.yaml").read_text())
+    assert saved["train"]["epochs"] == 2 and saved["matrix"]["lr"] == [2e-3]  # the record of what ran
+    assert load_suite(out / "suite.yaml").recipe_hash() == load_suite(path, sets[1::2]).recipe_hash()
+    assert path.read_text() == write_suite(matrix={"depth": [1], "layer": ["layernorm"], "lr": [1e-3], "seed": [0]}
+                                           ).read_text()  # the file itself is not changed
+    capsys.readouterr()
+    assert main(["run", str(path), "--out", str(out), "--dry-run", *sets]) == 0
+    assert "1 cells, 1 finished" in capsys.readouterr().out
+    code, err = run_cli(capsys, "run", str(path), "--out", str(out), "--quiet", "--device", "cpu")
+    assert code == 2 and "changed since the cells in this ledger" in err  # as if the file had been edited back
+
+
+def test_a_cifar_download_without_network_names_the_url_and_the_manual_fix(write_suite, capsys, tmp_path,
+                                                                          monkeypatch):
+    def offline(*args, **kwargs):
+        raise URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    root, out = tmp_path / "data" / "cifar", tmp_path / "out"
+    path = write_suite(dataset={"name": "cifar10", "root": str(root), "download": True})
+    code, err = run_cli(capsys, "run", str(path), "--out", str(out), "--device", "cpu")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    for fragment in ("download of https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz failed",
+                     "name resolution", "no network", "cifar-10-python.tar.gz", str(root)):
+        assert fragment in err
+    assert "free space" not in err
+    assert not (tmp_path / "data").exists() and not out.exists()  # no empty data folder left behind

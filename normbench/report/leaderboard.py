@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 from optuna.trial import TrialState
 
+from normbench.errors import NormbenchError
 from normbench.report.analysis import Analysis, analyse
 from normbench.report.ceiling import ceiling_line, read_or_compute_ceiling
 from normbench.report.frames import cells_frame, history_frame
@@ -41,6 +42,10 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     """
     folder = OutputFolder(out_dir)
     out_dir = folder.path
+    if storage is None and not folder.ledger.exists():  # opening it would leave an empty ledger.journal behind
+        raise NormbenchError(f"{out_dir}: no ledger here ({folder.LEDGER}); run the suite first (`normbench run "
+                             "SUITE.yaml --out FOLDER`), or point at its output folder (and pass --storage if it ran "
+                             "on a shared database). Nothing was written.")
     ledger = Ledger(storage, out_dir)
     names = StudyNames(suite.name if suite else _single_suite_name(ledger))
     cells = _with_recipe_columns(cells_frame(ledger, names), suite)
@@ -175,7 +180,13 @@ def _steps_per_epoch(suite: Suite, row: dict[str, Any]) -> int:
 
 
 def _single_suite_name(ledger: Ledger) -> str:
+    """The one suite in a ledger whose folder has no suite.yaml; else a NormbenchError naming the fix."""
     names = suites_in(ledger.study_names())
-    if len(names) != 1:
-        raise ValueError(f"expected one suite in {ledger.url}, found {names}")
+    if not names:
+        raise NormbenchError(f"{ledger.url}: no suite has run cells in this ledger; run the suite first, or point at "
+                             "its output folder (and its --storage).")
+    if len(names) > 1:
+        raise NormbenchError(f"{ledger.url}: holds the cells of {len(names)} suites ({', '.join(names)}) and the "
+                             f"output folder has no {OutputFolder.SUITE} to say which to report; copy the suite's "
+                             f"file there as {OutputFolder.SUITE} and run `normbench leaderboard` again.")
     return names[0]

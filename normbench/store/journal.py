@@ -4,7 +4,9 @@ Optuna's journal is one JSON record a line, appended under a lock. A process kil
 Optuna skips it when reading, but the next append would glue onto it and make a line that never parses. Here every
 append first cuts a torn (or unparseable) last line off, under the journal's own lock, and says so once. Damage
 anywhere else stops the run (exit 2) naming the file and line and the fix, `normbench ledger repair OUT`, which keeps
-every record before the first bad line and moves the rest to a `.damaged` file beside it.
+every record before the first bad line and moves the rest to a `.damaged` file beside it. A line that is JSON but no
+record this Optuna can replay (`{}`, an op code of a newer Optuna) is refused and repaired the same way, wherever it
+is: Optuna would stop on it with a KeyError or an assertion, and cutting it off as torn would hide another writer.
 """
 
 from __future__ import annotations
@@ -13,19 +15,39 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import optuna
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.storages.journal._file import get_lock_file
+from optuna.storages.journal._storage import JournalOperation
 
 from normbench.errors import NormbenchError
 
 TAIL_CHUNK = 1 << 16
 
+KNOWN_OPS = frozenset(op.value for op in JournalOperation)
+# The fields Optuna's replay reads without a default, per operation (optuna/storages/journal/_storage.py)
+_TRIAL, _STUDY = ("worker_id", "trial_id"), ("worker_id", "study_id")
+REQUIRED = {
+    JournalOperation.CREATE_STUDY: ("worker_id", "study_name", "directions"),
+    JournalOperation.DELETE_STUDY: _STUDY,
+    JournalOperation.SET_STUDY_USER_ATTR: (*_STUDY, "user_attr"),
+    JournalOperation.SET_STUDY_SYSTEM_ATTR: (*_STUDY, "system_attr"),
+    JournalOperation.CREATE_TRIAL: (*_STUDY, "datetime_start"),
+    JournalOperation.SET_TRIAL_PARAM: (*_TRIAL, "param_name", "param_value_internal", "distribution"),
+    JournalOperation.SET_TRIAL_STATE_VALUES: (*_TRIAL, "state", "values"),
+    JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE: (*_TRIAL, "step", "intermediate_value"),
+    JournalOperation.SET_TRIAL_USER_ATTR: (*_TRIAL, "user_attr"),
+    JournalOperation.SET_TRIAL_SYSTEM_ATTR: (*_TRIAL, "system_attr"),
+}
+
 
 class LedgerDamagedError(NormbenchError):
-    """A journal line that cannot be read, not at the end: names the file, the line and how to recover."""
+    """A journal line that cannot be replayed (damage before the end, or a record of another Optuna version): names
+    the file, the line and how to recover."""
 
 
 class SafeJournalFileBackend(JournalFileBackend):
@@ -35,6 +57,14 @@ class SafeJournalFileBackend(JournalFileBackend):
         super().__init__(file_path, lock_obj=JournalFileSymlinkLock(file_path))
         with get_lock_file(self._lock):
             check(Path(file_path))
+
+    def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+        """Optuna's reader, refusing a record it cannot replay by its line (one another process appended while
+        this one runs; the file as opened was checked whole) instead of failing inside Optuna."""
+        for number, record in enumerate(super().read_logs(log_number_from), start=log_number_from + 1):
+            if not replayable(record):
+                raise _damaged(Path(self._file_path), number, json.dumps(record).encode())
+            yield record
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         with get_lock_file(self._lock):
@@ -53,13 +83,23 @@ def check(path: Path) -> None:
         return
     with open(path, "rb+") as f:
         cut_torn_tail(f, path)
-    bad = first_bad_line(path)
+    bad = _first_bad(path)
     if bad is not None:
-        number, intact = bad
-        raise LedgerDamagedError(
-            f"{path}: line {number} is not a ledger record (a damaged file); the {intact} records before it are "
-            f"intact.\nRun `normbench ledger repair {path.parent}` to keep those {intact} records (the rest is moved "
-            f"to {path.name}.damaged; their cells run again), or restore the file from a backup.")
+        raise _damaged(path, *bad)
+
+
+def _damaged(path: Path, number: int, line: bytes) -> LedgerDamagedError:
+    return LedgerDamagedError(
+        f"{path}: line {number} is {_what_is_wrong(line)}; the {number - 1} records before it are intact.\n"
+        f"Run `normbench ledger repair {path.parent}` to keep those {number - 1} records (the rest is moved to "
+        f"{path.name}.damaged; their cells run again), or restore the file from a backup.")
+
+
+def _what_is_wrong(line: bytes) -> str:
+    if not _parses(line):
+        return "not a ledger record (a damaged file)"
+    return (f"JSON but not a ledger record Optuna {optuna.__version__} can read (written by another Optuna "
+            "version, or damaged)")
 
 
 def cut_torn_tail(f: Any, path: Path) -> None:
@@ -81,11 +121,17 @@ def cut_torn_tail(f: Any, path: Path) -> None:
 
 
 def first_bad_line(path: Path) -> tuple[int, int] | None:
-    """(1-based line number, records before it) of the first line that does not parse, or None."""
+    """(1-based line number, records before it) of the first line that is no record Optuna can replay, or None."""
+    bad = _first_bad(path)
+    return None if bad is None else (bad[0], bad[0] - 1)
+
+
+def _first_bad(path: Path) -> tuple[int, bytes] | None:
+    """(1-based line number, the line) of the first line that is no record Optuna can replay, or None."""
     with open(path, "rb") as f:
         for number, line in enumerate(f, start=1):
-            if not line.endswith(b"\n") or not _parses(line):
-                return number, number - 1
+            if not line.endswith(b"\n") or not is_record(line):
+                return number, line
     return None
 
 
@@ -123,6 +169,22 @@ def _last_line_start(f: Any, end: int) -> int:
         if cut >= 0:
             return pos + cut + 1
     return 0
+
+
+def is_record(line: bytes) -> bool:
+    """A JSON line Optuna can replay (see `replayable`)."""
+    try:
+        return replayable(json.loads(line))
+    except ValueError:
+        return False
+
+
+def replayable(record: Any) -> bool:
+    """A JSON object with an operation this Optuna knows and the fields its replay reads."""
+    op = record.get("op_code") if isinstance(record, dict) else None
+    if type(op) is not int or op not in KNOWN_OPS:
+        return False
+    return all(key in record for key in REQUIRED.get(JournalOperation(op), ()))
 
 
 def _parses(line: bytes) -> bool:

@@ -39,6 +39,9 @@ from normbench.store.trial_params import add_waiting_trial, axis_distributions
 WORKER_ATTRS = ("worker_host", "worker_pid", "mlflow_run_id")
 UNFINISHED = (TrialState.WAITING, TrialState.RUNNING)
 LIVE = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
+# The private methods Optuna's _CachedStorage (the wrapper every Study puts around an RDBStorage) and
+# fail_stale_trials call on the storage: `study.get_trials` is `_get_trials`, so these need the retries as well
+RDB_PRIVATE = ("_get_trials", "_get_stale_trial_ids", "_get_best_trial_id", "_create_new_trial", "_set_trial_param")
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -91,7 +94,7 @@ class Ledger:
                 self.storage = retrying(optuna.storages.RDBStorage(
                     url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
                     heartbeat_stale_trial_callback=self._on_stale, engine_kwargs=engine_kwargs(url, grace_period)),
-                    what=f"the ledger database {redact(self.url)}")
+                    what=f"the ledger database {redact(self.url)}", private=RDB_PRIVATE)
                 error = None
                 break
             except Exception as e:  # sqlalchemy raises many types; all mean "cannot use this URL"

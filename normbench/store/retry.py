@@ -1,11 +1,13 @@
 """Wait out a database or tracking-server outage instead of dying on the first refused connection.
 
-`retrying(obj, what=url)` replaces each public method of `obj` (an Optuna storage, an MlflowClient) on that instance
-by one that retries transient errors (connection refused or reset, timeouts, a 5xx, SQLAlchemy's OperationalError)
-with backoff for up to NORMBENCH_RETRY_SECONDS (default 300), saying once what it waits for. Logic errors (a
-finished trial, a missing run) are raised at once. When the time runs out it raises ServerUnreachableError (exit 3)
-naming the URL; after that the object fails fast, so closing runs on the way out does not wait a second budget.
+`retrying(obj, what=url)` replaces each public method of `obj` (an Optuna storage, an MlflowClient) on that instance,
+and the private ones named in `private=`, by one that retries transient errors (connection refused or reset,
+timeouts, a 5xx, SQLAlchemy's OperationalError) with backoff for up to NORMBENCH_RETRY_SECONDS (default 300), saying
+once what it waits for. Logic errors (a finished trial, a missing run) are raised at once. When the time runs out it
+raises ServerUnreachableError (exit 3) naming the URL; after that the object fails fast, so closing runs on the way
+out does not wait a second budget.
 Patching the instance, not proxying it, keeps `isinstance` checks (Optuna's heartbeat code makes them) true.
+A retried method that calls another runs it once, unwrapped: the outermost call retries, within one budget.
 """
 
 from __future__ import annotations
@@ -80,9 +82,19 @@ class Outage:
         self.gave_up = False
         self._said = False
         self._lock = threading.Lock()
+        self._inside = threading.local()  # a retried call in progress on this thread: nested calls run as they are
         self._say = say or (lambda line: print(f"normbench: {line}", file=sys.stderr, flush=True))
 
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if getattr(self._inside, "active", False):
+            return fn(*args, **kwargs)
+        self._inside.active = True
+        try:
+            return self._retry(fn, *args, **kwargs)
+        finally:
+            self._inside.active = False
+
+    def _retry(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         deadline = time.monotonic() + (0.0 if self.gave_up else self.seconds)
         wait = FIRST_WAIT
         while True:
@@ -115,13 +127,15 @@ class Outage:
             return result
 
 
-def retrying(obj: T, what: str, *, seconds: float | None = None, outage: Outage | None = None) -> T:
-    """Patch every public method of `obj` to retry transient errors (see the module docstring); returns `obj`.
-    The original methods stay reachable as `obj._normbench_raw[name]`."""
+def retrying(obj: T, what: str, *, seconds: float | None = None, outage: Outage | None = None,
+             private: tuple[str, ...] = ()) -> T:
+    """Patch every public method of `obj`, and the private ones in `private` (those a wrapper around `obj` calls,
+    as Optuna's cache calls its storage's `_get_trials`), to retry transient errors (see the module docstring);
+    returns `obj`. The original methods stay reachable as `obj._normbench_raw[name]`."""
     outage = outage or Outage(what, seconds)
     raw: dict[str, Callable[..., Any]] = {}
     for name in dir(type(obj)):
-        if name.startswith("_"):
+        if name.startswith("_") and name not in private:
             continue
         method = getattr(obj, name, None)
         if not callable(method) or isinstance(method, type):

@@ -14,8 +14,10 @@ import os
 import shutil
 from pathlib import Path
 
+import yaml
+
 from normbench.errors import NormbenchError
-from normbench.spec.names import OutputFolder
+from normbench.spec.names import OutputFolder, suites_in
 from normbench.spec.suite import Suite
 from normbench.store.ledger import Ledger
 from normbench.sweep.launch import default_workers, start_workers
@@ -55,6 +57,7 @@ class SuiteRun:
         if parent:
             check_output_folder(self.folder)
         self.ledger = Ledger(storage, self.folder.path)
+        check_folder_suite(suite, self.folder, self.ledger if storage is None else None)
         self.tracker = Tracker(self.folder.path, suite.name)
         self.jobs, self.study_names, self.progress = MODES[mode](suite, self.ledger, self.folder.path, quiet=quiet)
         if parent:
@@ -126,6 +129,31 @@ def check_output_folder(folder: OutputFolder) -> None:
         if (folder / name).is_dir():
             raise NormbenchError(f"{folder / name}: is a folder, where normbench writes a file; move it away and "
                                  "run again. Nothing was trained.")
+
+
+def check_folder_suite(suite: Suite, folder: OutputFolder, ledger: Ledger | None) -> None:
+    """A folder belongs to one suite: another suite there (by its saved suite.yaml, or by the studies of the folder's
+    own ledger: a shared database may hold many suites) is refused before anything is written, as results.csv,
+    leaderboard.md and suite.yaml would be overwritten. Raises NormbenchError (exit 2) naming --out."""
+    others = {name: where for name, where in _suites_in_folder(folder, ledger).items() if name != suite.name}
+    if others:
+        name, where = sorted(others.items())[0]
+        raise NormbenchError(
+            f"{folder.path}: holds suite `{name}` (named by {where}), not `{suite.name}`; an output folder belongs to "
+            f"one suite, and this run would overwrite its results. Pass another --out for `{suite.name}` (e.g. --out "
+            f"{folder.path.parent / suite.name}). Nothing was written.")
+
+
+def _suites_in_folder(folder: OutputFolder, ledger: Ledger | None) -> dict[str, str]:
+    """suite name -> what names it: the folder's journal ledger (`ledger`; None for a database) and its suite.yaml."""
+    names = {name: str(folder.ledger) for name in suites_in(ledger.study_names())} if ledger is not None else {}
+    try:
+        saved = yaml.safe_load(folder.suite.read_text())
+    except (OSError, yaml.YAMLError):  # none saved yet, or unreadable: the ledger alone tells
+        saved = None
+    if isinstance(saved, dict) and isinstance(saved.get("name"), str):
+        names.setdefault(saved["name"], str(folder.suite))
+    return names
 
 
 def save_suite_copy(suite: Suite, folder: OutputFolder) -> None:

@@ -55,3 +55,32 @@ def test_past_the_budget_exit_3_naming_the_url_then_fail_fast(monkeypatch):
     with pytest.raises(ServerUnreachableError):
         flaky.get()  # once given up, on the way out (closing runs) it does not wait a second budget
     assert flaky.calls == calls + 1
+
+
+class Cached:
+    """Like Optuna's RDBStorage: a public method over a private one, which a wrapper (its cache) also calls."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures, self.calls, self.outer_calls = failures, 0, 0
+
+    def get_all(self) -> str:
+        self.outer_calls += 1
+        return self._get()
+
+    def _get(self) -> str:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise ConnectionRefusedError("refused")
+        return "ok"
+
+
+def test_a_private_method_named_is_retried_and_others_are_not():
+    assert retrying(Cached(2), what=URL, seconds=30, private=("_get",))._get() == "ok"
+    with pytest.raises(ConnectionRefusedError):
+        retrying(Cached(2), what=URL, seconds=30)._get()
+
+
+def test_a_retried_method_calling_another_is_retried_once_from_the_outside():
+    cached = retrying(Cached(2), what=URL, seconds=30, private=("_get",))
+    assert cached.get_all() == "ok" and cached.calls == 3
+    assert cached.outer_calls == 3  # the outer call is retried whole: no retry loop inside a retry loop

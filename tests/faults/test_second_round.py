@@ -1,0 +1,128 @@
+"""Faults, second round: a PostgreSQL blip while a worker idles and polls; a journal line that is JSON but no record;
+a second suite on the same --out; `normbench leaderboard` on an empty folder. Each ends in a clear message or a
+finished suite, never a traceback, and leaves the folder usable by the next command."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import optuna
+import pytest
+
+from normbench.cli import main
+from tests.faults.helpers import assert_invariants, finish, normbench, running, trials, wait_for
+from tests.faults.test_postgres_faults import SLOW, Postgres, own_database  # noqa: F401  (fixture)
+
+CELLS = ["depth=1,layer=layernorm,lr=0.001,seed=0", "depth=1,layer=layerscale,lr=0.001,seed=0"]
+
+
+def _main(capsys, *args) -> tuple[int, str, str]:
+    """`normbench ARGS` in this process: (exit code, stdout, stderr), after checking stderr has no traceback."""
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err, err
+    return code, out, err
+
+
+def _snapshot(folder) -> dict:
+    return {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.rglob("*") if p.is_file()}
+
+
+# ------------------------------------------------------------------------- 1. a blip while a worker polls
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("seconds", [3, 10])
+def test_a_postgres_blip_while_a_worker_idles_and_polls_is_ridden_out(write_suite, tmp_path, postgres_url, request,
+                                                                     seconds):
+    """One cell, two workers: one trains it, the other polls the ledger every POLL_SECONDS (reclaim, claim, the
+    RUNNING check: `study.get_trials`, which Optuna's cache sends to the storage's private `_get_trials`)."""
+    url, out = request.getfixturevalue("own_database"), tmp_path / "o"  # a database of its own: the server restarts
+    # ~35 s of training on a busy 2-core machine: the cell outlasts the margin below and the blip
+    path = write_suite(train={**SLOW, "epochs": 400}, matrix={"depth": [1], "layer": ["layernorm"], "lr": [1e-3],
+                                                               "seed": [0]})
+    server = Postgres(postgres_url)
+    procs = [normbench("worker", path, "--out", out, "--storage", url, "--quiet") for _ in range(2)]
+    wait_for(lambda: running(out, "tiny", url), what="the cell in flight")
+    time.sleep(6)  # the worker without a cell is past its start (it found nothing to claim) and polling
+    assert all(p.poll() is None for p in procs), "both workers still running before the blip"
+    server.stop()
+    try:
+        time.sleep(seconds)
+    finally:
+        server.start()
+    results = [finish(p) for p in procs]
+    assert [code for code, _ in results] == [0, 0], results
+    assert any("is unreachable" in err and "is back" in err for _, err in results), results  # waited, said so
+    assert main(["leaderboard", str(out), "--storage", url]) == 0
+    assert_invariants(out, "tiny", CELLS[:1], storage=url)
+    assert not [t for t in trials(out, "tiny", url) if t.state == optuna.trial.TrialState.FAIL]  # trained once
+
+
+# ---------------------------------------------------------------- 4. a journal line that is JSON, not a record
+
+NOT_RECORDS = {"empty object": {}, "newer op code": {"op_code": 99, "worker_id": "w-1", "study_id": 0}}
+
+
+@pytest.mark.parametrize("record", NOT_RECORDS.values(), ids=NOT_RECORDS.keys())
+def test_a_json_line_that_is_no_record_is_refused_by_line_then_repaired(write_suite, tmp_path, capsys, record,
+                                                                       one_torch_thread):
+    path, out = write_suite(), tmp_path / "out"
+    assert _main(capsys, "run", path, "--out", out, "--quiet")[0] == 0
+    journal = out / "ledger.journal"
+    intact = len(journal.read_bytes().splitlines())
+    with open(journal, "ab") as f:
+        f.write(json.dumps(record).encode() + b"\n")
+    before = _snapshot(out)
+
+    for command in (["run", path, "--out", out, "--quiet"], ["run", path, "--out", out, "--dry-run"],
+                    ["leaderboard", out]):
+        code, _, err = _main(capsys, *command)
+        assert code == 2, (command, err)
+        assert f"{journal}: line {intact + 1} is JSON but not a ledger record" in err, err
+        assert "another Optuna version" in err and f"normbench ledger repair {out}" in err, err
+    assert _snapshot(out) == before  # refused: nothing changed, nothing cut off as if torn
+
+    code, said, _ = _main(capsys, "ledger", "repair", out)
+    assert code == 0 and f"kept the first {intact} records; moved 1" in said, said
+    assert json.dumps(record) in (out / "ledger.journal.damaged").read_text()  # set aside, not dropped
+    assert _main(capsys, "run", path, "--out", out, "--quiet")[0] == 0  # usable again: every cell was kept
+    assert_invariants(out, "tiny", CELLS)
+    assert "nothing to repair" in _main(capsys, "ledger", "repair", out)[1]
+
+
+# ------------------------------------------------------------------------- 8. two suites on the same --out
+
+
+@pytest.mark.parametrize("keep_suite_copy", [True, False], ids=["suite.yaml", "ledger alone"])
+def test_a_second_suite_on_the_same_out_is_refused_before_anything_is_written(write_suite, tmp_path, capsys,
+                                                                               keep_suite_copy, one_torch_thread):
+    out = tmp_path / "out"
+    assert _main(capsys, "run", write_suite(), "--out", out, "--quiet")[0] == 0
+    if not keep_suite_copy:  # the ledger's studies still say whose folder it is
+        (out / "suite.yaml").unlink()
+    before = _snapshot(out)
+    other = write_suite(name="other")
+    for command in (["run", other, "--out", out, "--quiet"], ["worker", other, "--out", out, "--quiet"]):
+        code, _, err = _main(capsys, *command)
+        assert code == 2, (command, err)
+        assert f"{out}: holds suite `tiny`" in err and "not `other`" in err and "--out" in err, err
+    assert _snapshot(out) == before  # results.csv, leaderboard.md, suite.yaml, ledger, MLflow: untouched
+
+    assert _main(capsys, "run", write_suite(), "--out", out, "--quiet")[0] == 0  # the folder's own suite goes on
+    assert_invariants(out, "tiny", CELLS)
+    assert _main(capsys, "run", other, "--out", tmp_path / "other", "--quiet")[0] == 0  # and the other, elsewhere
+    assert_invariants(tmp_path / "other", "other", CELLS)
+
+
+# ------------------------------------------------------------------ 9. `normbench leaderboard` on an empty folder
+
+
+def test_leaderboard_on_an_empty_folder_says_run_the_suite_first_and_creates_nothing(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = _main(capsys, "leaderboard", empty)
+    assert code != 0
+    assert "no ledger here" in err and "run the suite first" in err and "output folder" in err, err
+    assert list(empty.iterdir()) == []  # no empty ledger.journal left behind

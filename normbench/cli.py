@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="list the cells and their status; train nothing")
     p.add_argument("--bracket", action="store_true", help="add lrs beyond the grid's edge where a row's best lr "
                    "sits there (as `bracket: true` in the suite)")
+    p.add_argument("--retry-failed", action="store_true", help="give cells failed for good (each of their "
+                   "NORMBENCH_MAX_ATTEMPTS attempts, default 3, killed its worker) another round of attempts")
 
     p = sub.add_parser("tune", help="equal Optuna budget per (layer, depth), then re-run the best over seeds")
     _suite_args(p)
@@ -194,9 +196,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     from normbench.sweep.suite_run import run_suite
 
+    if args.retry_failed:
+        from normbench.sweep.run import retry_failed
+
+        retried = retry_failed(suite, out, args.storage)
+        if not args.quiet:
+            print(f"normbench: retrying {len(retried)} cell(s) failed for good" if retried else
+                  "normbench: no cell has failed for good; --retry-failed has nothing to add", file=sys.stderr)
     summary = run_suite(suite, out, mode="run", storage=args.storage, device=args.device, workers=args.workers,
                         quiet=args.quiet)
-    return 1 if summary.errors else 0
+    if summary.failed_for_good:  # the run ends without them (it would loop on them otherwise): say so, always
+        print(f"normbench: {summary.failed_line()}", file=sys.stderr)
+    return 1 if summary.errors or summary.failed_for_good else 0
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

@@ -21,8 +21,13 @@ def test_a_stopped_run_says_what_was_saved_and_how_to_resume(monkeypatch, capsys
         raise AssertionError("the signal did not stop the command")
 
     monkeypatch.setitem(cli.COMMANDS, "run", run)
-    argv = ["run", "suites/smoke.yaml", "--out", str(tmp_path)]
-    assert cli.main(argv) == code
+    # a shell starting a job in the background hands it SIGINT ignored; a terminal's Ctrl-C reaches Python's handler
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        argv = ["run", "suites/smoke.yaml", "--out", str(tmp_path)]
+        assert cli.main(argv) == code
+    finally:
+        signal.signal(signal.SIGINT, previous)
     err = capsys.readouterr().err
     assert said in err and f"saved in {tmp_path}" in err
     assert f"Resume with the same command: normbench run suites/smoke.yaml --out {tmp_path}" in err

@@ -1,6 +1,7 @@
 """The ledger read back as two DataFrames: one row per finished cell (`cells_frame`) and one row per epoch of each
 cell (`history_frame`, written as history.csv so a clean clone can redraw every curve and recompute every
-learning-speed number without the ledger).
+learning-speed number without the ledger). The cells failed for good (`failed_cells`) ride along in the cells
+frame's `attrs`, for the leaderboard's section on them.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from optuna.trial import TrialState
 
 from normbench.spec.names import StudyNames
 from normbench.spec.selection import REPORTS, ROLE, SELECTS, add_scores
-from normbench.store.ledger import Ledger
+from normbench.store.ledger import ATTEMPTS, RETRY_ROUND, Ledger, failed_for_good
 from normbench.store.migrations import trial_axes
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 HISTORY_COLUMNS = ("epoch", "step", "images", "train_loss", "val_top1", "lr_now", "grad_norm")
+FAILED = "failed_for_good"  # the cells frame's attrs key: failed_cells()
 
 
 def studies_of(ledger: Ledger, names: StudyNames, *, tuned: bool = False) -> list[tuple[str, int, str]]:
@@ -40,7 +42,17 @@ def cells_frame(ledger: Ledger, names: StudyNames, *, tuned: bool = False) -> pd
                          ROLE: role, "trial": t.number, "bracket_round": bracket_round,
                          "tuned_params": t.user_attrs.get("overrides"), "history": t.user_attrs.get("history")})
     frame = pd.DataFrame(rows)
-    return frame if frame.empty else add_scores(frame)
+    frame = frame if frame.empty else add_scores(frame)
+    frame.attrs[FAILED] = failed_cells(ledger, names, tuned=tuned)  # not rows: they have no metrics to analyse
+    return frame
+
+
+def failed_cells(ledger: Ledger, names: StudyNames, *, tuned: bool = False) -> list[dict]:
+    """The suite's cells failed for good (each attempt of their last round killed its worker): cell_id, study,
+    retry_round and `attempts` (per attempt: trial, host, pid, verdict, started, noticed_by, mlflow_run_id)."""
+    return [{"cell_id": t.user_attrs.get("cell_id", f"trial {t.number}"), "study": name,
+             "retry_round": t.user_attrs.get(RETRY_ROUND, 0), "attempts": t.user_attrs.get(ATTEMPTS, [])}
+            for name, _, _ in studies_of(ledger, names, tuned=tuned) for t in failed_for_good(ledger.study(name))]
 
 
 def history_frame(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

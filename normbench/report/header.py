@@ -15,6 +15,7 @@ from normbench.report.analysis import Analysis
 from normbench.report.convergence import LOSS_TOLERANCE, RISE_POINTS, RISE_SHARE
 from normbench.report.machine import machine_line
 from normbench.report.stats import ALPHA
+from normbench.report.style import lr_text
 from normbench.spec.selection import CHANCE_SE, REPORTS, ROLE, SELECTS, TIE_RULE
 from normbench.spec.suite import Suite
 
@@ -33,9 +34,23 @@ SCORE_DEFINITION = (
     f"Holm-adjusted over the tables, p < {ALPHA:g}), else 1 (tied)")
 
 
+# None is a per-dataset or per-paper default, left out of the recipe, except where it is a choice of its own
+NONE_MEANS = {"clip_grad": "off"}
+
+
+def _value_text(key: str, value: Any) -> str:
+    if value is None:
+        return NONE_MEANS[key]
+    return lr_text(value) if key.endswith("lr") and isinstance(value, float) else str(value)
+
+
+def _axis_text(key: str, values: list[Any]) -> str:
+    return f"[{', '.join(_value_text(key, v) for v in values)}]" if key.endswith("lr") else str(values)
+
+
 def recipe_lines(suite: Suite) -> list[str]:
     """Every value the cells trained with (the suite's base recipe resolved against the defaults); matrix axes are
-    listed as axes."""
+    listed as axes, and a value left to its default (None) is left out."""
     config = suite.cell({}).config
     axes = set(suite.matrix)
     data = asdict(config.data)
@@ -44,9 +59,10 @@ def recipe_lines(suite: Suite) -> list[str]:
             data = {k: v for k, v in data.items() if k not in keys}
 
     def text(values: dict[str, Any]) -> str:
-        return ", ".join(f"{k}={v}" for k, v in values.items() if k not in axes)
+        return ", ".join(f"{k}={_value_text(k, v)}" for k, v in values.items()
+                         if k not in axes and (v is not None or k in NONE_MEANS))
 
-    return [f"- matrix: {', '.join(f'{k} {v}' for k, v in suite.matrix.items())}"
+    return [f"- matrix: {', '.join(f'{k} {_axis_text(k, v)}' for k, v in suite.matrix.items())}"
             + (f"; bracketing on (at most {suite.bracket_max_steps} steps beyond each end)" if suite.bracket else "")
             + (f"; report seeds {suite.report_seeds}" if suite.report_seeds else ""),
             f"- model: {text(asdict(config.model))}",
@@ -64,7 +80,7 @@ def seeds_line(cells: pd.DataFrame) -> str:
     return (f"- seeds: selection {seeds(SELECTS)}; report "
             + (f"{report} (fresh: they never chose an lr)" if report else
                "none (every score comes from the seeds that chose its lr: optimistic)")
-            + f"; lrs tried: {', '.join(f'{lr:g}' for lr in sorted(cells['lr'].dropna().unique()))}"
+            + f"; lrs tried: {', '.join(lr_text(lr) for lr in sorted(cells['lr'].dropna().unique()))}"
             + (f" ({added} cells added by bracketing)" if added else ""))
 
 

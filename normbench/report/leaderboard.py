@@ -68,7 +68,7 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
                   "did not train on)", "", markdown_table(tuned_table(tuned)), ""]
     lines += tuning_budget_section(ledger, names)
     # further sections (e.g. telemetry figures) append to `lines` here, before it is written
-    lines += telemetry_section(cells, out_dir)
+    lines += telemetry_section(cells, out_dir, order=suite.layers() if suite else None)
     path = folder.leaderboard
     path.write_text("\n".join(lines))
     if tracker is not None:

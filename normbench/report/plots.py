@@ -1,25 +1,180 @@
-"""Leaderboard figures: score vs depth and score vs lr, with 95% CI error bars, titled, legends outside the data."""
+"""Leaderboard figures: score vs depth, score vs lr (a grid, one panel per depth), val vs steps, lr sensitivity.
+
+Every figure draws a layer in its style.py colour and marker, in one order, with the legend below the data. Means
+and 95% CIs are over the seeds that did not diverge and stay within [0, 100]; diverged seeds are drawn apart (an x
+on the axis floor with their count), so a failure never drags a mean line down to 0. Each `*_figure` returns the
+matplotlib figure (tests read its artists); each `write_*` saves it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from normbench.report.stats import per_lr
+from normbench.report.stats import ACCURACY, selected_cells, selecting, t_interval
+from normbench.report.style import (
+    DIVERGED_COLOUR,
+    DIVERGED_LABEL,
+    DIVERGED_MARKER,
+    DPI,
+    LEGEND_FONT,
+    PANEL,
+    grid,
+    layer_colour,
+    layer_marker,
+    layer_order,
+    lr_text,
+)
 from normbench.spec.names import OutputFolder
+from normbench.spec.selection import DIVERGED, SCORE
+
+ROW = ["layer", "depth"]
+DIVERGED_STEP = 8  # points between the x of two layers diverged at one place
+MAX_LR_LABELS = 6  # more lr tick labels than this collide in a 4-inch panel: every other one is labelled
+
+
+def seed_summary(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per `keys`: n (seeds), diverged (how many), and mean/low/high of `score` over the seeds that did not
+    diverge (t interval clipped to [0, 100]; NaN where every seed diverged)."""
+    rows = []
+    for key, group in cells.groupby(keys, sort=True, dropna=False):
+        ok = group[group["status"] != DIVERGED][SCORE]
+        mean, low, high = t_interval(ok, bounds=ACCURACY)
+        rows.append({**dict(zip(keys, key, strict=True)), "n": len(group), "diverged": len(group) - len(ok),
+                     "mean": mean, "low": low, "high": high})
+    return pd.DataFrame(rows, columns=[*keys, "n", "diverged", "mean", "low", "high"])
 
 
 def _yerr(frame: pd.DataFrame) -> np.ndarray:
-    """(2, N) distances to the CI ends; 0 where there is no interval (one seed)."""
-    low = (frame["mean"] - frame["low"]).fillna(0.0).to_numpy()
-    high = (frame["high"] - frame["mean"]).fillna(0.0).to_numpy()
-    return np.stack([low, high])
+    """(2, N) distances to the CI ends, the ends clipped to [0, 100]; 0 where there is no interval (one seed)."""
+    mean = frame["mean"].to_numpy(dtype=float)
+    low = np.clip(frame["low"].fillna(frame["mean"]).to_numpy(dtype=float), *ACCURACY)
+    high = np.clip(frame["high"].fillna(frame["mean"]).to_numpy(dtype=float), *ACCURACY)
+    return np.stack([np.clip(mean - low, 0, None), np.clip(high - mean, 0, None)])
+
+
+def _offset(i: int, layers: int) -> float:
+    """Layer i's place in [-0.5, 0.5] around a shared x, so error bars at one x stay apart."""
+    return (i - (layers - 1) / 2) / max(1, layers)
+
+
+def _draw(ax: Any, x: np.ndarray, rows: pd.DataFrame, layer: str, floor: dict[float, int],
+          at: np.ndarray | None = None) -> None:
+    """One layer's mean line with its CI, and its diverged seeds apart: an x on the axis floor at `at` (default
+    `x`), their count beside it; `floor` counts the x already drawn at each place, so the next one stacks above."""
+    from matplotlib.transforms import offset_copy
+
+    colour = layer_colour(layer)
+    ax.errorbar(x, rows["mean"].to_numpy(dtype=float), yerr=_yerr(rows), capsize=3, label=layer, color=colour,
+                marker=layer_marker(layer), markersize=5)
+    failed = rows["diverged"].to_numpy() > 0
+    places = (x if at is None else at)[failed]
+    for place, count in zip(places, rows["diverged"].to_numpy()[failed], strict=True):
+        level = floor.get(place, 0)
+        floor[place] = level + 1
+        lifted = offset_copy(ax.transData, fig=ax.figure, y=DIVERGED_STEP * level, units="points")
+        # clip_on=False: the lowest x sits on the floor (y = 0) without stretching the 0-100 axis
+        ax.plot([place], [0.0], DIVERGED_MARKER, color=colour, markersize=6, markeredgewidth=1.5, clip_on=False,
+                zorder=5, transform=lifted, gid=f"diverged:{layer}")
+        ax.annotate(str(count), (place, 0.0), xycoords=lifted, xytext=(5, 0), textcoords="offset points",
+                    va="center", fontsize=7, color=colour, annotation_clip=False)
+
+
+def _legend(fig: Any, layers: Sequence[str], *, diverged: bool = False, labels: dict[str, str] | None = None,
+            bars: bool = False) -> None:
+    """One legend under the whole figure, built from the style (not from whichever panel drew what)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    labels = labels or {}
+    handles = [Patch(color=layer_colour(layer), label=labels.get(layer, layer)) if bars else
+               Line2D([], [], color=layer_colour(layer), marker=layer_marker(layer), label=labels.get(layer, layer))
+               for layer in layers]
+    if diverged:
+        handles.append(Line2D([], [], linestyle="", marker=DIVERGED_MARKER, color=DIVERGED_COLOUR,
+                              markeredgewidth=1.5, label=DIVERGED_LABEL))
+    ncol = min(len(handles), 4)
+    fig.legend(handles=_row_major(handles, ncol), loc="outside lower center", ncol=ncol, fontsize=LEGEND_FONT,
+               frameon=False)
+
+
+def _row_major(handles: list[Any], ncol: int) -> list[Any]:
+    """`handles` reordered so that matplotlib, which fills a legend column by column, shows them row by row."""
+    rows, long_cols = divmod(len(handles), ncol)
+    per_col = [rows + 1] * long_cols + [rows] * (ncol - long_cols)  # as matplotlib.legend splits them
+    return [handles[r * ncol + c] for c in range(ncol) for r in range(per_col[c])]
+
+
+def depth_figure(cells: pd.DataFrame, selected: pd.DataFrame, *, dataset: str, epochs: str,
+                 metric: str = "test top-1 (%)", order: Sequence[str] | None = None) -> Any:
+    """Each layer's score against depth at its val-selected lr (the seeds that score it)."""
+    plt = _pyplot()
+    summary = seed_summary(selected_cells(cells, selected, ROW), ROW)
+    layers = layer_order(summary["layer"], order)
+    depths = sorted(summary["depth"].unique())
+    gap = min((b - a for a, b in zip(depths, depths[1:], strict=False)), default=1)
+    fig, ax = plt.subplots(figsize=(6.5, 4.4), layout="constrained")
+    floor: dict[float, int] = {}
+    for i, layer in enumerate(layers):
+        rows = summary[summary["layer"] == layer].sort_values("depth")
+        at = rows["depth"].to_numpy(dtype=float)
+        _draw(ax, at + 0.1 * gap * _offset(i, len(layers)), rows, layer, floor, at)
+    ax.set_xticks(depths, [f"{d:g}" for d in depths])
+    ax.set(xlabel="depth", ylabel=metric, ylim=ACCURACY)  # a bounded score: a wide CI must not squash the means
+    ax.set_title(f"{dataset}, {epochs} epoch(s): {metric} at the val-selected lr\n"
+                 "mean over the seeds that did not diverge, 95% CI", fontsize=10)
+    _legend(fig, layers, diverged=bool(summary["diverged"].any()))
+    return fig
+
+
+def lr_figure(cells: pd.DataFrame, *, dataset: str, epochs: str, metric: str = "test top-1 (%)",
+              order: Sequence[str] | None = None) -> Any:
+    """Score against lr, one panel per depth in a grid of at most 3 columns, over the selection seeds."""
+    plt = _pyplot()
+    summary = seed_summary(selecting(cells), [*ROW, "lr"])
+    layers = layer_order(summary["layer"], order)
+    depths = sorted(summary["depth"].unique())
+    lrs = sorted(summary["lr"].unique())
+    rows, cols = grid(len(depths))
+    fig, axes = plt.subplots(rows, cols, figsize=(PANEL[0] * cols, PANEL[1] * rows + 1.4), squeeze=False,
+                             sharey=True, layout="constrained")
+    for j, (ax, depth) in enumerate(zip(axes.ravel(), depths, strict=False)):
+        at_depth, floor = summary[summary["depth"] == depth], {}
+        for i, layer in enumerate(layers):
+            mine = at_depth[at_depth["layer"] == layer].sort_values("lr")
+            at = mine["lr"].to_numpy(dtype=float)
+            if len(mine):
+                _draw(ax, at * 1.03 ** _offset(i, len(layers)), mine, layer, floor, at)
+        ax.set(xscale="log", ylim=ACCURACY, xlim=(lrs[0] / 1.6, lrs[-1] * 1.6))  # one lr: no zoom onto the dodge
+        ax.set_title(f"depth {depth:g}", fontsize=10)
+        _lr_ticks(ax, lrs)
+        if j + cols >= len(depths):  # the lowest panel of its column
+            ax.set_xlabel("lr")
+    for ax in axes.ravel()[len(depths):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(metric)
+    fig.suptitle(f"{dataset}, {epochs} epoch(s): {metric} vs lr\nmean over the selection seeds that did not "
+                 "diverge, 95% CI", fontsize=10)
+    _legend(fig, layers, diverged=bool(summary["diverged"].any()))
+    return fig
+
+
+def _lr_ticks(ax: Any, lrs: list[float]) -> None:
+    """Ticks at the lrs tried, printed as the tables print them (3 significant digits)."""
+    from matplotlib.ticker import NullLocator
+
+    shown = lrs if len(lrs) <= MAX_LR_LABELS else lrs[::2]
+    ax.set_xticks(shown, [lr_text(lr) for lr in shown], rotation=45, ha="right", fontsize=8)
+    ax.xaxis.set_minor_locator(NullLocator())
 
 
 def write_plots(cells: pd.DataFrame, selected: pd.DataFrame, out_dir: Path, *, dataset: str, epochs: str,
-                metric: str = "test top-1 (%)") -> list[Path]:
+                metric: str = "test top-1 (%)", order: Sequence[str] | None = None) -> list[Path]:
     """accuracy_vs_depth.png (each layer at its val-selected lr) and accuracy_vs_lr.png (one panel per depth).
 
     Args:
@@ -27,57 +182,19 @@ def write_plots(cells: pd.DataFrame, selected: pd.DataFrame, out_dir: Path, *, d
         selected: `select_lr(cells, ["layer", "depth"])`.
         dataset, epochs: Named in the titles, e.g. "digits", "10".
         metric: The y axis, the leaderboard's score.
+        order: The suite's layers (`Suite.layers()`): the figures' order; None sorts them.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    layers = sorted(selected["layer"].unique())
-    depths = sorted(selected["depth"].unique())
-    gap = min((b - a for a, b in zip(depths, depths[1:], strict=False)), default=1)
-    fig, ax = plt.subplots(figsize=(7.5, 4))
-    for i, (layer, g) in enumerate(selected.sort_values("depth").groupby("layer")):
-        dodge = (i - (len(layers) - 1) / 2) * 0.1 * gap / max(1, len(layers))  # keep the error bars apart
-        ax.errorbar(g["depth"] + dodge, g["mean"], yerr=_yerr(g), marker="o", capsize=3, label=layer)
-    ax.set_xticks(depths)
-    ax.set_ylim(0, 100)  # accuracy is bounded; a few-seed t interval is not, and would squash the means
-    ax.set(xlabel="depth", ylabel=metric,
-           title=f"{dataset}, {epochs} epoch(s): {metric} at the val-selected lr\n(mean over seeds, 95% CI)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    fig.tight_layout()
-    paths.append(out_dir / OutputFolder.ACCURACY_VS_DEPTH)
-    fig.savefig(paths[-1], dpi=110, bbox_inches="tight")
-
-    curves = per_lr(cells, ["layer", "depth"])
-    fig, axes = plt.subplots(1, len(depths), figsize=(3.6 * len(depths) + 1.5, 3.6), squeeze=False, sharey=True)
-    for ax, depth in zip(axes[0], depths, strict=True):
-        for i, (layer, g) in enumerate(curves[curves["depth"] == depth].groupby("layer")):
-            dodge = 1.03 ** (i - (len(layers) - 1) / 2)
-            ax.errorbar(g["lr"] * dodge, g["mean"], yerr=_yerr(g), marker="o", capsize=3, label=layer)
-        ax.set(xscale="log", xlabel="lr", title=f"depth {depth}", ylim=(0, 100),
-               xlim=(curves["lr"].min() / 1.6, curves["lr"].max() * 1.6))  # one lr: no zoom onto the dodge
-    axes[0][0].set_ylabel(f"{metric}, seed mean, 95% CI")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.9))
-    fig.suptitle(f"{dataset}, {epochs} epoch(s): {metric} vs lr (mean over seeds, 95% CI)")
-    fig.tight_layout()
-    paths.append(out_dir / OutputFolder.ACCURACY_VS_LR)
-    fig.savefig(paths[-1], dpi=110, bbox_inches="tight")
-    plt.close("all")
-    return paths
+    text = {"dataset": dataset, "epochs": epochs, "metric": metric, "order": order}
+    return [_save(depth_figure(cells, selected, **text), out_dir / OutputFolder.ACCURACY_VS_DEPTH),
+            _save(lr_figure(cells, **text), out_dir / OutputFolder.ACCURACY_VS_LR)]
 
 
-def write_accuracy_vs_step(history: pd.DataFrame, at_selected: pd.DataFrame, out_dir: Path, *,
-                           dataset: str) -> Path | None:
-    """accuracy_vs_step.png: val top-1 against optimizer steps for each layer at its selected lr, at the deepest
-    depth (and largest budget), mean over the reporting seeds with their min-max band. Learning speed and final
-    accuracy in one picture: a curve that starts late but ends high crosses the others."""
+def step_figure(history: pd.DataFrame, at_selected: pd.DataFrame, *, dataset: str,
+                order: Sequence[str] | None = None) -> Any | None:
+    """Val top-1 against optimizer steps for each layer at its selected lr, at the deepest depth (and largest
+    budget), mean over the reporting seeds with their min-max band; None without curves."""
     if history.empty or at_selected.empty:
         return None
-    plt = _pyplot()
-
     deepest = at_selected[at_selected["depth"] == at_selected["depth"].max()]
     if "epochs" in deepest:
         deepest = deepest[deepest["epochs"] == deepest["epochs"].max()]
@@ -86,41 +203,59 @@ def write_accuracy_vs_step(history: pd.DataFrame, at_selected: pd.DataFrame, out
     curves = curves.dropna(subset=["val_top1", "step"])
     if curves.empty:
         return None
-    fig, ax = plt.subplots(figsize=(7.5, 4))
-    for layer, g in curves.groupby("layer", sort=True):
-        by_step = g.groupby("step")["val_top1"]
-        mean = by_step.mean()
-        ax.plot(mean.index, mean.to_numpy(), marker=".", label=f"{layer} ({g['cell_id'].nunique()} seeds)")
-        ax.fill_between(mean.index, by_step.min().to_numpy(), by_step.max().to_numpy(), alpha=0.15)
-    ax.set_ylim(0, 100)
-    ax.set(xlabel="optimizer steps", ylabel="val top-1 (%)",
-           title=f"{dataset}, depth {int(deepest['depth'].max())}: val top-1 vs steps at each layer's selected lr"
-                 "\n(mean over the reporting seeds, band = min-max)")
-    return _save_with_legend(fig, ax, out_dir / OutputFolder.ACCURACY_VS_STEP)
+    layers = layer_order(curves["layer"], order)
+    fig, ax = _pyplot().subplots(figsize=(6.5, 4.4), layout="constrained")
+    for layer in layers:
+        by_step = curves[curves["layer"] == layer].groupby("step")["val_top1"]
+        mean, colour = by_step.mean(), layer_colour(layer)
+        ax.plot(mean.index, mean.to_numpy(), color=colour, marker=layer_marker(layer), markersize=3, label=layer)
+        ax.fill_between(mean.index, by_step.min().to_numpy(), by_step.max().to_numpy(), color=colour, alpha=0.15)
+    ax.set(xlabel="optimizer steps", ylabel="val top-1 (%)", ylim=ACCURACY)
+    ax.set_title(f"{dataset}, depth {int(deepest['depth'].max())}: val top-1 vs steps at each layer's selected lr"
+                 "\n(mean over the reporting seeds, band = min-max)", fontsize=10)
+    seeds = curves.groupby("layer")["cell_id"].nunique()
+    _legend(fig, layers, labels={layer: f"{layer} ({seeds[layer]} seeds)" for layer in layers})
+    return fig
 
 
-def write_lr_sensitivity(selected: pd.DataFrame, out_dir: Path, *, dataset: str, table_keys: list[str]) -> Path | None:
-    """lr_sensitivity.png: each layer's lr sensitivity (points lost on average across the common lrs; lower is more
-    robust) per table (depth, budget), grouped bars."""
+def write_accuracy_vs_step(history: pd.DataFrame, at_selected: pd.DataFrame, out_dir: Path, *,
+                           dataset: str, order: Sequence[str] | None = None) -> Path | None:
+    """accuracy_vs_step.png (step_figure): learning speed and final accuracy in one picture; a curve that starts
+    late but ends high crosses the others."""
+    fig = step_figure(history, at_selected, dataset=dataset, order=order)
+    return None if fig is None else _save(fig, out_dir / OutputFolder.ACCURACY_VS_STEP)
+
+
+def sensitivity_figure(selected: pd.DataFrame, *, dataset: str, table_keys: list[str],
+                       order: Sequence[str] | None = None) -> Any | None:
+    """Each layer's lr sensitivity (points lost on average across the common lrs; lower is more robust) per table
+    (depth, budget), grouped bars; None without sensitivities."""
     if "sensitivity" not in selected or selected["sensitivity"].isna().all():
         return None
-    plt = _pyplot()
-
     tables = selected[table_keys].drop_duplicates().sort_values(table_keys).to_dict("records")
-    layers = sorted(selected["layer"].unique())
+    layers = layer_order(selected["layer"], order)
     width = 0.8 / max(1, len(layers))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(tables) + 3), 4))
+    fig, ax = _pyplot().subplots(figsize=(max(6.0, 1.2 * len(tables) + 3), 4.4), layout="constrained")
     for i, layer in enumerate(layers):
         values = []
         for table in tables:
             row = selected[(selected["layer"] == layer) & np.logical_and.reduce(
                 [selected[k] == v for k, v in table.items()])]
             values.append(float(row["sensitivity"].iloc[0]) if len(row) else np.nan)
-        ax.bar(np.arange(len(tables)) + (i - (len(layers) - 1) / 2) * width, values, width, label=layer)
+        ax.bar(np.arange(len(tables)) + _offset(i, len(layers)) * 0.8, values, width, label=layer,
+               color=layer_colour(layer))
     ax.set_xticks(np.arange(len(tables)), [", ".join(f"{k} {v}" for k, v in t.items()) for t in tables])
-    ax.set(ylabel="lr sensitivity (points, lower = more robust)",
-           title=f"{dataset}: mean over the common lrs of (best - score), a diverged cell at chance")
-    return _save_with_legend(fig, ax, out_dir / OutputFolder.LR_SENSITIVITY)
+    ax.set_ylabel("lr sensitivity (points, lower = more robust)")
+    ax.set_title(f"{dataset}: mean over the common lrs of (best - score), a diverged cell at chance", fontsize=10)
+    _legend(fig, layers, bars=True)
+    return fig
+
+
+def write_lr_sensitivity(selected: pd.DataFrame, out_dir: Path, *, dataset: str, table_keys: list[str],
+                         order: Sequence[str] | None = None) -> Path | None:
+    """lr_sensitivity.png (sensitivity_figure)."""
+    fig = sensitivity_figure(selected, dataset=dataset, table_keys=table_keys, order=order)
+    return None if fig is None else _save(fig, out_dir / OutputFolder.LR_SENSITIVITY)
 
 
 def _pyplot():  # matplotlib.pyplot, imported only when a figure is drawn
@@ -132,10 +267,8 @@ def _pyplot():  # matplotlib.pyplot, imported only when a figure is drawn
     return plt
 
 
-def _save_with_legend(fig, ax, path: Path) -> Path:
-    """The legend outside the data, then the file; the figure is closed."""
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+def _save(fig: Any, path: Path) -> Path:
+    """The file (tight: the legend below and titles are kept whole), then the figure is closed."""
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
     _pyplot().close(fig)
     return path

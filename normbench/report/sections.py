@@ -1,6 +1,7 @@
 """The leaderboard's body for a run: per table (depth, budget) final accuracy and learning speed as two answers,
 then all depths, the paired comparisons with the baseline, the claims with their regime, the rankings across
-budgets, lr sensitivity and failure, throughput and the figures. Formats an `Analysis`; computes nothing new.
+budgets, lr sensitivity and failure, throughput and the figures; first, any cells failed for good (they killed
+every worker that ran them). Formats an `Analysis`; computes nothing new.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pandas as pd
 
 from normbench.report.analysis import Analysis
 from normbench.report.budget import BUDGET_AXIS, budget_agreement
+from normbench.report.frames import FAILED
 from normbench.report.header import budget_text
 from normbench.report.plots import write_accuracy_vs_step, write_lr_sensitivity, write_plots
 from normbench.report.stats import ALPHA, check_claims, select_lr, selected_cells
@@ -102,10 +104,27 @@ def comparison_sections(analysis: Analysis, suite: Suite | None) -> list[str]:
     return lines
 
 
+def failed_section(failed: list[dict[str, Any]]) -> list[str]:
+    """'failed for good (N attempts)': per cell (frames.failed_cells) one row per attempt, with the worker's host
+    and pid and the verdict that took it for lost; [] when no cell failed for good."""
+    if not failed:
+        return []
+    counts = " or ".join(str(n) for n in sorted({len(cell["attempts"]) for cell in failed}))
+    rows = [{"cell": cell["cell_id"] + (f" (retry {cell['retry_round']})" if cell["retry_round"] else ""),
+             "attempt": f"{i} (trial {attempt.get('trial')})",
+             "worker": f"{attempt.get('host') or '?'} pid {attempt.get('pid') or '?'}",
+             "started": attempt.get("started") or "?", "verdict": attempt.get("verdict", "?")}
+            for cell in failed for i, attempt in enumerate(cell["attempts"], 1)]
+    return [f"## failed for good ({counts} attempts)", "",
+            "Each attempt at these cells killed the worker running it (OOM kill, segfault, watchdog), so they were "
+            "not queued again and are missing from every table below. Fix the cause, then `normbench run SUITE "
+            "--retry-failed` gives them another round.", "", markdown_table(pd.DataFrame(rows)), ""]
+
+
 def run_sections(analysis: Analysis, suite: Suite | None, out_dir: Path) -> list[str]:
     """Every section of a run's leaderboard, and its figures."""
     a = analysis
-    lines = [*table_sections(a), *comparison_sections(a, suite)]
+    lines = [*failed_section(a.cells.attrs.get(FAILED, [])), *table_sections(a), *comparison_sections(a, suite)]
     lines += ["## throughput (median training images/s over each row's cells)", "",
               "Wall clock of cells that may have shared the machine with other work: a rough guide, not a speed "
               "benchmark (`normbench bench` measures speed).", "",
@@ -117,10 +136,12 @@ def run_sections(analysis: Analysis, suite: Suite | None, out_dir: Path) -> list
     epochs = ", ".join(str(int(e)) for e in sorted(largest["epochs_run"].unique())) if suite is None \
         else str(suite.cell({}).config.train.epochs) if BUDGET_AXIS not in a.table_keys \
         else str(int(largest[BUDGET_AXIS].max()))
-    plots = write_plots(largest, select_lr(largest, ["layer", "depth"]), out_dir, dataset=dataset, epochs=epochs)
+    order = suite.layers() if suite else None  # one order (and colour) per layer in every figure
+    plots = write_plots(largest, select_lr(largest, ["layer", "depth"]), out_dir, dataset=dataset, epochs=epochs,
+                        order=order)
     for extra in (write_accuracy_vs_step(a.history, selected_cells(a.cells, a.selected, a.keys), out_dir,
-                                         dataset=dataset),
-                  write_lr_sensitivity(a.selected, out_dir, dataset=dataset, table_keys=a.table_keys)):
+                                         dataset=dataset, order=order),
+                  write_lr_sensitivity(a.selected, out_dir, dataset=dataset, table_keys=a.table_keys, order=order)):
         if extra is not None:
             plots.append(extra)
     return [*lines, *(f"![{p.stem}]({p.name})" for p in plots), ""]

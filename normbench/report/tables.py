@@ -9,6 +9,7 @@ import pandas as pd
 
 from normbench.report.learning_speed import NEVER
 from normbench.report.stats import ACCURACY, Verdicts, reading, t_interval, versus_baseline
+from normbench.report.style import lr_text, window_text
 from normbench.spec.selection import AT_CHANCE, FLAT, add_scores
 
 BEST = "★"
@@ -26,11 +27,6 @@ def markdown_table(frame: pd.DataFrame) -> str:
 def ci_text(low: float, high: float) -> str:
     """'[68.29, 93.71]', or '—' when there is no interval (one seed)."""
     return "—" if math.isnan(low) or math.isnan(high) else f"[{low:.2f}, {high:.2f}]"
-
-
-def window_text(low: float, high: float) -> str:
-    """The lr window as 'low–high (xN)', N its geometric span; a single lr reads '0.003 (x1)'."""
-    return f"{low:g} (x1)" if low == high else f"{low:g}–{high:g} (x{high / low:.3g})"
 
 
 def edge_text(edge: str, signal: str = "") -> str:
@@ -73,7 +69,7 @@ def layer_table(selected: pd.DataFrame, row_keys: list[str], params: dict[Any, f
                      "test top-1 (%)": _text(r["mean"]), "95% CI": ci_text(r["low"], r["high"]),
                      "n": f"{r['n']} {r.get('seeds', '')}".strip(),
                      "non-failing (%)": f"{_text(r.get('ok_mean'))} ({r.get('ok_n', r['n'])})",
-                     "val top-1 (%)": f"{r['select_mean']:.2f}", "lr (val-selected)": f"{r['lr']:g}",
+                     "val top-1 (%)": f"{r['select_mean']:.2f}", "lr (val-selected)": lr_text(r["lr"]),
                      "edge": edge_text(r["edge"], r.get("signal", "")), "converged": converged_text(r),
                      "lr window": window_text(r["window_low"], r["window_high"]),
                      "lr sensitivity (points)": _text(r.get("sensitivity")),

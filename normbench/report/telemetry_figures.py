@@ -9,11 +9,15 @@ DataFrames out.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from normbench.report.style import DPI, layer_colour
+from normbench.report.style import layer_order as figure_order
 from normbench.spec.names import OutputFolder
 from normbench.spec.selection import SCORE, SELECT, chosen_lrs
 from normbench.train.telemetry import QUANTITIES
@@ -28,6 +32,10 @@ TITLES = {"stream_rms": "RMS of the residual stream entering each block",
           "attn_entropy": "attention entropy (nats; mean over heads and queries)",
           "grad_norm": "gradient norm of the block's parameters (before clipping)",
           "update_ratio": "update-to-weight ratio of the block's weight matrices"}
+# Why a heatmap cell is blank at step 0 only: said under the figure, not left for the reader to guess
+ZERO_INIT_UNDEFINED = "a ratio with a zero denominator: weights or gates initialised at zero, as in rezero and fixup"
+ZERO_INIT_ZERO = ("a gate initialised at zero, as in rezero and fixup, keeps its branch off; a log scale cannot "
+                  "show 0")
 
 
 def telemetry_frame(cells: pd.DataFrame) -> pd.DataFrame:
@@ -76,20 +84,46 @@ def _chooser(frame: pd.DataFrame) -> str:
     return SELECT if SELECT in frame else SCORE
 
 
-def block_maps(frame: pd.DataFrame, quantity: str) -> dict[str, pd.DataFrame]:
-    """Per layer, the seed mean of `quantity` as a (block x step) table: index blocks, columns steps."""
+def block_maps(frame: pd.DataFrame, quantity: str, order: Sequence[str] | None = None) -> dict[str, pd.DataFrame]:
+    """Per layer in the figures' order (style.layer_order: the suite's `order`, else sorted), the seed mean of
+    `quantity` as a (block x step) table: index blocks, columns steps."""
     return {layer: frame[frame["layer"] == layer].pivot_table(index="block", columns="step", values=quantity,
                                                                aggfunc="mean", dropna=False)
-            for layer in layer_order(frame)}
+            for layer in figure_order(frame["layer"], order)}
+
+
+def _steps_text(steps: Sequence[Any]) -> str:
+    steps = sorted(set(steps))
+    return f"step {steps[0]:g}" if len(steps) == 1 else f"steps {', '.join(f'{s:g}' for s in steps[:3])}" + (
+        ", ..." if len(steps) > 3 else "")
+
+
+def blank_notes(maps: dict[str, pd.DataFrame], quantity: str) -> list[str]:
+    """Why cells of the heatmaps are blank, per layer: not finite (a ratio over a zero norm: weights or a gate
+    initialised at zero, as in rezero and fixup, at step 0) or exactly 0 on a log scale (a branch switched off by
+    its zero gate). [] when no cell is blank."""
+    layers_by_note: dict[str, list[str]] = {}  # layers blank for the same reason share one line
+    for layer, m in maps.items():
+        values = m.to_numpy(dtype=float)
+        undefined = [step for step, column in zip(m.columns, (~np.isfinite(values)).T, strict=True) if column.any()]
+        zero = [] if quantity in LINEAR else [
+            step for step, column in zip(m.columns, (values == 0).T, strict=True) if column.any()]
+        if undefined:
+            why = ZERO_INIT_UNDEFINED if undefined == [m.columns.min()] else "not finite or not recorded"
+            layers_by_note.setdefault(f"blank at {_steps_text(undefined)}: undefined ({why})", []).append(layer)
+        if zero:
+            why = ZERO_INIT_ZERO if zero == [m.columns.min()] else "a log scale cannot show 0"
+            layers_by_note.setdefault(f"blank at {_steps_text(zero)}: exactly 0 ({why})", []).append(layer)
+    return [f"{', '.join(layers)}: {note}" for note, layers in layers_by_note.items()]
 
 
 def quantity_figure(maps: dict[str, pd.DataFrame], quantity: str, depth: int) -> Any:
-    """One heatmap panel per layer (x training step, y block index), one colour scale shared by all panels."""
+    """One heatmap panel per layer (x training step, y block index), one colour scale shared by all panels, each
+    panel titled in its layer's colour; a note under the panels says why any cell is blank."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
     from matplotlib.colors import LogNorm, Normalize
     from matplotlib.ticker import MaxNLocator
 
@@ -111,7 +145,8 @@ def quantity_figure(maps: dict[str, pd.DataFrame], quantity: str, depth: int) ->
             data = np.ma.masked_less_equal(data, 0)  # zero (a block at identity) has no log: left blank
         mesh = ax.pcolormesh(m.columns.to_numpy(), m.index.to_numpy(), data, norm=norm, shading="nearest",
                              cmap="viridis")
-        ax.set(title=layer, xlabel="step")
+        ax.set_title(layer, color=layer_colour(layer))
+        ax.set_xlabel("step")
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # blocks are whole numbers
     for ax in axes.ravel()[len(maps):]:
         ax.set_visible(False)
@@ -121,6 +156,9 @@ def quantity_figure(maps: dict[str, pd.DataFrame], quantity: str, depth: int) ->
         fig.colorbar(mesh, ax=axes.ravel().tolist(), shrink=0.9)
     fig.suptitle(f"{TITLES.get(quantity, quantity)}\ndepth {depth}, each layer at its selected lr (seed mean)",
                  fontsize=9)
+    notes = blank_notes(maps, quantity)
+    if notes:  # under the panels: savefig(bbox_inches="tight") keeps it in the file
+        fig.text(0.01, -0.01, "\n".join(notes), ha="left", va="top", fontsize=8, gid="blank-note")
     return fig
 
 
@@ -140,9 +178,9 @@ def end_table(frame: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index(drop=True)
 
 
-def telemetry_section(cells: pd.DataFrame, out_dir: Path) -> list[str]:
-    """The leaderboard's telemetry section: writes telemetry_<quantity>.png into `out_dir`, returns markdown lines
-    ([] when no cell recorded telemetry)."""
+def telemetry_section(cells: pd.DataFrame, out_dir: Path, order: Sequence[str] | None = None) -> list[str]:
+    """The leaderboard's telemetry section: writes telemetry_<quantity>.png into `out_dir` (panels in the suite's
+    layer `order`, else sorted), returns markdown lines ([] when no cell recorded telemetry)."""
     import matplotlib.pyplot as plt
     from tabulate import tabulate
 
@@ -158,8 +196,8 @@ def telemetry_section(cells: pd.DataFrame, out_dir: Path) -> list[str]:
              ""]
     for quantity in (q for q in QUANTITIES if q in chosen):
         path = Path(out_dir) / OutputFolder.telemetry_figure(quantity)
-        fig = quantity_figure(block_maps(chosen, quantity), quantity, depth)
-        fig.savefig(path, dpi=100)
+        fig = quantity_figure(block_maps(chosen, quantity, order), quantity, depth)
+        fig.savefig(path, dpi=DPI, bbox_inches="tight")
         plt.close(fig)
         lines.append(f"![{path.stem}]({path.name})")
     return [*lines, ""]

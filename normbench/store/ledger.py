@@ -5,7 +5,10 @@ Locally the ledger is a journal file in the output folder (safe for many process
 a worker claims it (atomically: Optuna's WAITING -> RUNNING transition), then COMPLETE (or PRUNED). A worker that
 dies mid-cell is noticed two ways: on a journal file, the OS lock its process held is free (whatever its host name
 or pid); on a database, its heartbeat stops for longer than the grace period. Either way the trial is failed and a
-WAITING copy is queued, so the cell runs again. A database outage is waited out (normbench.store.retry); a worker whose
+WAITING copy is queued, so the cell runs again, up to NORMBENCH_MAX_ATTEMPTS (default 3) attempts in a row that
+each lost their worker: then the cell is failed for good (a FAIL record with the attempts' hosts, pids and verdicts),
+so a cell that kills every worker (OOM, segfault) cannot walk through the fleet; `normbench run --retry-failed`
+gives it another round. A database outage is waited out (normbench.store.retry); a worker whose
 claim was taken while it was stalled or cut off stops that cell (`claim_held`) instead of finishing it twice.
 """
 
@@ -26,7 +29,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
-from normbench.errors import ClaimLostError, ServerUnreachableError
+from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
 from normbench.spec.names import OutputFolder
 from normbench.spec.results import CellResult
 from normbench.spec.selection import select_value
@@ -39,6 +42,10 @@ from normbench.store.trial_params import add_waiting_trial, axis_distributions
 WORKER_ATTRS = ("worker_host", "worker_pid", "mlflow_run_id")
 UNFINISHED = (TrialState.WAITING, TrialState.RUNNING)
 LIVE = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
+ATTEMPTS = "attempts"  # user attr: this round's attempts that lost their worker (who, where, why), oldest first
+FAILED_FOR_GOOD = "failed_for_good"  # user attr of the FAIL record that ends a cell's round: not queued again
+RETRY_ROUND = "retry_round"  # user attr: how many times `--retry-failed` gave the cell another round
+DEFAULT_MAX_ATTEMPTS = 3
 # The private methods Optuna's _CachedStorage (the wrapper every Study puts around an RDBStorage) and
 # fail_stale_trials call on the storage: `study.get_trials` is `_get_trials`, so these need the retries as well
 RDB_PRIVATE = ("_get_trials", "_get_stale_trial_ids", "_get_best_trial_id", "_create_new_trial", "_set_trial_param")
@@ -55,6 +62,16 @@ def _env_seconds(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
 
+def max_attempts_from_env() -> int:
+    """NORMBENCH_MAX_ATTEMPTS (default 3): attempts in a row a cell may lose its worker before it is failed for good."""
+    text = os.environ.get("NORMBENCH_MAX_ATTEMPTS", str(DEFAULT_MAX_ATTEMPTS))
+    if not text.strip().isdigit() or int(text) < 1:
+        raise NormbenchError(f"NORMBENCH_MAX_ATTEMPTS={text!r}: expected a whole number, 1 or more (attempts a cell "
+                             f"may lose its worker before it is failed for good); unset it for the default "
+                             f"{DEFAULT_MAX_ATTEMPTS}")
+    return int(text)
+
+
 def engine_kwargs(url: str, grace_period: int) -> dict[str, Any]:
     """SQLAlchemy engine options for a ledger database. On PostgreSQL a worker stopped (SIGSTOP, a frozen VM)
     inside a transaction would hold its row locks and block every peer: the server ends such a session after the
@@ -69,13 +86,15 @@ class Ledger:
     """The record of cells. `url=None` keeps it in `<out_dir>/ledger.journal`."""
 
     def __init__(self, url: str | None, out_dir: Path, *, heartbeat_interval: int | None = None,
-                 grace_period: int | None = None) -> None:
+                 grace_period: int | None = None, max_attempts: int | None = None) -> None:
         """Heartbeat every `heartbeat_interval` s (NORMBENCH_HEARTBEAT_INTERVAL, default 10); a shared-database
-        worker silent for `grace_period` s (NORMBENCH_HEARTBEAT_GRACE, default 60) is taken for lost."""
+        worker silent for `grace_period` s (NORMBENCH_HEARTBEAT_GRACE, default 60) is taken for lost; a cell whose
+        `max_attempts` attempts in a row (NORMBENCH_MAX_ATTEMPTS, default 3) lost their worker is failed for good."""
         heartbeat_interval = heartbeat_interval or _env_seconds("NORMBENCH_HEARTBEAT_INTERVAL", 10)
         grace_period = grace_period or _env_seconds("NORMBENCH_HEARTBEAT_GRACE", 60)
         self.url = url or str(OutputFolder(out_dir).ledger)
-        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_interval, self.grace_period = heartbeat_interval, grace_period
+        self.max_attempts = max_attempts or max_attempts_from_env()
         self._stale: list[FrozenTrial] = []
         self._life: LifeLock | None = None  # journal ledgers: held while this process lives, named by its claims
         self._lost: set[int] = set()  # trial ids whose claim another worker took (seen by the heartbeat)
@@ -134,8 +153,10 @@ class Ledger:
                 extra: dict[str, dict[str, Any]] | None = None) -> int:
         """Queue each `cell_id -> axes` that has no live trial yet (with `extra[cell_id]` as further user attrs);
         returns how many were queued."""
-        # ids in the current format: a ledger written before ids sorted their axes is not queued twice
+        # ids in the current format: a ledger written before ids sorted their axes is not queued twice; a cell failed
+        # for good stays out of the queue until `--retry-failed` (else every starting worker would feed it again)
         present = {trial_cell_id(t) for t in study.get_trials(deepcopy=False, states=LIVE)}
+        present |= {trial_cell_id(t) for t in failed_for_good(study)}
         missing = {cid: axes for cid, axes in items.items() if cid not in present}
         queued = [t.user_attrs.get("axes") or {} for t in study.get_trials(deepcopy=False)]
         distributions = axis_distributions([*queued, *missing.values()])  # the axes as params, for the dashboard
@@ -193,18 +214,23 @@ class Ledger:
         return False
 
     def reclaim(self, study: optuna.Study) -> list[FrozenTrial]:
-        """Fail and re-queue the trials of dead workers; returns them (so their MLflow runs can be closed)."""
+        """Fail and re-queue the trials of dead workers (or fail them for good after `max_attempts`); returns them
+        (so their MLflow runs can be closed)."""
         failed: list[FrozenTrial] = []
         host = worker_host()
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             pid, lock = t.user_attrs.get("worker_pid"), t.user_attrs.get("worker_lock")
             if lock is not None:  # its OS lock: free means dead, whatever host or pid it had
                 dead = not self.heartbeats and holder_dead(Path(self.url).parent / OutputFolder.LOCKS / lock)
+                verdict = (f"its worker process ended mid-cell (OS lock {lock} found free): killed (OOM killer, "
+                           "SIGKILL, a watchdog), crashed (segfault) or exited")
             else:  # a claim from before worker_lock (store/migrations.py, version 3): same host and pid gone
                 dead = t.user_attrs.get("worker_host") == host and pid is not None and not pid_alive(pid)
+                verdict = f"its worker process (pid {pid} on {host}) is gone"
             if dead or _never_owned(t):
-                if self._fail(t._trial_id):
-                    requeue(study, t)
+                if self._fail(t._trial_id):  # only the one process whose FAIL lands counts this attempt
+                    self._count_lost_attempt(study, t, verdict if dead else "claimed, but its worker never signed "
+                                             "it (killed between claiming and starting the cell)")
                     failed.append(t)
         if self.heartbeats:
             self._stale = []
@@ -213,8 +239,29 @@ class Ledger:
         return failed
 
     def _on_stale(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        requeue(study, trial)
+        # Optuna calls this only in the process whose FAIL of the stale trial landed: one count per lost attempt
+        self._count_lost_attempt(study, trial, f"no heartbeat for over {self.grace_period} s: its worker died "
+                                 "(killed, crashed), hung, or lost the network")
         self._stale.append(trial)
+
+    def _count_lost_attempt(self, study: optuna.Study, lost: FrozenTrial, verdict: str) -> None:
+        """Record the attempt that lost its worker on the cell's next trial: a WAITING copy, or after
+        `max_attempts` such attempts in a row a FAIL record that is never queued again (`failed_for_good`)."""
+        attempts = [*lost.user_attrs.get(ATTEMPTS, []), attempt_record(lost, verdict)]
+        if len(attempts) < self.max_attempts:
+            requeue(study, lost, {ATTEMPTS: attempts})
+        else:
+            requeue(study, lost, {ATTEMPTS: attempts, FAILED_FOR_GOOD: True}, state=TrialState.FAIL)
+
+    def retry_failed(self, study: optuna.Study) -> list[str]:
+        """Queue the cells failed for good in `study` for another round of `max_attempts` attempts
+        (`normbench run --retry-failed`); returns their ids. Their earlier rounds stay in the ledger."""
+        retried = []
+        for record in failed_for_good(study):
+            requeue(study, record, {RETRY_ROUND: record.user_attrs.get(RETRY_ROUND, 0) + 1},
+                    drop=(ATTEMPTS, FAILED_FOR_GOOD))
+            retried.append(record.user_attrs.get("cell_id", f"trial {record.number}"))
+        return retried
 
     def _fail(self, trial_id: int) -> bool:
         try:
@@ -300,13 +347,40 @@ class Ledger:
             raise ClaimLostError(f"trial {trial.number} was taken over by another worker") from None
 
 
-def requeue(study: optuna.Study, failed: FrozenTrial) -> None:
-    """Queue a WAITING copy of a failed trial: same params and cell, no worker."""
-    user_attrs = {k: v for k, v in failed.user_attrs.items() if k not in WORKER_ATTRS}
+def requeue(study: optuna.Study, failed: FrozenTrial, user_attrs: dict[str, Any] | None = None, *,
+            drop: tuple[str, ...] = (), state: TrialState = TrialState.WAITING) -> None:
+    """Queue a WAITING copy of a failed trial: same params and cell, no worker, `user_attrs` added and `drop`
+    removed. `state=FAIL` writes the record that ends the cell's attempts instead of queueing it."""
+    kept = {k: v for k, v in failed.user_attrs.items() if k not in (*WORKER_ATTRS, *drop)}
     history = [*failed.system_attrs.get("retry_history", []), failed.number]
     study.add_trial(optuna.create_trial(
-        state=TrialState.WAITING, params=failed.params, distributions=failed.distributions, user_attrs=user_attrs,
+        state=state, params=failed.params, distributions=failed.distributions,
+        user_attrs={**kept, **(user_attrs or {})},
         system_attrs={**failed.system_attrs, "failed_trial": history[0], "retry_history": history}))
+
+
+def attempt_record(lost: FrozenTrial, verdict: str) -> dict[str, Any]:
+    """What the ledger knows of an attempt that lost its worker: its trial, the worker's host and pid, why it was
+    taken for lost, when it started, who noticed, and its MLflow run (the epochs it logged before it died)."""
+    started = lost.datetime_start.isoformat(timespec="seconds") if lost.datetime_start else None
+    return {"trial": lost.number, "host": lost.user_attrs.get("worker_host"), "pid": lost.user_attrs.get("worker_pid"),
+            "verdict": verdict, "started": started, "noticed_by": f"{worker_host()} pid {os.getpid()}",
+            "mlflow_run_id": lost.user_attrs.get("mlflow_run_id")}
+
+
+def failed_for_good(study: optuna.Study) -> list[FrozenTrial]:
+    """The records of the cells failed for good: a cell counts while it has no live trial and its newest trial is
+    such a record (`--retry-failed` queues a newer trial; a later plain failure is retried as usual)."""
+    newest: dict[str | None, FrozenTrial] = {}
+    live = set()
+    for t in study.get_trials(deepcopy=False):
+        cid = trial_cell_id(t)
+        if t.state in LIVE:
+            live.add(cid)
+        if cid not in newest or t.number > newest[cid].number:
+            newest[cid] = t
+    return [t for cid, t in newest.items()
+            if cid is not None and cid not in live and t.state == TrialState.FAIL and t.user_attrs.get(FAILED_FOR_GOOD)]
 
 
 def pid_alive(pid: int) -> bool:

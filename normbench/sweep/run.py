@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from normbench.spec.names import StudyNames
+from normbench.spec.names import OutputFolder, StudyNames
 from normbench.spec.selection import REPORTS, SELECTS
 from normbench.spec.suite import Suite
 from normbench.store.ledger import LIVE, UNFINISHED, Ledger
@@ -125,6 +125,17 @@ def _queue(ledger: Ledger, study: optuna.Study, cells: dict[str, dict[str, Any]]
         ledger.enqueue(study, new)
         if progress is not None:
             note_new_cells(progress, suite, study.study_name, new)
+
+
+def retry_failed(suite: Suite, out_dir: Path, storage: str | None) -> list[str]:
+    """`normbench run --retry-failed`: queue the suite's cells failed for good (matrix, bracketing rounds, report
+    stage) for another round of attempts; returns their ids. A folder without a ledger has none (and gets none)."""
+    if storage is None and not OutputFolder(out_dir).ledger.exists():
+        return []
+    ledger = Ledger(storage, out_dir)
+    present = set(ledger.study_names())
+    names = [n for n in (StudyNames(suite.name).run, *stage_study_names(ledger, suite)) if n in present]
+    return [cid for name in names for cid in ledger.retry_failed(ledger.study(name))]
 
 
 def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,

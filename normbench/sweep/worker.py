@@ -5,13 +5,15 @@ the MLflow run is closed. A crash before COMPLETE re-runs the cell (its MLflow r
 after it only leaves a run to close, which `close_orphans` does on the next start. A worker whose claim another
 took over (it stalled past the heartbeat grace) stops that cell and closes its run as KILLED; a tracking server that
 stays away past NORMBENCH_RETRY_SECONDS after training keeps the result in the ledger and spools the MLflow part.
+A cell that kills its worker is re-queued by the ledger until NORMBENCH_MAX_ATTEMPTS such attempts, then failed for
+good: the loop ends without it and the summary names it (`failed_for_good`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -20,7 +22,7 @@ from optuna.trial import TrialState
 from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
 from normbench.spec.recipe import CellConfig
 from normbench.spec.results import EpochRecord
-from normbench.store.ledger import Ledger
+from normbench.store.ledger import ATTEMPTS, Ledger, failed_for_good
 from normbench.sweep.progress import Progress
 from normbench.tracking.tracker import Tracker, running_run_ids
 from normbench.train.distributed import Dist, broadcast
@@ -47,12 +49,26 @@ class WorkSummary:
     errors: int = 0
     busy_seconds: float = 0.0
     train_seconds: float = 0.0
+    failed_for_good: dict[str, int] = field(default_factory=dict)  # cell id -> attempts, when the work ended
 
     def add(self, other: WorkSummary) -> None:
         self.cells_run += other.cells_run
         self.errors += other.errors
         self.busy_seconds += other.busy_seconds
         self.train_seconds += other.train_seconds
+        self.failed_for_good.update(other.failed_for_good)
+
+    def failed_line(self) -> str:
+        """One line naming the cells failed for good and the way to retry them, or '' when there are none."""
+        if not self.failed_for_good:
+            return ""
+        cells = sorted(self.failed_for_good)
+        named = "; ".join(cells[:5]) + (f"; and {len(cells) - 5} more" if len(cells) > 5 else "")
+        tries = sorted(set(self.failed_for_good.values()))
+        return (f"{len(cells)} cell(s) failed for good, each killed its worker on {' or '.join(map(str, tries))} "
+                f"attempts in a row (OOM kill, segfault, watchdog?): {named}. The leaderboard's 'failed for good' "
+                "section lists each attempt's host, pid and verdict; fix the cause, then run the same command with "
+                "--retry-failed to give them another round")
 
     def bookkeeping(self) -> str:
         """'ledger + MLflow: 1.2 s of 80.0 s (1.5%)', or '' when this process ran no cell."""
@@ -107,9 +123,16 @@ def _work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, devic
             continue
         refreshed = jobs()
         if [j.study.study_name for j in refreshed] == [j.study.study_name for j in current]:
+            summary.failed_for_good = failed_cells(current)  # nothing left to run: say what will never finish
             return summary
         current = refreshed
     return summary
+
+
+def failed_cells(jobs: list[Job]) -> dict[str, int]:
+    """`{cell id: attempts}` of the jobs' cells failed for good (each attempt killed its worker)."""
+    return {t.user_attrs.get("cell_id", f"trial {t.number}"): len(t.user_attrs.get(ATTEMPTS, []))
+            for job in jobs for t in failed_for_good(job.study)}
 
 
 def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,

@@ -9,8 +9,10 @@ import math
 import pandas as pd
 import pytest
 
+from normbench.report.style import layer_colour
 from normbench.report.telemetry_figures import (
     best_lr_telemetry,
+    blank_notes,
     block_maps,
     end_table,
     quantity_figure,
@@ -59,9 +61,11 @@ def test_deepest_depth_at_each_layers_lr_chosen_on_val():
     assert set(chosen["seed"]) == {0, 1}
 
 
-def test_block_maps_are_seed_means_block_by_step_best_layer_first():
-    maps = block_maps(best_lr_telemetry(telemetry_frame(make_cells())), "grad_norm")
-    assert list(maps) == ["rezero", "layernorm"]  # rezero scores higher
+def test_block_maps_are_seed_means_block_by_step_in_the_figures_layer_order():
+    chosen = best_lr_telemetry(telemetry_frame(make_cells()))
+    assert list(block_maps(chosen, "grad_norm")) == ["layernorm", "rezero"]  # sorted, not by score: every figure
+    assert list(block_maps(chosen, "grad_norm", order=["rezero", "layernorm"])) == ["rezero", "layernorm"]
+    maps = block_maps(chosen, "grad_norm", order=["rezero", "layernorm"])
     m = maps["rezero"]
     assert list(m.index) == [0, 1, 2, 3] and list(m.columns) == list(STEPS)
     assert m.loc[3, 20] == pytest.approx((value("rezero", 3e-3, 0, 20, 3) + value("rezero", 3e-3, 1, 20, 3)) / 2)
@@ -90,9 +94,26 @@ def test_figure_has_a_panel_per_layer_on_one_colour_scale():
     for quantity in ("attn_entropy", "update_ratio"):
         fig = quantity_figure(block_maps(chosen, quantity), quantity, depth=4)
         panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
-        assert [ax.get_title() for ax in panels] == ["rezero", "layernorm"]
+        assert [ax.get_title() for ax in panels] == ["layernorm", "rezero"]
+        assert [ax.title.get_color() for ax in panels] == [layer_colour("layernorm"), layer_colour("rezero")]
         norms = {(c.norm.vmin, c.norm.vmax) for ax in panels for c in ax.collections}
         assert len(norms) == 1
+
+
+def test_blank_cells_of_zero_initialised_gates_are_explained_under_the_heatmap():
+    cells = make_cells(depths=(4,))
+    for i in cells.index[cells["layer"] == "rezero"]:  # a zero gate: the branch is off and no ratio is defined
+        cells.at[i, "telemetry"] = [{**r, "attn_ratio": 0.0, "update_ratio": None} if r["step"] == 0 else r
+                                    for r in cells.at[i, "telemetry"]]
+    chosen = best_lr_telemetry(telemetry_frame(cells))
+    for quantity, word in (("attn_ratio", "exactly 0"), ("update_ratio", "undefined")):
+        maps = block_maps(chosen, quantity)
+        notes = blank_notes(maps, quantity)
+        assert len(notes) == 1 and notes[0].startswith(f"rezero: blank at step 0: {word}"), notes
+        assert "initialised at zero" in notes[0] or "start at zero" in notes[0]
+        fig = quantity_figure(maps, quantity, depth=4)
+        assert [t.get_text() for t in fig.texts if t.get_gid() == "blank-note"] == notes
+    assert blank_notes(block_maps(best_lr_telemetry(telemetry_frame(make_cells())), "attn_ratio"), "attn_ratio") == []
 
 
 def test_section_writes_a_figure_per_quantity(tmp_path):

@@ -1,0 +1,147 @@
+"""Figures and tables fit for a paper: one colour and order per layer in every figure, a readable grid, intervals
+within 0-100, diverged seeds drawn apart from the means, lrs with 3 significant digits, no `=None` in the header."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from matplotlib.colors import to_hex
+
+from normbench.report.header import recipe_lines, seeds_line
+from normbench.report.plots import depth_figure, lr_figure, sensitivity_figure, step_figure, write_plots
+from normbench.report.stats import select_lr, selected_cells
+from normbench.report.style import (
+    CANONICAL,
+    DIVERGED_LABEL,
+    grid,
+    layer_colour,
+    layer_order,
+    lr_text,
+    ratio_text,
+    window_text,
+)
+from normbench.report.tables import layer_table
+from normbench.report.telemetry_figures import block_maps, quantity_figure
+from normbench.spec.selection import add_scores
+from normbench.spec.suite import load_suite
+
+LAYERS = ("rezero", "layernorm", "layerscale")
+LRS = (1e-3, 3.1623e-3, 1e-2)
+
+
+def cell(layer: str, depth: int, lr: float, seed: int, test: float, status: str = "ok") -> dict:
+    ok = status == "ok"
+    return {"cell_id": f"{layer}-{depth}-{lr}-{seed}", "layer": layer, "depth": depth, "lr": lr, "seed": seed,
+            "status": status, "val_top1": test if ok else math.nan, "test_top1": test if ok else math.nan}
+
+
+def make_cells(depths=(6, 12, 24, 48)) -> pd.DataFrame:
+    return add_scores(pd.DataFrame([cell(layer, d, lr, s, 60.0 + 10 * i + s - abs(math.log10(lr) + 2.5))
+                                    for i, layer in enumerate(LAYERS) for d in depths for lr in LRS
+                                    for s in range(3)]))
+
+
+@pytest.mark.parametrize(("lr", "text"), [(0.0999, "0.0999"), (0.0031623, "0.00316"), (3.1623e-4, "0.000316"),
+                                          (1e-3, "0.001"), (0.09999, "0.1")])
+def test_lrs_print_with_3_significant_digits(lr, text):
+    assert lr_text(lr) == text
+
+
+def test_a_window_span_is_rounded_and_drops_trailing_zeros():
+    assert window_text(0.0031623, 0.031623) == "0.00316–0.0316 (x10)"
+    assert window_text(3.1623e-4, 0.0031592) == "0.000316–0.00316 (x10)"  # as printed, not x9.99
+    assert window_text(0.01, 0.09999) == "0.01–0.1 (x10)"
+    assert window_text(3e-3, 3e-3) == "0.003 (x1)"
+    assert (ratio_text(9.999), ratio_text(3.0), ratio_text(1000.0), ratio_text(31.62)) == ("10", "3", "1000", "31.6")
+
+
+def test_tables_and_the_header_print_lrs_alike():
+    cells = make_cells(depths=(6,))
+    table = layer_table(select_lr(cells, ["layer", "depth"]), ["layer"])
+    assert set(table["lr (val-selected)"]) == {"0.00316"}
+    assert "lrs tried: 0.001, 0.00316, 0.01" in seeds_line(cells)
+
+
+def test_every_layer_has_one_colour_and_the_built_ins_are_all_distinct():
+    from normbench.layers import list_layers
+
+    assert set(CANONICAL) == set(list_layers())  # a new built-in layer gets its fixed place here
+    assert len({layer_colour(layer) for layer in CANONICAL}) == len(CANONICAL)
+    assert layer_colour("rmsnorm+layerscale") == layer_colour("rmsnorm+layerscale")  # stable, not Python's hash
+    assert layer_order(["rezero", "layernorm", "dyt"], ["rezero", "layernorm"]) == ["rezero", "layernorm", "dyt"]
+    assert layer_order(["rezero", "layernorm"]) == ["layernorm", "rezero"]
+
+
+def test_every_figure_draws_a_layer_in_its_colour_in_one_order():
+    cells = make_cells()
+    selected = select_lr(cells, ["layer", "depth"]).assign(sensitivity=1.0)
+    history = pd.DataFrame([{"cell_id": c, "step": step, "val_top1": 50.0 + step}
+                            for c in cells["cell_id"] for step in (10, 20)])
+    text = {"dataset": "digits", "order": None}
+    figures = [depth_figure(cells, selected, epochs="1", **text), lr_figure(cells, epochs="1", **text),
+               step_figure(history, selected_cells(cells, selected, ["layer", "depth"]), **text),
+               sensitivity_figure(selected, table_keys=["depth"], **text)]
+    expected = {layer: layer_colour(layer) for layer in LAYERS}
+    for fig in figures:
+        drawn = _colours_by_label(fig)
+        assert {layer: drawn[layer] for layer in LAYERS} == expected
+        legend = [t.get_text().split(" ")[0] for t in fig.legends[0].get_texts()]
+        assert [name for name in legend if name in LAYERS] == sorted(LAYERS)
+    telemetry = pd.DataFrame([{"cell_id": layer, "layer": layer, "step": 0, "block": 0, "grad_norm": 1.0 + i}
+                              for i, layer in enumerate(LAYERS)])
+    heatmap = quantity_figure(block_maps(telemetry, "grad_norm"), "grad_norm", depth=1)
+    titles = {ax.get_title(): to_hex(ax.title.get_color()) for ax in heatmap.axes if ax.get_title()}
+    assert list(titles) == sorted(LAYERS) and titles == expected
+
+
+def _colours_by_label(fig) -> dict[str, str]:
+    """Each labelled artist's colour: error-bar lines, plain lines and bars."""
+    colours = {}
+    for ax in fig.axes:
+        for container in ax.containers:
+            label = container.get_label()
+            artist = container.lines[0] if hasattr(container, "lines") else container.patches[0]
+            colours[label] = to_hex(artist.get_color() if hasattr(artist, "get_color") else artist.get_facecolor())
+        for line in ax.get_lines():
+            if not line.get_label().startswith("_"):
+                colours[line.get_label()] = to_hex(line.get_color())
+    return colours
+
+
+def test_accuracy_vs_lr_with_four_depths_is_a_readable_grid(tmp_path):
+    from matplotlib.image import imread
+
+    cells = make_cells()
+    paths = write_plots(cells, select_lr(cells, ["layer", "depth"]), tmp_path, dataset="digits", epochs="1")
+    height, width = imread(tmp_path / "accuracy_vs_lr.png").shape[:2]
+    assert width / height <= 2.5 and 700 <= width <= 1400, (width, height)
+    assert all(p.stat().st_size > 0 for p in paths)
+    assert grid(4) == (2, 2) and grid(3) == (2, 2) and grid(6) == (2, 3) and grid(1) == (1, 1)
+
+
+def test_a_diverged_seed_is_drawn_apart_not_averaged_in_as_zero():
+    cells = add_scores(pd.DataFrame([cell("layernorm", 12, 1e-3, 0, 80.0), cell("layernorm", 12, 1e-3, 1, 90.0),
+                                     cell("layernorm", 12, 1e-3, 2, 0.0, "diverged"),
+                                     cell("layernorm", 12, 1e-2, 0, 99.0), cell("layernorm", 12, 1e-2, 1, 2.0)]))
+    fig = lr_figure(cells, dataset="digits", epochs="1")
+    ax = fig.axes[0]
+    bars = ax.containers[0]
+    assert list(bars.lines[0].get_ydata()) == [85.0, 50.5]  # the two seeds that trained, not (80 + 90 + 0) / 3
+    for segments in bars.lines[2]:  # the CI: 50.5 +- 12.7 * 48.5 runs far past both ends, drawn within 0-100
+        for (_, y0), (_, y1) in segments.get_segments():
+            assert 0 <= y0 <= 100 and 0 <= y1 <= 100
+    crosses = [line for line in ax.get_lines() if line.get_gid() == "diverged:layernorm"]
+    assert [(list(x.get_xdata()), list(x.get_ydata()), x.get_marker()) for x in crosses] == [([1e-3], [0.0], "x")]
+    assert "1" in [t.get_text() for t in ax.texts]  # the count of diverged seeds
+    assert DIVERGED_LABEL in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_the_header_names_no_unset_value(write_suite):
+    suite = load_suite(write_suite(train={"epochs": 1, "warmup_epochs": 0, "clip_grad": None, "lr": 0.0031623},
+                                   matrix={"depth": [1], "layer": ["layernorm"]}))
+    lines = recipe_lines(suite)
+    assert not any("=None" in line for line in lines), lines
+    assert "clip_grad=off" in lines[2] and "lr=0.00316" in lines[2]
+    assert "img_size" not in lines[1] and "root" not in lines[3]

@@ -79,7 +79,8 @@ def seeds_line(cells: pd.DataFrame) -> str:
     added = int((cells["bracket_round"] > 0).sum()) if "bracket_round" in cells else 0
     return (f"- seeds: selection {seeds(SELECTS)}; report "
             + (f"{report} (fresh: they never chose an lr)" if report else
-               "none (every score comes from the seeds that chose its lr: optimistic)")
+               "none (every score comes from the seeds that chose its lr: optimistic)" if cells["lr"].nunique() > 1
+               else "none (one lr: nothing was chosen, so the selection seeds report without that bias)")
             + f"; lrs tried: {', '.join(lr_text(lr) for lr in sorted(cells['lr'].dropna().unique()))}"
             + (f" ({added} cells added by bracketing)" if added else ""))
 

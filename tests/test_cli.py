@@ -89,3 +89,12 @@ def test_a_cifar_download_without_network_names_the_url_and_the_manual_fix(write
         assert fragment in err
     assert "free space" not in err
     assert not (tmp_path / "data").exists() and not out.exists()  # no empty data folder left behind
+
+
+def test_a_bad_max_attempts_setting_is_refused_before_the_folder_exists(write_suite, tmp_path, monkeypatch, capsys):
+    from normbench import cli
+
+    monkeypatch.setenv("NORMBENCH_MAX_ATTEMPTS", "0")
+    out = tmp_path / "out"
+    assert cli.main(["run", str(write_suite()), "--out", str(out), "--quiet"]) == 2
+    assert "NORMBENCH_MAX_ATTEMPTS" in capsys.readouterr().err and not out.exists()

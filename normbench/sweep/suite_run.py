@@ -19,7 +19,7 @@ import yaml
 from normbench.errors import NormbenchError
 from normbench.spec.names import OutputFolder, suites_in
 from normbench.spec.suite import Suite
-from normbench.store.ledger import Ledger
+from normbench.store.ledger import Ledger, max_attempts_from_env
 from normbench.sweep.launch import default_workers, start_workers
 from normbench.sweep.run import open_run
 from normbench.sweep.tune import open_tune
@@ -54,9 +54,10 @@ class SuiteRun:
                  quiet: bool = False, parent: bool = True) -> None:
         self.suite, self.storage, self.mode = suite, storage, mode
         self.folder = OutputFolder(out_dir)
+        max_attempts = max_attempts_from_env()  # a bad setting is refused before the folder is created
         if parent:
             check_output_folder(self.folder)
-        self.ledger = Ledger(storage, self.folder.path)
+        self.ledger = Ledger(storage, self.folder.path, max_attempts=max_attempts)
         check_folder_suite(suite, self.folder, self.ledger if storage is None else None)
         self.tracker = Tracker(self.folder.path, suite.name)
         self.jobs, self.study_names, self.progress = MODES[mode](suite, self.ledger, self.folder.path, quiet=quiet)

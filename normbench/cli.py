@@ -57,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", type=Path, help="another suite's output folder: check whether its layer ranking "
                    "holds here (overrides the suite's `reference:`)")
 
+    p = sub.add_parser("compare", help="one grid's output folders at different budgets side by side: which "
+                       "conclusions hold in every regime and which change")
+    p.add_argument("outs", type=Path, nargs="+", metavar="out", help="output folders, e.g. results/A results/B")
+    p.add_argument("--out", dest="write_to", type=Path, help="write the markdown here (default: print it)")
+
     p = sub.add_parser("ledger", help="check or repair a suite's ledger.journal")
     p.add_argument("action", choices=("repair",), help="repair: keep every record before the first damaged line")
     p.add_argument("out", type=Path, help="a suite's output folder (or its ledger.journal)")
@@ -78,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=None, help="images per step (default: 256 GPU, 64 CPU)")
     p.add_argument("--device", default="auto")
     p.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
-    p.add_argument("--out", type=Path, default=Path("results"), help="folder for bench-<device>-<torch>.csv/.md")
+    p.add_argument("--out", type=Path, default=Path("runs"), help="folder for bench-<device>-<torch>.csv/.md "
+                   "(default: runs/, not committed; --out results publishes, as scripts/bench.sh does)")
 
     p = sub.add_parser("probe", help="signal propagation at init: per-block stream RMS, gradient norm, token "
                                      "similarity")
@@ -105,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"normbench: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM as Terminated
-        print(_stopped_message(args, e, sys.argv[1:] if argv is None else argv), file=sys.stderr)
+        from normbench.sweep.launch import LOCAL_WORKER
+
+        if not os.environ.get(LOCAL_WORKER):  # a worker of `run --workers`: its parent names the command to resume
+            print(_stopped_message(args, e, sys.argv[1:] if argv is None else argv), file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
     except OSError as e:  # a disk fault mid-run (full, read-only, a folder in the way): what finished is kept
         where = f"{e.filename}: " if e.filename else ""
@@ -230,6 +239,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
                              quiet=args.quiet, dist=dist)
     finally:
         shutdown(dist)
+    if summary.failed_for_good and not args.quiet:  # quiet: the workers of `run --workers`, whose parent says it
+        print(f"normbench: {summary.failed_line()}", file=sys.stderr)
     return 1 if summary.errors else 0
 
 
@@ -243,6 +254,19 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     suite = load_suite(suite_file) if suite_file.exists() else None
     path = write_leaderboard(args.out, suite=suite, storage=args.storage, reference=args.reference)
     print(path)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from normbench.report.folder import read_folder
+    from normbench.report.regimes import compare_regimes
+
+    text = "\n".join(compare_regimes([read_folder(out) for out in args.outs]))
+    if args.write_to is None:
+        print(text)
+    else:
+        args.write_to.write_text(text)
+        print(args.write_to)
     return 0
 
 
@@ -269,7 +293,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     if uri.startswith("sqlite:") and not OutputFolder(args.out).mlflow_db.exists():
         raise NormbenchError(f"{args.out}: no mlflow.db here; run a suite first (`normbench run suites/smoke.yaml`) "
                              "or pass its output folder")
-    from normbench.tracking.ui import check_port, prepare_experiment, serve, ui_url
+    from normbench.tracking.ui import check_port, prepare_experiment, run_ui, ui_url
 
     if not uri.startswith("sqlite:"):
         experiment_id = prepare_experiment(uri, args.out)
@@ -277,20 +301,20 @@ def cmd_ui(args: argparse.Namespace) -> int:
               f"{experiment_id}/runs?{ui_url('h', 0, experiment_id).split('?', 1)[1]}")
         return 0
     check_port(args.host, args.port)
-    url = ui_url(args.host, args.port, prepare_experiment(uri, args.out))
     has_display = sys.platform in ("darwin", "win32") or bool(os.environ.get("DISPLAY") or
                                                              os.environ.get("WAYLAND_DISPLAY"))
-    return serve(uri, args.host, args.port, url, open_browser=has_display and not args.no_browser)
+    return run_ui(uri, args.out, args.host, args.port, open_browser=has_display and not args.no_browser)
 
 
 def cmd_layers(args: argparse.Namespace) -> int:
-    from tabulate import tabulate
-
     from normbench.layers import get_spec, list_layers
+    from normbench.layers.listing import layer_table
 
-    rows = [[s.name, s.kind, s.partner or "", s.formula, s.source]
-            for s in map(get_spec, list_layers(args.pattern))]
-    print(tabulate(rows, headers=["name", "kind", "brings", "formula", "source"], tablefmt="simple"))
+    names = list_layers(args.pattern)
+    if not names:
+        print(f"normbench: no layer matches {args.pattern!r}; `normbench layers` lists them all", file=sys.stderr)
+        return 1
+    print(layer_table([get_spec(n) for n in names]))
     return 0
 
 
@@ -333,3 +357,4 @@ def _version() -> str:
 COMMANDS = {"run": cmd_run, "tune": cmd_tune, "worker": cmd_worker, "leaderboard": cmd_leaderboard, "ui": cmd_ui,
             "layers": cmd_layers, "bench": cmd_bench, "probe": cmd_probe}
 COMMANDS["ledger"] = cmd_ledger
+COMMANDS["compare"] = cmd_compare

@@ -9,7 +9,9 @@ Per (layer, depth, dim) it measures
 3. the same step on timm's `VisionTransformer` for the layers timm can express (layernorm, layerscale), measured
    A B A B against the normbench model so that drift on a noisy machine hits both alike.
 
-and writes `bench-<device>-<torch>.csv` and `.md` into the output folder. Timings are medians over repeats.
+and writes `bench-<device>-<torch>.csv` and `.md` into the output folder: by default runs/, which git ignores, so a
+try never overwrites the figures committed under results/ (`--out results` publishes). Timings are medians over
+repeats.
 """
 
 from __future__ import annotations
@@ -339,7 +341,7 @@ def write_outputs(rows: list[dict[str, Any]], out_dir: Path, stem: str, header: 
 
 def run_bench(layers: Sequence[str] | None = None, depths: Iterable[int] = (12,), dims: Iterable[int] = (192,),
               batch_size: int | None = None, device: str | torch.device = "auto", compile_mode: str = "auto",
-              out_dir: Path | str = Path("results"), *, warmup: int | None = None, steps: int | None = None,
+              out_dir: Path | str = Path("runs"), *, warmup: int | None = None, steps: int | None = None,
               op_iters: int | None = None, repeats: int | None = None) -> pd.DataFrame:
     """Benchmark each layer at each (depth, dim); write and print the table; return it as a DataFrame.
 
@@ -349,7 +351,7 @@ def run_bench(layers: Sequence[str] | None = None, depths: Iterable[int] = (12,)
         batch_size: images per step (default 256 on CUDA, 64 on CPU).
         device: "auto" (CUDA if available), "cpu", "cuda" or "cuda:N".
         compile_mode: "auto" (on for CUDA, off for CPU), "on" or "off"; torch.compile of the model's forward.
-        out_dir: folder for bench-<device>-<torch version>.csv and .md.
+        out_dir: folder for bench-<device>-<torch version>.csv and .md (default runs/, not committed).
         warmup, steps, op_iters, repeats: override the device's defaults (see `Iters`).
     """
     dev = resolve_device(device)

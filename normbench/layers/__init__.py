@@ -3,7 +3,8 @@
 One file per family, its modules beside its init rule: norms.py (layernorm, rmsnorm, learnable_scaler, dyt, none),
 layerscale.py, rezero.py (rezero, rezero_per_branch, skipinit), fixup.py (fixup_bias, fixup, fixup_official),
 tfixup.py, blocks.py (pre-norm, post_ln), deepnorm.py. registry.py holds the registry and imports no family;
-compose.py turns a `layer` string into a LayerPlan, whose init_rules run on the built model.
+plugins.py loads layers from outside normbench and hands Python-registered ones to worker processes; compose.py
+turns a `layer` string into a LayerPlan, whose init_rules run on the built model; listing.py prints the registry.
 """
 
 from normbench.layers import deepnorm, fixup, layerscale, norms, rezero, tfixup  # noqa: F401  (register on import)

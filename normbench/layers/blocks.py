@@ -73,8 +73,7 @@ class PreNormBlock(nn.Module):
 
 
 @register_layer("post_ln", kind="placement", partner="layernorm", formula="x = norm(x + F(x)) (post-norm)",
-                source="Vaswani et al. 2017, Attention Is All You Need, Sec. 3.1: LayerNorm(x + Sublayer(x)) "
-                       "(seed 003)")
+                source="Vaswani et al. 2017, Attention Is All You Need, Sec. 3.1: LayerNorm(x + Sublayer(x))")
 class PostNormBlock(PreNormBlock):
     """The original Transformer's placement: the norm after the residual sum."""
 

@@ -33,7 +33,7 @@ class RMSNorm(nn.RMSNorm):
 
 
 @register_layer("learnable_scaler", kind="norm", formula="a ⊙ x + b, per channel; a ~ N(0, 1), b = 0",
-                source="LearnableScaler README (seed 004) and nghiemtuan/LearnableScaler timm/layers/norm.py: "
+                source="nghiemtuan/LearnableScaler, its README and timm/layers/norm.py: "
                        "`a = nn.init.normal_(torch.ones(C))`; the layer only, not its training recipe")
 class LearnableScaler(nn.Module):
     """Per-channel affine map in place of a norm, channels last `(..., C)`.
@@ -85,7 +85,7 @@ class LearnableScaler(nn.Module):
 
 
 @register_layer("learnable_scaler_ones", kind="norm", formula="a ⊙ x + b, per channel; a = 1, b = 0",
-                source="LearnableScaler README (seed 004), with the ones the code builds before overwriting them; "
+                source="nghiemtuan/LearnableScaler, with the ones its code builds before overwriting them; "
                        "layer only")
 class LearnableScalerOnes(LearnableScaler):
     def __init__(self, dim: int, eps: float = 1e-6, device=None, dtype=None) -> None:
@@ -93,7 +93,7 @@ class LearnableScalerOnes(LearnableScaler):
 
 
 class LearnableScaler2d(LearnableScaler):
-    """Channels-first LearnableScaler for CNNs, `(B, C, H, W)`, in place of BatchNorm2d (seed 004)."""
+    """Channels-first LearnableScaler for CNNs, `(B, C, H, W)`, in place of BatchNorm2d."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, H, W) -> (B, C, H, W)
         return self._affine(x)

@@ -1,16 +1,17 @@
 """The layer registry: name -> LayerSpec, filled by the `@register_layer` decorator and by plugins.
 
-A plugin package adds layers without editing normbench by declaring an entry point in the group
-`normbench.layers` whose target is a module (or callable) that calls `register_layer` when loaded.
+Plugins (modules that call `register_layer` when imported) are found by normbench/layers/plugins.py before the first
+lookup. A layer registered by other Python code remembers the module whose import registers it (`LayerSpec.origin`),
+so that `--workers` processes can import it too (plugins.worker_modules).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Literal
 
 from torch import nn
@@ -19,8 +20,6 @@ from normbench.errors import UnknownLayerError, did_you_mean
 
 Kind = Literal["norm", "gate", "placement"]
 InitRule = Callable[[nn.Module], None]
-
-ENTRY_POINT_GROUP = "normbench.layers"
 
 
 @dataclass(frozen=True)
@@ -43,6 +42,9 @@ class LayerSpec:
             only sets values: every module a method needs is built with the model (see `mlp_norm`).
         mlp_norm: a class (norm contract) for timm Mlp's inner norm slot `mlp.norm`, between the activation and fc2,
             for a method that puts a module there (Fixup's shift before fc2); None leaves the slot `nn.Identity`.
+        origin: for a layer registered from Python outside normbench and its plugins, the module whose import
+            registers it (`__main__` for a script or notebook): what a worker process imports to know the layer.
+            None for built-in and plugin layers, which every process loads by itself.
     """
 
     name: str
@@ -53,10 +55,12 @@ class LayerSpec:
     partner: str | None = None
     init_rule: InitRule | None = None
     mlp_norm: type[nn.Module] | None = None
+    origin: str | None = None
 
 
 _REGISTRY: dict[str, LayerSpec] = {}
-_plugins_loaded = False
+_BUILT_IN = "normbench.layers."
+_loading_plugins = False  # set while plugins.load() runs
 
 
 def register_layer(
@@ -74,26 +78,35 @@ def register_layer(
         raise ValueError(f"kind must be norm, gate or placement, not {kind!r}")
     if "+" in name:
         raise ValueError(f"layer name {name!r} may not contain '+': it joins names in a combination")
+    origin = _origin()
 
     def decorator(cls: type[nn.Module]) -> type[nn.Module]:
         if name in _REGISTRY:
             warnings.warn(f"normbench: overwriting layer {name!r} with {cls.__module__}.{cls.__qualname__}",
                           stacklevel=2)
-        _REGISTRY[name] = LayerSpec(name, kind, cls, formula, source, partner, init_rule, mlp_norm)
+        _REGISTRY[name] = LayerSpec(name, kind, cls, formula, source, partner, init_rule, mlp_norm, origin)
         return cls
 
     return decorator
 
 
+def _origin() -> str | None:
+    """LayerSpec.origin of the registration under way: the module whose import runs it, i.e. the nearest module body
+    on the call stack (`__main__` for a script, a notebook, or a function called from one); None for a plugin or a
+    built-in layer. Frame 2 is register_layer's caller."""
+    if _loading_plugins:
+        return None
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_name != "<module>":
+        frame = frame.f_back
+    module = frame.f_globals.get("__name__", "__main__") if frame is not None else "__main__"
+    return None if module.startswith(_BUILT_IN) else module
+
+
 def _load_plugins() -> None:
-    global _plugins_loaded
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        loaded = ep.load()
-        if callable(loaded) and not isinstance(loaded, type):
-            loaded()
+    from normbench.layers import plugins
+
+    plugins.load()
 
 
 def get_spec(name: str) -> LayerSpec:
@@ -101,8 +114,10 @@ def get_spec(name: str) -> LayerSpec:
     try:
         return _REGISTRY[name]
     except KeyError:
+        from normbench.layers.plugins import failed_note
+
         raise UnknownLayerError(f"unknown layer `{name}`{did_you_mean(name, _REGISTRY)}; "
-                                "`normbench layers` lists them all") from None
+                                f"`normbench layers` lists them all{failed_note()}") from None
 
 
 def get_layer(name: str) -> type[nn.Module]:

@@ -24,6 +24,7 @@ from normbench.report.sections import run_sections
 from normbench.report.tables import markdown_table, rankings_table, transfer_table, tuned_table
 from normbench.report.telemetry_figures import telemetry_section
 from normbench.report.transfer import RESAMPLES, ranking_transfer
+from normbench.report.tune_frame import tune_cells, with_tuned_values
 from normbench.spec.names import OutputFolder, StudyNames, suites_in
 from normbench.spec.selection import add_scores
 from normbench.spec.suite import DEFAULT_TARGETS, Suite
@@ -49,7 +50,10 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     ledger = Ledger(storage, out_dir)
     names = StudyNames(suite.name if suite else _single_suite_name(ledger))
     cells = _with_recipe_columns(cells_frame(ledger, names), suite)
-    tuned = _with_recipe_columns(cells_frame(ledger, names, tuned=True), suite)
+    tuned = with_tuned_values(cells_frame(ledger, names, tuned=True))
+    if cells.empty and not tuned.empty and suite is not None and suite.tune is not None:  # `normbench tune` alone
+        cells = _with_recipe_columns(tune_cells(ledger, names, suite, tuned.copy()), suite)
+    tuned = _with_recipe_columns(tuned, suite)
     analysis = _analyse(cells, suite) if not cells.empty else None
     if analysis is not None:
         analysis.cells.drop(columns=UNWRITTEN, errors="ignore").to_csv(folder.results, index=False)

@@ -2,15 +2,25 @@
 
 Optuna's journal is one JSON record a line, appended under a lock. A process killed mid-write leaves a torn last line;
 Optuna skips it when reading, but the next append would glue onto it and make a line that never parses. Here every
-append first cuts a torn (or unparseable) last line off, under the journal's own lock, and says so once. Damage
-anywhere else stops the run (exit 2) naming the file and line and the fix, `normbench ledger repair OUT`, which keeps
-every record before the first bad line and moves the rest to a `.damaged` file beside it. A line that is JSON but no
-record this Optuna can replay (`{}`, an op code of a newer Optuna) is refused and repaired the same way, wherever it
-is: Optuna would stop on it with a KeyError or an assertion, and cutting it off as torn would hide another writer.
+append first cuts a torn (or unparseable) last line off, under the journal's own lock, and says so once; opening
+the journal only reads it, and a run cuts the tail once past its refusals (`repair_tail`), so a refused run (a
+changed recipe) leaves the file as it was.
+Damage anywhere else stops the run (exit 2) naming the file and line and the fix, `normbench ledger repair OUT`,
+which keeps every record before the first bad line and moves the rest to a `.damaged` file beside it. A line that is
+JSON but no record this Optuna can replay (`{}`, an op code of a newer Optuna) is refused and repaired the same way,
+wherever it is: Optuna would stop on it with a KeyError or an assertion, and cutting it off as torn would hide
+another writer.
+
+A write the disk refuses (full, read-only) stops the run naming the journal (LedgerWriteError), and a full disk
+frees the folder's reserve (store/reserve.py) so the cell in flight can still be given back. A lock another process
+took over while this one held it (this one stalled past the lock's grace inside a write: a hung disk, SIGSTOP) is
+noted by the lock; the Ledger stops the run at its next turn (LedgerLockLostError), after checking the journal.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import sys
@@ -20,11 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+from optuna.storages.journal import JournalFileBackend
 from optuna.storages.journal._file import get_lock_file
 from optuna.storages.journal._storage import JournalOperation
 
 from normbench.errors import NormbenchError
+from normbench.store import reserve
+from normbench.store.locks import JournalLock
 
 TAIL_CHUNK = 1 << 16
 
@@ -50,13 +62,21 @@ class LedgerDamagedError(NormbenchError):
     the file, the line and how to recover."""
 
 
+class LedgerWriteError(NormbenchError):
+    """The disk refused a write to the journal (full, read-only, an I/O error): names the file and the fix."""
+
+
+class LedgerLockLostError(NormbenchError):
+    """Another process took the journal's lock over while this one held it: the run stops at its next turn."""
+
+
 class SafeJournalFileBackend(JournalFileBackend):
-    """JournalFileBackend whose appends never glue onto a torn last line."""
+    """JournalFileBackend whose appends never glue onto a torn last line (see the module docstring)."""
 
     def __init__(self, file_path: str) -> None:
-        super().__init__(file_path, lock_obj=JournalFileSymlinkLock(file_path))
-        with get_lock_file(self._lock):
-            check(Path(file_path))
+        super().__init__(file_path, lock_obj=JournalLock(file_path))
+        self.lock: JournalLock = self._lock  # type: ignore[assignment]
+        check(Path(file_path))
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
         """Optuna's reader, refusing a record it cannot replay by its line (one another process appended while
@@ -67,23 +87,99 @@ class SafeJournalFileBackend(JournalFileBackend):
             yield record
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
-        with get_lock_file(self._lock):
-            with open(self._file_path, "rb+") as f:
+        lost = self.lock.lost
+        try:
+            with get_lock_file(self._lock):
+                with open(self._file_path, "rb+") as f:
+                    cut_torn_tail(f, Path(self._file_path))
+                what = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
+                _append(self._file_path, what.encode("utf-8"))
+        except OSError as e:
+            raise write_error(Path(self._file_path), e) from None
+        if self.lock.lost > lost:  # another process wrote meanwhile: stop at once if the two writes tangled
+            check(Path(self._file_path))
+
+    def cut_torn_tail(self) -> None:
+        """Cut a torn last record now, with its warning (an append does it anyway)."""
+        try:
+            with get_lock_file(self._lock), open(self._file_path, "rb+") as f:
                 cut_torn_tail(f, Path(self._file_path))
-            what = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
-            with open(self._file_path, "ab") as f:
-                f.write(what.encode("utf-8"))
-                f.flush()
-                os.fsync(f.fileno())
+        except OSError as e:
+            raise write_error(Path(self._file_path), e) from None
+
+
+def _append(path: str, data: bytes) -> None:
+    """Append `data` whole and fsync it, or leave the file as it was: what a full disk took part of is cut here, not
+    left for the next append to cut as a crash's torn tail."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        end = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, end)
+            raise
+    finally:
+        os.close(fd)
+
+
+def repair_tail(storage: Any) -> None:
+    """Cut a torn last record of `storage`'s journal (see SafeJournalFileBackend.cut_torn_tail); a run calls it once
+    past its refusals, so a refused run leaves the file as it was. Nothing for a database."""
+    backend = getattr(storage, "_backend", None)
+    if isinstance(backend, SafeJournalFileBackend):
+        backend.cut_torn_tail()
+
+
+def ledger_identity(storage: Any) -> str:
+    """Which journal this is: the id Optuna gave the storage that wrote its first record (random, per process), so a
+    new journal at the same path (after `rm -rf OUT`) is another ledger. '' for a database or an empty journal."""
+    backend = getattr(storage, "_backend", None)
+    if not isinstance(backend, SafeJournalFileBackend):
+        return ""
+    try:
+        with open(backend._file_path, "rb") as f:
+            first = json.loads(f.readline())
+    except (OSError, ValueError):
+        return ""
+    return str(first.get("worker_id", ""))[:36] if isinstance(first, dict) else ""  # "<uuid4>-<thread id>"
+
+
+def write_error(path: Path, e: OSError) -> LedgerWriteError:
+    """The message for a write the disk refused; a full disk frees the folder's reserve for the way out."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        reserve.free(path.parent)
+        fix = "the disk is full: free space"
+    elif e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        fix = "make the folder writable"
+    else:
+        fix = "check the disk"
+    return LedgerWriteError(f"{path}: cannot write the ledger ({e.strerror or e}); {fix}, then run the same command "
+                            "to resume (finished cells are kept; the cell in flight runs again)")
+
+
+def lock_lost(storage: Any) -> LedgerLockLostError | None:
+    """The error to stop with when another process took `storage`'s journal lock over while this one held it."""
+    backend = getattr(storage, "_backend", None)
+    if not isinstance(backend, SafeJournalFileBackend) or not backend.lock.lost:
+        return None
+    return LedgerLockLostError(
+        f"{backend.lock.path}: another process took the ledger's lock over while this one held it (this one was "
+        f"stalled over {backend.lock.grace:.0f} s inside a write: a slow or hung disk, or a stopped process); this run "
+        f"stops here so that two processes never write {Path(backend.lock.journal).name} at once. Every finished "
+        "cell is recorded; run the same command to resume.")
 
 
 def check(path: Path) -> None:
-    """Cut a torn last record (with a warning); raise LedgerDamagedError for a bad line anywhere else."""
+    """Raise LedgerDamagedError for a bad line anywhere but a torn last one (Optuna skips that; the next append cuts
+    it). Reads only."""
     if not path.exists():
         return
-    with open(path, "rb+") as f:
-        cut_torn_tail(f, path)
-    bad = _first_bad(path)
+    bad = _first_bad(path, torn_tail=True)
     if bad is not None:
         raise _damaged(path, *bad)
 
@@ -110,7 +206,7 @@ def cut_torn_tail(f: Any, path: Path) -> None:
     start = _last_line_start(f, end)
     f.seek(start)
     last = f.read(end - start)
-    if last.endswith(b"\n") and _parses(last):
+    if not _torn(last):
         return
     _save_damaged(path, last)
     f.truncate(start)
@@ -126,18 +222,27 @@ def first_bad_line(path: Path) -> tuple[int, int] | None:
     return None if bad is None else (bad[0], bad[0] - 1)
 
 
-def _first_bad(path: Path) -> tuple[int, bytes] | None:
-    """(1-based line number, the line) of the first line that is no record Optuna can replay, or None."""
+def _first_bad(path: Path, torn_tail: bool = False) -> tuple[int, bytes] | None:
+    """(1-based line number, the line) of the first line that is no record Optuna can replay, or None; with
+    `torn_tail`, a torn last line does not count."""
     with open(path, "rb") as f:
-        for number, line in enumerate(f, start=1):
+        lines = enumerate(f, start=1)
+        for number, line in lines:
             if not line.endswith(b"\n") or not is_record(line):
+                if torn_tail and _torn(line) and next(lines, None) is None:
+                    return None
                 return number, line
     return None
 
 
+def _torn(line: bytes) -> bool:
+    """A last line a crash mid-write leaves: unfinished, or not even JSON."""
+    return not (line.endswith(b"\n") and _parses(line))
+
+
 def repair(path: Path) -> tuple[int, int]:
     """Keep the records before the first bad line; move the rest to `<path>.damaged`. Returns (kept, moved) lines."""
-    with get_lock_file(JournalFileSymlinkLock(str(path))):
+    with get_lock_file(JournalLock(path)):
         bad = first_bad_line(path)
         if bad is None:
             return sum(1 for _ in open(path, "rb")), 0

@@ -14,6 +14,7 @@ claim was taken while it was stalled or cut off stops that cell (`claim_held`) i
 
 from __future__ import annotations
 
+import copy
 import datetime
 import os
 import socket
@@ -30,13 +31,13 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
-from normbench.spec.names import OutputFolder
+from normbench.spec.names import OutputFolder, StudyNames
 from normbench.spec.results import CellResult
 from normbench.spec.selection import select_value
-from normbench.store.journal import SafeJournalFileBackend
+from normbench.store.journal import SafeJournalFileBackend, lock_lost
 from normbench.store.locks import LifeLock, holder_dead
-from normbench.store.migrations import trial_cell_id
-from normbench.store.retry import raw, redact, retrying
+from normbench.store.migrations import legacy_claim_verdict, trial_cell_id
+from normbench.store.retry import Outage, raw, redact, retrying
 from normbench.store.trial_params import add_waiting_trial, axis_distributions
 
 WORKER_ATTRS = ("worker_host", "worker_pid", "mlflow_run_id")
@@ -44,6 +45,8 @@ UNFINISHED = (TrialState.WAITING, TrialState.RUNNING)
 LIVE = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
 ATTEMPTS = "attempts"  # user attr: this round's attempts that lost their worker (who, where, why), oldest first
 FAILED_FOR_GOOD = "failed_for_good"  # user attr of the FAIL record that ends a cell's round: not queued again
+WORKER_EXIT = "worker_exit:"  # study user attr `worker_exit:<host>:<pid>`: how a local worker died, as its parent saw
+SUITE = "suite"  # study user attr: the suite whose workers may claim its cells (with "recipe", the recipe hash)
 RETRY_ROUND = "retry_round"  # user attr: how many times `--retry-failed` gave the cell another round
 DEFAULT_MAX_ATTEMPTS = 3
 # The private methods Optuna's _CachedStorage (the wrapper every Study puts around an RDBStorage) and
@@ -51,6 +54,11 @@ DEFAULT_MAX_ATTEMPTS = 3
 RDB_PRIVATE = ("_get_trials", "_get_stale_trial_ids", "_get_best_trial_id", "_create_new_trial", "_set_trial_param")
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+# Optuna features normbench uses knowingly, stable for years: their "experimental" warnings tell a user nothing
+warnings.filterwarnings("ignore", r"Argument ``heartbeat_interval`` is an experimental feature",
+                        optuna.exceptions.ExperimentalWarning)
+warnings.filterwarnings("ignore", r"optuna\.storages\._heartbeat\.fail_stale_trials is experimental",
+                        optuna.exceptions.ExperimentalWarning)
 
 
 def worker_host() -> str:
@@ -89,10 +97,12 @@ class Ledger:
                  grace_period: int | None = None, max_attempts: int | None = None) -> None:
         """Heartbeat every `heartbeat_interval` s (NORMBENCH_HEARTBEAT_INTERVAL, default 10); a shared-database
         worker silent for `grace_period` s (NORMBENCH_HEARTBEAT_GRACE, default 60) is taken for lost; a cell whose
-        `max_attempts` attempts in a row (NORMBENCH_MAX_ATTEMPTS, default 3) lost their worker is failed for good."""
+        `max_attempts` attempts in a row (NORMBENCH_MAX_ATTEMPTS, default 3) lost their worker is failed for good.
+        `self.url` names the ledger in messages: a database URL's password is masked there."""
         heartbeat_interval = heartbeat_interval or _env_seconds("NORMBENCH_HEARTBEAT_INTERVAL", 10)
         grace_period = grace_period or _env_seconds("NORMBENCH_HEARTBEAT_GRACE", 60)
-        self.url = url or str(OutputFolder(out_dir).ledger)
+        self.url = redact(url) if url else str(OutputFolder(out_dir).ledger)
+        self._owner: tuple[str, str] | None = None  # (suite, recipe hash) this process works for: `serve`
         self.heartbeat_interval, self.grace_period = heartbeat_interval, grace_period
         self.max_attempts = max_attempts or max_attempts_from_env()
         self._stale: list[FrozenTrial] = []
@@ -107,13 +117,14 @@ class Ledger:
         if url.startswith(("postgresql://", "postgres://")):
             # SQLAlchemy 2.1 maps a bare postgresql:// to psycopg 3; normbench ships psycopg2-binary
             url = "postgresql+psycopg2://" + url.split("://", 1)[1]
+        self.outage = Outage(f"the ledger database {redact(self.url)}")
         error: Exception | None = None
         for attempt in range(3):
             try:
                 self.storage = retrying(optuna.storages.RDBStorage(
                     url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
                     heartbeat_stale_trial_callback=self._on_stale, engine_kwargs=engine_kwargs(url, grace_period)),
-                    what=f"the ledger database {redact(self.url)}", private=RDB_PRIVATE)
+                    what=self.outage.what, outage=self.outage, private=RDB_PRIVATE)
                 error = None
                 break
             except Exception as e:  # sqlalchemy raises many types; all mean "cannot use this URL"
@@ -132,14 +143,23 @@ class Ledger:
 
     # ------------------------------------------------------------------------------------------------ studies
 
+    def serve(self, suite: str, recipe: str) -> None:
+        """This process works for `suite` with that recipe hash: the studies it creates are stamped with both, and
+        every claim checks its study still carries them (a shared database holds other suites' studies)."""
+        self._owner = (suite, recipe)
+
     def study(self, name: str, **kwargs: Any) -> optuna.Study:
-        """Study `name`, created when missing. An existing one is loaded without a write (create_study appends a
-        record to the journal even when the study exists, and workers look their studies up in a loop)."""
+        """Study `name`, created when missing (stamped with the suite served, if any). An existing one is loaded
+        without a write (create_study appends a record to the journal even when the study exists, and workers look
+        their studies up in a loop)."""
         try:
             study = optuna.load_study(study_name=name, storage=self.storage, **kwargs)
         except KeyError:
             study = optuna.create_study(study_name=name, storage=self.storage, load_if_exists=True,
                                         direction="maximize", **kwargs)
+            if self._owner is not None and SUITE not in study.user_attrs:
+                study.set_user_attr(SUITE, self._owner[0])
+                study.set_user_attr("recipe", self._owner[1])
         if study.metric_names is None:  # optuna-dashboard's name for the objective (else "Objective 0")
             with warnings.catch_warnings():  # "set_metric_names is experimental": stable since Optuna 3.2
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -168,8 +188,11 @@ class Ledger:
     # ---------------------------------------------------------------------------------------------- claiming
 
     def claim(self, study: optuna.Study) -> optuna.Trial | None:
-        """Take one WAITING trial for this process, or None when none is left."""
-        for frozen in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        """Take one WAITING trial for this process, or None when none is left. Raises NormbenchError if the study
+        is no longer the served suite's (see `serve`)."""
+        for i, frozen in enumerate(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))):
+            if i == 0:  # once per claim that finds work, not on every idle poll
+                self._check_owner(study)
             try:
                 if not self.storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING):
                     continue  # another worker took it first
@@ -188,6 +211,21 @@ class Ledger:
                 continue
             return trial
         return None
+
+    def _check_owner(self, study: optuna.Study) -> None:
+        """The study belongs to the suite and recipe this process serves, by its stamp (read afresh: a study
+        replaced mid-run by another team's is caught at the next claim) or, unstamped, by its name."""
+        if self._owner is None:
+            return
+        suite, recipe = self._owner
+        attrs = study.user_attrs
+        theirs = attrs.get(SUITE) or (suite if _named_for(study.study_name, suite) else None)
+        if theirs != suite or attrs.get("recipe", recipe) != recipe:
+            raise NormbenchError(
+                f"the ledger {self.url}: study `{study.study_name}` belongs to suite `{theirs or '?'}` with recipe "
+                f"{attrs.get('recipe', '?')}, not to `{suite}` with recipe {recipe}; this worker claims nothing from "
+                "it. Check --storage (each team or suite family its own database: README, Running on many "
+                "machines), or give the suite another name.")
 
     def _sign(self, trial: optuna.Trial) -> None:
         """Write who holds the trial, so peers can tell a dead holder from a live one."""
@@ -215,24 +253,28 @@ class Ledger:
 
     def reclaim(self, study: optuna.Study) -> list[FrozenTrial]:
         """Fail and re-queue the trials of dead workers (or fail them for good after `max_attempts`); returns them
-        (so their MLflow runs can be closed)."""
+        (so their MLflow runs can be closed). Each turn of the worker loop starts here: a run whose journal lock was
+        taken over meanwhile stops here (LedgerLockLostError), its last cell recorded and closed."""
+        if (lost := lock_lost(self.storage)) is not None:
+            raise lost
         failed: list[FrozenTrial] = []
         host = worker_host()
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            pid, lock = t.user_attrs.get("worker_pid"), t.user_attrs.get("worker_lock")
+            lock = t.user_attrs.get("worker_lock")
             if lock is not None:  # its OS lock: free means dead, whatever host or pid it had
                 dead = not self.heartbeats and holder_dead(Path(self.url).parent / OutputFolder.LOCKS / lock)
                 verdict = (f"its worker process ended mid-cell (OS lock {lock} found free): killed (OOM killer, "
                            "SIGKILL, a watchdog), crashed (segfault) or exited")
-            else:  # a claim from before worker_lock (store/migrations.py, version 3): same host and pid gone
-                dead = t.user_attrs.get("worker_host") == host and pid is not None and not pid_alive(pid)
-                verdict = f"its worker process (pid {pid} on {host}) is gone"
+            else:  # a claim from before worker_lock (store/migrations.py, version 3)
+                verdict = legacy_claim_verdict(t, host, pid_alive, None if self.heartbeats else self.grace_period)
+                dead = verdict is not None
             if dead or _never_owned(t):
                 if self._fail(t._trial_id):  # only the one process whose FAIL lands counts this attempt
                     self._count_lost_attempt(study, t, verdict if dead else "claimed, but its worker never signed "
                                              "it (killed between claiming and starting the cell)")
                     failed.append(t)
-        if self.heartbeats:
+        # a heartbeat missed while the ledger itself was down says nothing about its worker: judge after a grace
+        if self.heartbeats and not self.outage.back_within(self.grace_period):
             self._stale = []
             optuna.storages.fail_stale_trials(study)  # calls _on_stale for each
             failed += self._stale
@@ -246,8 +288,13 @@ class Ledger:
 
     def _count_lost_attempt(self, study: optuna.Study, lost: FrozenTrial, verdict: str) -> None:
         """Record the attempt that lost its worker on the cell's next trial: a WAITING copy, or after
-        `max_attempts` such attempts in a row a FAIL record that is never queued again (`failed_for_good`)."""
-        attempts = [*lost.user_attrs.get(ATTEMPTS, []), attempt_record(lost, verdict)]
+        `max_attempts` such attempts in a row a FAIL record that is never queued again (`failed_for_good`).
+        A claim its worker never signed is queued again without counting: the cell never ran, so it cannot be what
+        killed the worker (a kill between claim and start, or a claim whose answer the network lost)."""
+        if "worker_pid" not in lost.user_attrs:
+            requeue(study, lost)
+            return
+        attempts = [*lost.user_attrs.get(ATTEMPTS, []), attempt_record(lost, verdict, worker_exits(study))]
         if len(attempts) < self.max_attempts:
             requeue(study, lost, {ATTEMPTS: attempts})
         else:
@@ -359,18 +406,44 @@ def requeue(study: optuna.Study, failed: FrozenTrial, user_attrs: dict[str, Any]
         system_attrs={**failed.system_attrs, "failed_trial": history[0], "retry_history": history}))
 
 
-def attempt_record(lost: FrozenTrial, verdict: str) -> dict[str, Any]:
+def attempt_record(lost: FrozenTrial, verdict: str, exits: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """What the ledger knows of an attempt that lost its worker: its trial, the worker's host and pid, why it was
-    taken for lost, when it started, who noticed, and its MLflow run (the epochs it logged before it died)."""
+    taken for lost, when it started, who noticed, its MLflow run (the epochs it logged before it died), and, when
+    the parent of a local worker saw it die (`exits`, from `worker_exits`), its exit code or signal and last
+    stderr lines."""
     started = lost.datetime_start.isoformat(timespec="seconds") if lost.datetime_start else None
-    return {"trial": lost.number, "host": lost.user_attrs.get("worker_host"), "pid": lost.user_attrs.get("worker_pid"),
-            "verdict": verdict, "started": started, "noticed_by": f"{worker_host()} pid {os.getpid()}",
-            "mlflow_run_id": lost.user_attrs.get("mlflow_run_id")}
+    record = {"trial": lost.number, "host": lost.user_attrs.get("worker_host"),
+              "pid": lost.user_attrs.get("worker_pid"), "verdict": verdict, "started": started,
+              "noticed_by": f"{worker_host()} pid {os.getpid()}", "mlflow_run_id": lost.user_attrs.get("mlflow_run_id")}
+    return with_exit(record, exits or {})
+
+
+def note_worker_exit(study: optuna.Study, host: str, pid: int, seen: dict[str, Any]) -> None:
+    """Keep how a worker died (`seen`: exit code or signal, last stderr lines, node), as its parent saw it, on the
+    study, where each attempt that worker lost picks it up (`worker_exits`, `failed_for_good`): the peer that counts
+    the attempt may do so before the parent has looked."""
+    study.set_user_attr(f"{WORKER_EXIT}{host}:{pid}", seen)
+
+
+def worker_exits(study: optuna.Study) -> dict[str, dict[str, Any]]:
+    """`{"host:pid": how it died}` of the local workers whose parent noted their death (`note_worker_exit`)."""
+    return {k[len(WORKER_EXIT):]: v for k, v in study.user_attrs.items() if k.startswith(WORKER_EXIT)}
+
+
+def with_exit(attempt: dict[str, Any], exits: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The attempt with its worker's death (exit, exit_code, stderr, node) added, when noted and not there yet;
+    its verdict then ends with the exit, for the leaderboard's table."""
+    seen = exits.get(f"{attempt.get('host')}:{attempt.get('pid')}")
+    if not seen or "exit" in attempt:
+        return attempt
+    return {**attempt, **seen, "verdict": f"{attempt.get('verdict', '?')}; {seen.get('exit', '?')}"}
 
 
 def failed_for_good(study: optuna.Study) -> list[FrozenTrial]:
     """The records of the cells failed for good: a cell counts while it has no live trial and its newest trial is
-    such a record (`--retry-failed` queues a newer trial; a later plain failure is retried as usual)."""
+    such a record (`--retry-failed` queues a newer trial; a later plain failure is retried as usual). Each attempt
+    carries its worker's death as its parent saw it, when noted after the record was written (copies: the study's
+    cached trials are left as they are)."""
     newest: dict[str | None, FrozenTrial] = {}
     live = set()
     for t in study.get_trials(deepcopy=False):
@@ -379,8 +452,24 @@ def failed_for_good(study: optuna.Study) -> list[FrozenTrial]:
             live.add(cid)
         if cid not in newest or t.number > newest[cid].number:
             newest[cid] = t
-    return [t for cid, t in newest.items()
-            if cid is not None and cid not in live and t.state == TrialState.FAIL and t.user_attrs.get(FAILED_FOR_GOOD)]
+    records = [t for cid, t in newest.items() if cid is not None and cid not in live and t.state == TrialState.FAIL
+               and t.user_attrs.get(FAILED_FOR_GOOD)]
+    exits = worker_exits(study) if records else {}
+    if not exits:
+        return records
+    merged = []
+    for t in records:
+        t = copy.copy(t)
+        t.user_attrs = {**t.user_attrs, ATTEMPTS: [with_exit(a, exits) for a in t.user_attrs.get(ATTEMPTS, [])]}
+        merged.append(t)
+    return merged
+
+
+def _named_for(study_name: str, suite: str) -> bool:
+    """True when `study_name` is one of `suite`'s studies (run, bracketing round, report, search, tuned)."""
+    names = StudyNames(suite)
+    return (study_name in (names.run, names.report, names.tuned) or names.bracket_round(study_name) is not None
+            or names.tune_point(study_name) is not None)
 
 
 def pid_alive(pid: int) -> bool:

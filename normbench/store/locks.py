@@ -4,20 +4,31 @@
 `LifeLock` is held by a worker process for as long as it lives: a cell claimed on a journal file names its lock
 file, and a lock that another process can take means its holder is dead, even if its pid was reused (PID 1 after a
 container restart) or it ran under another host name (a new container, a folder shared over NFS).
+
+`JournalLock` is the ledger journal's write lock: Optuna's symlink protocol (`ledger.journal.lock`, taken over after
+NORMBENCH_JOURNAL_LOCK_GRACE s, default 30, without a change to the journal, as a process killed while writing leaves
+it), so any Optuna writer interoperates; but it says in normbench's words what it waits for, never removes a lock it
+does not hold when interrupted, and notes a lock taken over while it held it (`lost`) instead of raising.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import shlex
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from normbench.errors import NormbenchError
 from normbench.spec.names import OutputFolder
 
 LOCKS_DIR = OutputFolder.LOCKS
+JOURNAL_LOCK_GRACE = 30.0  # Optuna's grace period for its journal locks
+SAY_AFTER = 5.0  # a write takes milliseconds: a wait this long is worth a line
 
 
 @contextmanager
@@ -67,3 +78,93 @@ def holder_dead(path: str | Path) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+class JournalLock:
+    """The write lock of the journal at `journal` (see the module docstring); Optuna's JournalFileBackend takes any
+    object with `acquire` and `release`."""
+
+    def __init__(self, journal: str | Path) -> None:
+        self.journal, self.path = str(journal), f"{journal}.lock"
+        self.grace = journal_lock_grace()
+        self.lost = 0  # how many times another process took this lock over while this one held it
+        self._held: int | None = None  # the inode of the link this process made
+
+    def acquire(self) -> bool:
+        started = changed = time.monotonic()
+        said, mtime, sleep = False, None, 0.001
+        while True:
+            try:
+                os.symlink(self.journal, self.path)
+                self._held = os.lstat(self.path).st_ino
+                return True
+            except FileExistsError:
+                pass
+            try:
+                current = _mtime(self.path)
+            except FileNotFoundError:
+                continue  # released meanwhile: try again at once
+            now = time.monotonic()
+            if current != mtime:
+                mtime, changed = current, now
+            if not said and now - started > SAY_AFTER:
+                said = True
+                _say(f"waiting for the ledger's lock {self.path}: another process is writing {self.journal}, or one "
+                     f"was killed while writing it; it is taken over after {self.grace:.0f} s without a change. If "
+                     f"no normbench process uses this folder, remove it now: rm {shlex.quote(self.path)}")
+            if now - changed > self.grace:
+                if self._take_over():
+                    _say(f"took over the ledger's lock {self.path}: {self.journal} unchanged for {self.grace:.0f} s "
+                         "(its holder was killed while writing, or is stalled)")
+                sleep = 0.001
+                continue
+            time.sleep(sleep)
+            sleep = min(sleep * 2, 1.0)
+
+    def _take_over(self) -> bool:
+        try:  # renamed first, as Optuna does: of two processes removing it at once, one succeeds
+            aside = f"{self.path}.{uuid.uuid4().hex}.rename"
+            os.rename(self.path, aside)
+            os.unlink(aside)
+        except OSError:
+            return False
+        return True
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        if held is None:
+            return
+        try:
+            ours = os.lstat(self.path).st_ino == held
+        except FileNotFoundError:
+            ours = False
+        if not (ours and self._take_over()):
+            self.lost += 1  # another process took it over while this one held it (stalled past the grace)
+
+
+def journal_lock_grace() -> float:
+    """NORMBENCH_JOURNAL_LOCK_GRACE (default 30 s, Optuna's): how long a lock may stay without a change to the
+    journal before it is taken for a dead holder's."""
+    text = os.environ.get("NORMBENCH_JOURNAL_LOCK_GRACE", "").strip()
+    try:
+        grace = float(text) if text else JOURNAL_LOCK_GRACE
+    except ValueError:
+        grace = -1.0
+    if grace <= 0:
+        raise NormbenchError(f"NORMBENCH_JOURNAL_LOCK_GRACE={text!r}: expected seconds, more than 0 (how long the "
+                             f"ledger's lock may stay unchanged before it is taken over); unset it for "
+                             f"{JOURNAL_LOCK_GRACE:.0f}")
+    return grace
+
+
+def _mtime(link: str) -> float:
+    """The journal's mtime through the lock's link (it changes while the holder writes), or the link's own when it
+    points nowhere."""
+    try:
+        return os.stat(link).st_mtime
+    except FileNotFoundError:
+        return os.lstat(link).st_mtime
+
+
+def _say(line: str) -> None:
+    print(f"normbench: {line}", file=sys.stderr, flush=True)

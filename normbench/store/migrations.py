@@ -11,11 +11,15 @@ every trial in the current format.
 - version 3: results carry `val_top1`/`test_top1` (the test split). A version-2 result has only `best_val_top1`;
   spec/selection.py reads it as legacy (select and score both the best-epoch val) and the report says so.
 - version 4: claims on a journal ledger name the claimer's OS lock (`worker_lock`); a version-3 claim has only host
-  and pid, and store/ledger.py `reclaim` judges such a holder dead by its pid on the same host.
+  and pid (`legacy_claim_verdict`): on its own host its pid tells; from another host (most often a new container's
+  name for the same folder) nothing can, so on a journal it is taken for dead once RUNNING longer than the heartbeat
+  grace, instead of being waited for forever.
 """
 
 from __future__ import annotations
 
+import datetime
+from collections.abc import Callable
 from typing import Any
 
 from optuna.trial import FrozenTrial
@@ -36,3 +40,23 @@ def trial_cell_id(trial: FrozenTrial) -> str | None:
     if "axes" in trial.user_attrs:
         return cell_id(trial.user_attrs["axes"])
     return trial.user_attrs.get("cell_id")
+
+
+def legacy_claim_verdict(trial: FrozenTrial, host: str, alive: Callable[[int], bool],
+                         grace_seconds: float | None) -> str | None:
+    """Why a version-3 claim (host and pid, no `worker_lock`) has lost its worker, or None while it may be alive.
+    `grace_seconds=None` (a database ledger: its heartbeat tells) judges only a claim made on this host."""
+    pid, claimer = trial.user_attrs.get("worker_pid"), trial.user_attrs.get("worker_host")
+    if pid is None:
+        return None  # never signed: store/ledger.py `_never_owned`
+    if claimer == host:
+        return None if alive(pid) else f"its worker process (pid {pid} on {host}) is gone"
+    started = trial.datetime_start
+    if grace_seconds is None or started is None:
+        return None
+    running = (datetime.datetime.now() - started).total_seconds()
+    if running <= grace_seconds:
+        return None
+    return (f"claimed by pid {pid} on {claimer} with a normbench from before OS-lock claims, and RUNNING for "
+            f"{running:.0f} s; from {host} that process cannot be checked (a new container's name for the same "
+            f"folder, most often), so it is taken for dead after the grace ({grace_seconds:.0f} s)")

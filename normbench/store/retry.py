@@ -8,11 +8,18 @@ raises ServerUnreachableError (exit 3) naming the URL; after that the object fai
 out does not wait a second budget.
 Patching the instance, not proxying it, keeps `isinstance` checks (Optuna's heartbeat code makes them) true.
 A retried method that calls another runs it once, unwrapped: the outermost call retries, within one budget.
+
+Only a call safe to repeat is replayed blindly. A write that is not (creating a run or a trial, finishing a trial)
+may have been applied by a server whose answer was then lost (a timeout, a reset, a proxy's 502 after the commit):
+such a method (normbench.store.idempotent names them) is retried at once only when the error proves the request
+never left (connection refused); after an ambiguous error it is first asked whether the write landed (the write
+carries a key to look it up by) and replayed only if it did not; with no way to ask, the error is raised.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import random
 import re
@@ -20,6 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from normbench.errors import ServerUnreachableError
@@ -40,6 +48,23 @@ _TRANSIENT_TYPES = ("OperationalError", "InterfaceError", "DisconnectionError", 
                     "ConnectTimeout", "ReadTimeout", "TimeoutError", "ConnectionRefusedError", "ConnectionResetError",
                     "BrokenPipeError", "RemoteDisconnected", "ProtocolError", "MaxRetryError")
 _LOGIC_TYPES = ("UpdateFinishedTrialError", "DuplicatedStudyError", "IntegrityError", "KeyError", "ValueError")
+# Errors that prove a request never reached the server: replaying it cannot apply it twice.
+_UNDELIVERED_TEXT = re.compile(
+    r"connection refused|failed to establish a new connection|could not connect|name or service not known|"
+    r"no route to host|network is unreachable|could not translate host name|the database system is starting up",
+    re.IGNORECASE)
+_UNDELIVERED_TYPES = ("ConnectionRefusedError", "NewConnectionError", "ConnectTimeout", "ConnectTimeoutError")
+NOT_LANDED = object()  # what an Unsafe.landed check answers when the write is not on the server
+
+
+@dataclass(frozen=True)
+class Unsafe:
+    """A write that must not be replayed blindly. `prepare(args, kwargs) -> (args, kwargs)` runs once before the
+    first try (it gives the write a key); `landed(*args, **kwargs)` (with the prepared arguments) returns what the
+    call would have returned if the write is on the server, else NOT_LANDED."""
+
+    landed: Callable[..., Any] | None = None
+    prepare: Callable[[tuple, dict], tuple[tuple, dict]] | None = None
 
 
 def retry_seconds() -> float:
@@ -64,12 +89,29 @@ def is_transient(error: BaseException) -> bool:
     return False
 
 
+def undelivered(error: BaseException) -> bool:
+    """True when the error (or one it wraps) proves the request never reached the server."""
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if type(e).__name__ in _UNDELIVERED_TYPES or _UNDELIVERED_TEXT.search(str(e)):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+_PASSWORD_IN_QUERY = re.compile(r"([?&](?:password|pass|pwd)=)[^&#]*", re.IGNORECASE)
+
+
 def redact(url: str) -> str:
-    """The URL without its password, for messages."""
+    """The URL without its password (in `user:password@` or in `?password=`), for messages and logs."""
+    url = _PASSWORD_IN_QUERY.sub(r"\1***", url)
     if "@" in url and "://" in url:
         scheme, rest = url.split("://", 1)
         creds, host = rest.rsplit("@", 1)
-        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+        if ":" in creds:
+            return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
     return url
 
 
@@ -80,29 +122,48 @@ class Outage:
         self.what = redact(what)
         self.seconds = retry_seconds() if seconds is None else seconds
         self.gave_up = False
+        self.back_at = -math.inf  # time.monotonic() when the server last came back after an outage
         self._said = False
         self._lock = threading.Lock()
         self._inside = threading.local()  # a retried call in progress on this thread: nested calls run as they are
         self._say = say or (lambda line: print(f"normbench: {line}", file=sys.stderr, flush=True))
 
-    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def back_within(self, seconds: float) -> bool:
+        """Did the server come back from an outage less than `seconds` ago? (Heartbeats written meanwhile were
+        lost with it.)"""
+        return time.monotonic() - self.back_at < seconds
+
+    def call(self, fn: Callable[..., T], *args: Any, unsafe: Unsafe | None = None, **kwargs: Any) -> T:
+        """`fn(*args, **kwargs)`, retried; `unsafe` when a replay of `fn` could apply it twice (see Unsafe). A
+        composite that is idempotent as a whole (find, else create) is passed as `fn` and retried whole."""
         if getattr(self._inside, "active", False):
             return fn(*args, **kwargs)
         self._inside.active = True
         try:
-            return self._retry(fn, *args, **kwargs)
+            if unsafe is not None and unsafe.prepare is not None:
+                args, kwargs = unsafe.prepare(args, kwargs)
+            return self._retry(fn, *args, unsafe=unsafe, **kwargs)
         finally:
             self._inside.active = False
 
-    def _retry(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def _retry(self, fn: Callable[..., T], *args: Any, unsafe: Unsafe | None = None, **kwargs: Any) -> T:
         deadline = time.monotonic() + (0.0 if self.gave_up else self.seconds)
         wait = FIRST_WAIT
+        maybe_applied = False  # an earlier try may have reached the server: ask before replaying
         while True:
             try:
+                if maybe_applied and unsafe is not None and unsafe.landed is not None:
+                    found = unsafe.landed(*args, **kwargs)
+                    if found is not NOT_LANDED:
+                        return self._back(found)
                 result = fn(*args, **kwargs)
             except Exception as e:
                 if not is_transient(e):
                     raise
+                if unsafe is not None and not undelivered(e):
+                    if unsafe.landed is None:
+                        raise  # it may have been applied and nothing tells: a replay could apply it twice
+                    maybe_applied = True
                 left = deadline - time.monotonic()
                 if left <= 0:
                     self.gave_up = True
@@ -119,20 +180,29 @@ class Outage:
                 time.sleep(min(wait * (0.5 + random.random()), left, MAX_WAIT))
                 wait = min(wait * 2, MAX_WAIT)
                 continue
-            if self._said or self.gave_up:
-                with self._lock:
-                    if self._said:
-                        self._say(f"{self.what} is back")
-                    self._said = self.gave_up = False
-            return result
+            return self._back(result)
+
+    def _back(self, result: T) -> T:
+        if self._said or self.gave_up:
+            with self._lock:
+                if self._said:
+                    self._say(f"{self.what} is back")
+                    self.back_at = time.monotonic()
+                self._said = self.gave_up = False
+        return result
 
 
 def retrying(obj: T, what: str, *, seconds: float | None = None, outage: Outage | None = None,
-             private: tuple[str, ...] = ()) -> T:
+             private: tuple[str, ...] = (), unsafe: dict[str, Unsafe] | None = None) -> T:
     """Patch every public method of `obj`, and the private ones in `private` (those a wrapper around `obj` calls,
     as Optuna's cache calls its storage's `_get_trials`), to retry transient errors (see the module docstring);
-    returns `obj`. The original methods stay reachable as `obj._normbench_raw[name]`."""
+    returns `obj`. `unsafe` names the writes a replay could apply twice (default: normbench.store.idempotent's
+    list for `obj`'s type). The original methods stay reachable as `obj._normbench_raw[name]`."""
     outage = outage or Outage(what, seconds)
+    if unsafe is None:
+        from normbench.store.idempotent import unsafe_methods
+
+        unsafe = unsafe_methods(obj)
     raw: dict[str, Callable[..., Any]] = {}
     for name in dir(type(obj)):
         if name.startswith("_") and name not in private:
@@ -141,7 +211,7 @@ def retrying(obj: T, what: str, *, seconds: float | None = None, outage: Outage 
         if not callable(method) or isinstance(method, type):
             continue
         raw[name] = method
-        setattr(obj, name, _retry_method(method, outage))
+        setattr(obj, name, _retry_method(method, outage, unsafe.get(name)))
     obj._normbench_raw = raw  # type: ignore[attr-defined]
     obj._normbench_outage = outage  # type: ignore[attr-defined]
     return obj
@@ -152,9 +222,16 @@ def raw(obj: Any, name: str) -> Callable[..., Any]:
     return getattr(obj, "_normbench_raw", {}).get(name) or getattr(obj, name)
 
 
-def _retry_method(method: Callable[..., Any], outage: Outage) -> Callable[..., Any]:
+def retry_whole(obj: Any, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)` retried as one call with `obj`'s budget (the methods of `obj` it calls run unwrapped
+    inside): for a composite safe to repeat as a whole, e.g. find a run by its key, else create it."""
+    outage = getattr(obj, "_normbench_outage", None)
+    return outage.call(fn, *args, **kwargs) if outage is not None else fn(*args, **kwargs)
+
+
+def _retry_method(method: Callable[..., Any], outage: Outage, unsafe: Unsafe | None) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Any:
-        return outage.call(method, *args, **kwargs)
+        return outage.call(method, *args, unsafe=unsafe, **kwargs)
 
     return call

@@ -18,6 +18,7 @@ from normbench.store.ledger import Ledger
 
 def open_study_of_recipe(ledger: Ledger, suite: Suite, name: str, **study_kwargs: Any) -> optuna.Study:
     """Study `name`, stamped with the suite's recipe; refuses (SuiteError) when it was trained with another one."""
+    ledger.serve(suite.name, suite.recipe_hash())  # and every later claim checks its study is still this suite's
     study = ledger.study(name, **study_kwargs)  # an existing study loads without a write: a refused run leaves the
     check_recipe(ledger, suite, study)           # ledger byte for byte as it was
     if "recipe" not in study.user_attrs:

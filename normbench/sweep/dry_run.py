@@ -17,6 +17,8 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
     import pandas as pd
     from tabulate import tabulate
 
+    from normbench.report.frames import FAILED
+
     frame = pd.DataFrame()
     if storage or OutputFolder(out).ledger.exists():
         from normbench.report.frames import cells_frame
@@ -25,15 +27,18 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
         frame = cells_frame(Ledger(storage, out), StudyNames(suite.name))
     records = frame.to_dict("records")
     done = {r["cell_id"]: r["status"] for r in records}
-    rows = [[c.cell_id, done.get(c.cell_id, "to run")] for c in suite.cells()]
+    failed = {c["cell_id"]: len(c["attempts"]) for c in frame.attrs.get(FAILED, [])}  # not "to run": never queued
+    rows = [[c.cell_id, done.get(c.cell_id) or failed_status(failed.get(c.cell_id))] for c in suite.cells()]
     rows += [[r["cell_id"], f"{r['status']} (bracket round {r['bracket_round']})"] for r in records
              if r["bracket_round"] > 0]
     rows += [[r["cell_id"], f"{r['status']} (report seed)"] for r in records if r.get("role") == REPORTS]
     selecting = [r for r in records if r.get("role") != REPORTS]
     coming = next_bracket_round(suite, selecting) if suite.bracket and len(done) >= len(rows) else []
     rows += [[suite.cell(axes).cell_id, "to run (next bracket round)"] for axes in coming]
+    gave_up = (f", {len(failed)} failed for good (`normbench run --retry-failed` gives them another round)"
+               if failed else "")
     lines = [tabulate(rows, headers=["cell", "status"], tablefmt="simple"),
-             f"{len(rows)} cells, {len(done)} finished; output folder {out}"]
+             f"{len(rows)} cells, {len(done)} finished{gave_up}; output folder {out}"]
     if suite.bracket:
         lines.append("bracketing on: when the cells above have finished, each row whose val-selected lr is the "
                      "smallest or largest tried gets cells one grid step beyond it "
@@ -44,6 +49,11 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
                      f"chosen lr is trained on every report seed ({rows_count * len(suite.report_seeds)} cells); "
                      "they alone give the scores")
     return "\n".join(lines)
+
+
+def failed_status(attempts: int | None) -> str:
+    """A matrix cell's status when it has no result: failed for good after `attempts`, or still to run."""
+    return "to run" if attempts is None else f"failed for good ({attempts} attempts)"
 
 
 def next_bracket_round(suite: Suite, records: list[dict[str, Any]]) -> list[dict[str, Any]]:

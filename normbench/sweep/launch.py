@@ -15,6 +15,8 @@ from pathlib import Path
 from normbench.errors import Terminated
 from normbench.spec.suite import Suite
 
+LOCAL_WORKER = "NORMBENCH_LOCAL_WORKER"  # set for the workers of `run --workers`: their parent says how to resume
+
 
 def default_workers(device: str) -> int:
     """One worker per visible GPU on a GPU machine; one on a CPU (which its threads already fill)."""
@@ -33,14 +35,24 @@ def visible_gpus(device: str) -> int:
 
 
 def worker_command(suite: Suite, out_dir: Path, *, storage: str | None, device: str, mode: str) -> list[str]:
+    """The `normbench worker` command line. Refuses (NormbenchError, before any worker starts) a suite whose layer
+    was registered where a worker cannot import it; worker_env hands the importable ones on."""
+    from normbench.layers.plugins import worker_modules
+
+    tuned = suite.tune.space.get("layer", {}).get("choices", []) if suite.tune else []
+    worker_modules([*suite.layers(), *tuned])
     args = [sys.executable, "-m", "normbench", "worker", str(suite.path), "--out", str(out_dir),
             "--device", device, "--mode", mode, "--quiet", *(["--bracket"] if suite.bracket else [])]
     return [*args, "--storage", storage] if storage else args
 
 
 def worker_env(index: int, workers: int, device: str, gpus: int) -> dict[str, str]:
-    """Worker `index`'s environment: its own GPU when there are GPUs, else its share of the cores."""
+    """Worker `index`'s environment: its own GPU when there are GPUs, else its share of the cores; and what it needs
+    to know the layers this process registered from Python."""
+    from normbench.layers.plugins import worker_environ
+
     env = dict(os.environ)
+    env.update(worker_environ(env))
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = str(index % gpus)
     elif device == "cpu" or not gpus:  # share the cores instead of oversubscribing them
@@ -50,9 +62,12 @@ def worker_env(index: int, workers: int, device: str, gpus: int) -> dict[str, st
 
 def start_workers(suite: Suite, out_dir: Path, *, storage: str | None, device: str, workers: int,
                   mode: str) -> list[subprocess.Popen]:
+    from normbench.sweep.worker_exits import WorkerProcess  # keeps the last stderr lines of a worker that dies
+
     gpus = visible_gpus(device)
     command = worker_command(suite, out_dir, storage=storage, device=device, mode=mode)
-    return [subprocess.Popen(command, env=worker_env(i, workers, device, gpus)) for i in range(workers)]
+    return [WorkerProcess(command, env={**worker_env(i, workers, device, gpus), LOCAL_WORKER: "1"})
+            for i in range(workers)]
 
 
 def stop_workers(procs: list[subprocess.Popen], stop: KeyboardInterrupt) -> None:

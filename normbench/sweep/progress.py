@@ -1,4 +1,5 @@
-"""One status line for a suite: cells done/total, the current cell's epoch and accuracy, and an ETA."""
+"""One status line for a suite: cells done/total, the current cell's epoch and val accuracy, and an ETA. A finished
+cell's line shows the val top-1 the selection scores: the final epoch's, not the best epoch's."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from normbench.spec.results import CellResult
+from normbench.spec.selection import select_value
 
 
 def _duration(seconds: float) -> str:
@@ -15,6 +17,14 @@ def _duration(seconds: float) -> str:
     if seconds >= 3600:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _outcome(result: CellResult) -> str:
+    """Status and the val top-1 that is scored (the final epoch's; a diverged cell scores 0), or for a pruned trial
+    the last val it reached."""
+    if result.status == "pruned":
+        return f"pruned after epoch {result.epochs_run}  val {result.final_val_top1:.1f}%"
+    return f"{result.status}  val {select_value({'status': result.status, 'val_top1': result.val_top1}):.1f}%"
 
 
 class Progress:
@@ -71,8 +81,8 @@ class Progress:
                     f"  val {record['val_top1']:.1f}%  ETA {self.eta()}" + ("" if self.tty else "\n"))
 
     def end_cell(self, result: CellResult) -> None:
-        self.record(self.cell, result)
-        self.cell, self.cell_fraction = "", 0.0
+        cell, self.cell, self.cell_fraction = self.cell, "", 0.0  # before the ETA: its cost now counts as done
+        self.record(cell, result)
 
     def record(self, cell_id: str, result: CellResult | None, where: str = "") -> None:
         """Count a finished cell (trained here, or by a worker process: `where` names it) and print its line; a
@@ -83,9 +93,7 @@ class Progress:
         self.cost_left = max(0.0, self.cost_left - cost)
         if self.quiet:
             return
-        outcome = "finished"
-        if result is not None:
-            outcome = f"{result.status}  best val {result.best_val_top1:.1f}%  {result.seconds:.1f}s"
+        outcome = "finished" if result is None else f"{_outcome(result)}  {result.seconds:.1f}s"
         self._write(f"{self._clear}[{self.done}/{self.total}] {cell_id}  {outcome}{where}  ETA {self.eta()}\n")
 
     def note(self, text: str) -> None:

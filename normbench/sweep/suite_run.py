@@ -10,8 +10,10 @@ starts local worker processes when asked, and writes the leaderboard at the end.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import yaml
@@ -19,12 +21,16 @@ import yaml
 from normbench.errors import NormbenchError
 from normbench.spec.names import OutputFolder, suites_in
 from normbench.spec.suite import Suite
+from normbench.store import reserve
+from normbench.store.journal import ledger_identity, repair_tail
 from normbench.store.ledger import Ledger, max_attempts_from_env
-from normbench.sweep.launch import default_workers, start_workers
+from normbench.store.locks import journal_lock_grace
+from normbench.sweep.launch import default_workers, start_workers, worker_command
 from normbench.sweep.run import open_run
+from normbench.sweep.suite_snapshot import changed_since, take_snapshot
 from normbench.sweep.tune import open_tune
 from normbench.sweep.watch import WorkerWatch, wait_for_workers
-from normbench.sweep.worker import WorkSummary, work
+from normbench.sweep.worker import WorkSummary, close_lost, close_orphans, work
 from normbench.tracking.tracker import Tracker
 from normbench.train.distributed import Dist
 
@@ -46,23 +52,30 @@ def preflight(suite: Suite, device: str | None) -> str:
 class SuiteRun:
     """A suite's ledger, tracker, jobs and progress, opened for `mode` ("run" or "tune").
 
-    `parent=True` (run, tune) also checks the output folder and saves the suite file there; a worker (`False`)
-    joins a suite a parent owns. A ledger trained with another recipe is refused before anything is written.
+    `parent=True` (run, tune) also checks the output folder and saves the suite file there (the snapshot its
+    workers load: sweep/suite_snapshot.py); a worker (`False`) joins a suite a parent owns. A ledger trained with
+    another recipe is refused before anything is written: no torn journal tail cut, no MLflow spool replayed.
     """
 
     def __init__(self, suite: Suite, out_dir: Path, *, storage: str | None = None, mode: str = "run",
                  quiet: bool = False, parent: bool = True) -> None:
         self.suite, self.storage, self.mode = suite, storage, mode
         self.folder = OutputFolder(out_dir)
+        self.snapshot = take_snapshot(suite) if parent else None  # before anything is written
         max_attempts = max_attempts_from_env()  # a bad setting is refused before the folder is created
+        journal_lock_grace()
         if parent:
             check_output_folder(self.folder)
         self.ledger = Ledger(storage, self.folder.path, max_attempts=max_attempts)
         check_folder_suite(suite, self.folder, self.ledger if storage is None else None)
-        self.tracker = Tracker(self.folder.path, suite.name)
         self.jobs, self.study_names, self.progress = MODES[mode](suite, self.ledger, self.folder.path, quiet=quiet)
+        # past the refusals (the recipe check is in MODES): repair and replay, which a refused run must not do
+        repair_tail(self.ledger.storage)
+        self.tracker = Tracker(self.folder.path, suite.name, parent_tags={
+            "recipe": suite.recipe_hash(), "ledger": ledger_identity(self.ledger.storage)})
+        reserve.keep(self.folder.path)
         if parent:
-            save_suite_copy(suite, self.folder)  # after the recipe check: a refused run changes nothing in the folder
+            save_suite_copy(suite, self.folder, self.snapshot)
 
     def work(self, device: str, workers: int | None = None, dist: Dist | None = None) -> WorkSummary:
         """Run the cells in `workers` local worker processes (when more than one), then in this process: alone
@@ -71,11 +84,34 @@ class SuiteRun:
         summary = WorkSummary()
         if workers > 1:
             watch = WorkerWatch(self.suite, self.ledger, self.progress, self.study_names)
-            procs = start_workers(self.suite, self.folder.path, storage=self.storage, device=device,
-                                  workers=workers, mode=self.mode)
-            summary = wait_for_workers(procs, watch)
+            assert self.snapshot is not None, "local workers are a parent's"
+            if changed_since(self.suite, self.snapshot):  # said even with --quiet: the file no longer says what runs
+                print(f"normbench: warning: {self.suite.path} changed after this run read it; this run and its workers "
+                      f"go on with the version it read (kept as {self.folder.suite}); the next run checks the change",
+                      file=sys.stderr)
+            procs = start_workers(dataclasses.replace(self.suite, path=self.snapshot), self.folder.path,
+                                  storage=self.storage, device=device, workers=workers, mode=self.mode)
+            try:
+                summary = wait_for_workers(procs, watch)
+            except KeyboardInterrupt:
+                self.settle_claims()  # the workers have exited; what one could not give back on its way out
+                raise
         summary.add(work(self.jobs, self.ledger, self.tracker, device, self.progress, self.suite.name, dist=dist))
         return summary
+
+    def settle_claims(self) -> None:
+        """Reconcile this suite's studies (sweep/worker.py): a claim whose worker is gone is failed and queued again,
+        a run whose trial is finished is closed, so nothing stays RUNNING once `run` returns. Best effort on the
+        way out: what the ledger or MLflow cannot take now, the next run reconciles."""
+        try:
+            names = [n for n in self.ledger.study_names() if n.split(":")[1:2] == [self.suite.name]]
+            studies = [self.ledger.study(name) for name in names]
+            for study in studies:
+                close_lost(self.ledger, study, self.tracker)
+            close_orphans(studies, self.tracker)
+        except Exception as e:
+            print(f"normbench: warning: could not reconcile the ledger with MLflow on the way out ({e}); the next run "
+                  "does", file=sys.stderr)
 
     def finish(self, summary: WorkSummary) -> None:
         """Write the leaderboard (and log it to MLflow) and say where it is."""
@@ -92,6 +128,8 @@ def run_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | 
     """`normbench run` (mode "run") or `normbench tune` ("tune"): train every unfinished cell, then write the
     leaderboard."""
     device = preflight(suite, device)
+    if (workers or default_workers(device)) > 1:  # a layer no worker could import is refused before any file exists
+        worker_command(suite, out_dir, storage=storage, device=device, mode=mode)
     suite_run = SuiteRun(suite, out_dir, storage=storage, mode=mode, quiet=quiet)
     summary = suite_run.work(device, workers)
     suite_run.finish(summary)
@@ -157,10 +195,11 @@ def _suites_in_folder(folder: OutputFolder, ledger: Ledger | None) -> dict[str, 
     return names
 
 
-def save_suite_copy(suite: Suite, folder: OutputFolder) -> None:
-    """OUT/suite.yaml, read back by `normbench leaderboard OUT`."""
+def save_suite_copy(suite: Suite, folder: OutputFolder, source: Path | None = None) -> None:
+    """OUT/suite.yaml, read back by `normbench leaderboard OUT`: `source` (the snapshot this run read), else the
+    suite's file."""
     folder.path.mkdir(parents=True, exist_ok=True)
     if suite.path.resolve() != folder.suite.resolve():
         tmp = folder / f".{OutputFolder.SUITE}.{os.getpid()}"
-        shutil.copyfile(suite.path, tmp)
+        shutil.copyfile(source or suite.path, tmp)
         tmp.replace(folder.suite)

@@ -11,6 +11,7 @@ reported by test top-1 like `normbench run`.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from normbench.errors import SuiteError
+from normbench.errors import ClaimLostError, SuiteError
 from normbench.spec.names import StudyNames
 from normbench.spec.suite import Suite, TuneConfig, cell_id, with_overrides
 from normbench.store.ledger import Ledger
@@ -26,6 +27,8 @@ from normbench.sweep.cells import cell_params, check_recipe, open_study_of_recip
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import JobList
 from normbench.sweep.worker import Job
+
+LABEL = "label"  # a search trial's user attr: trial_label's text (its cell_id attr is its budget slot, `slot-3`)
 
 
 def search_keys(suite: Suite) -> list[dict[str, Any]]:
@@ -43,6 +46,13 @@ def seeds(suite: Suite) -> list[int]:
 def search_seed(suite: Suite) -> int:
     """The seed the search trains on: one past the largest re-run seed, so no re-run repeats a search trial."""
     return max(seeds(suite)) + 1
+
+
+def trial_label(key: dict[str, Any], sampled: dict[str, Any], number: int) -> str:
+    """`depth=2,layer=rezero,lr=0.00316,trial=4`: the search point, what the trial sampled (floats to 3
+    significant digits) and its number, for the progress lines and the MLflow run name."""
+    shown = {k: float(f"{v:.3g}") if isinstance(v, float) else v for k, v in sampled.items()}
+    return f"{cell_id({**key, **shown})},trial={number}"
 
 
 def suggest(trial: optuna.Trial, key: str, dist: dict[str, Any]) -> Any:
@@ -87,7 +97,10 @@ def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
             axes = {**key, "seed": search_seed(suite)}
             sampled = {k: suggest(trial, k, d) for k, d in tune.space.items()}
             config = with_overrides(suite.cell(axes), sampled)
-            return f"{cell_id(key)},trial={trial.number}", cell_params(axes, config), config
+            label = trial_label(key, sampled, trial.number)
+            with contextlib.suppress(ClaimLostError), ledger.owned(trial):  # a lost claim: run_cell notices it
+                trial.set_user_attr(LABEL, label)  # for the parent of local workers, which prints it
+            return label, cell_params(axes, config), config
 
         return Job(study=study, cell_for=cell_for, report=True)
 
@@ -110,7 +123,8 @@ def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
             complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if not complete:
                 continue  # every trial pruned: nothing to re-run
-            best = max(complete, key=lambda t: t.value if t.value is not None else -1.0)
+            # the selection rule's: the best final-epoch val, ties to the smaller lr (report/tune_frame.py relies on it)
+            best = max(complete, key=lambda t: (-1.0 if t.value is None else t.value, -t.params.get("lr", 0.0)))
             for seed in seeds(suite):
                 axes = {**key, "seed": seed}
                 items[cell_id(axes)], extra[cell_id(axes)] = axes, {"overrides": best.params}

@@ -15,7 +15,9 @@ from normbench.store.ledger import Ledger
 from normbench.sweep.launch import stop_workers
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import note_new_cells, queued_cells, stage_study_names
+from normbench.sweep.tune import LABEL
 from normbench.sweep.worker import WorkSummary
+from normbench.sweep.worker_exits import WorkerProcess, after_exit
 
 WATCH_SECONDS = 2.0
 
@@ -57,16 +59,24 @@ class WorkerWatch:
     def report(self) -> None:
         for t in newly_finished(self.ledger, self.watched(), self.seen):
             stored = t.user_attrs.get("result")
-            self.progress.record(t.user_attrs.get("cell_id", f"trial {t.number}"),
+            self.progress.record(t.user_attrs.get(LABEL) or t.user_attrs.get("cell_id", f"trial {t.number}"),
                                  CellResult.from_summary(stored) if stored else None,
                                  where=f"  (worker {t.user_attrs.get('worker_pid', '?')})")
             self.reported += 1
 
 
 def wait_for_workers(procs: list[subprocess.Popen], watch: WorkerWatch) -> WorkSummary:
-    """Report each cell's result as a worker finishes it until every worker has exited."""
+    """Report each cell's result as a worker finishes it until every worker has exited. A worker that dies holding
+    a cell is replaced while cells remain (sweep/worker_exits.py), so this process never trains a cell that kills."""
+    ended: set[int] = set()
     try:
-        while any(p.poll() is None for p in procs):
+        while True:
+            for p in [p for p in procs if p.poll() is not None and p.pid not in ended]:
+                ended.add(p.pid)
+                if isinstance(p, WorkerProcess) and (double := after_exit(p, watch.ledger, watch.watched())):
+                    procs.append(double)
+            if all(p.pid in ended for p in procs):
+                break
             time.sleep(WATCH_SECONDS)
             watch.report()
         watch.report()  # and those finished since the last look

@@ -2,15 +2,19 @@
 
 Order matters for exactly-once results: metrics go to MLflow first, then the ledger marks the cell COMPLETE, then
 the MLflow run is closed. A crash before COMPLETE re-runs the cell (its MLflow run is closed as FAILED); a crash
-after it only leaves a run to close, which `close_orphans` does on the next start. A worker whose claim another
-took over (it stalled past the heartbeat grace) stops that cell and closes its run as KILLED; a tracking server that
-stays away past NORMBENCH_RETRY_SECONDS after training keeps the result in the ledger and spools the MLflow part.
-A cell that kills its worker is re-queued by the ledger until NORMBENCH_MAX_ATTEMPTS such attempts, then failed for
-good: the loop ends without it and the summary names it (`failed_for_good`).
+after it only leaves a run to close, which `close_orphans` does on the next start. Reconciling every run costs a
+full search of the tracking server, so a worker does it once per study it meets; on every turn it closes only the
+runs of the trials the ledger reclaims (`close_lost`): 200 workers polling every 2 s must not search every run.
+A worker whose claim another took over (it stalled past the heartbeat grace) stops that cell and closes its run as
+KILLED; a tracking server that stays away past NORMBENCH_RETRY_SECONDS after training keeps the result in the
+ledger and spools the MLflow part. A cell that kills its worker is re-queued by the ledger until
+NORMBENCH_MAX_ATTEMPTS such attempts, then failed for good: the loop ends without it and the summary names it
+(`failed_for_good`).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +32,22 @@ from normbench.tracking.tracker import Tracker, running_run_ids
 from normbench.train.distributed import Dist, broadcast
 from normbench.train.loop import train_cell
 
-POLL_SECONDS = 2.0
+POLL_SECONDS = 2.0  # default of NORMBENCH_POLL_SECONDS: how often an idle worker asks the ledger for work
+
+
+def poll_seconds() -> float:
+    """NORMBENCH_POLL_SECONDS (default 2): an idle worker's turn. A large fleet raises it (README: load)."""
+    text = os.environ.get("NORMBENCH_POLL_SECONDS", "").strip()
+    if not text:
+        return POLL_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise NormbenchError(f"NORMBENCH_POLL_SECONDS={text!r}: expected seconds, more than 0 (how often an idle "
+                             f"worker polls the ledger); unset it for the default {POLL_SECONDS:g}")
+    return value
 
 
 @dataclass
@@ -103,11 +122,17 @@ def follow(device: str, dist: Dist) -> int:
 def _work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
           suite_name: str, max_cells: int | None, dist: Dist | None) -> WorkSummary:
     summary = WorkSummary()
+    poll = poll_seconds()  # a bad setting is refused before the first claim, not when the queue runs dry
     current = jobs()
+    reconciled: set[str] = set()  # studies whose runs this worker has reconciled once (a full search)
     while max_cells is None or summary.cells_run < max_cells:
         turn_started = time.perf_counter()
         for job in current:
-            close_orphans(ledger, job.study, tracker)
+            close_lost(ledger, job.study, tracker)
+        new = [job.study for job in current if job.study.study_name not in reconciled]
+        if new:
+            close_orphans(new, tracker)
+            reconciled.update(study.study_name for study in new)
         claimed = next(((job, t) for job in current if (t := ledger.claim(job.study)) is not None), None)
         if claimed is not None:
             ok, trained = run_cell(*claimed, ledger=ledger, tracker=tracker, device=device, progress=progress,
@@ -119,7 +144,7 @@ def _work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, devic
             continue
         if any(job.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
                for job in current):
-            time.sleep(POLL_SECONDS)  # others are training; if one dies, its cell comes back to the queue
+            time.sleep(poll)  # others are training; if one dies, its cell comes back to the queue
             continue
         refreshed = jobs()
         if [j.study.study_name for j in refreshed] == [j.study.study_name for j in current]:
@@ -164,11 +189,9 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
             raise ClaimLostError(f"trial {trial.number} was taken over")
         tracker.log_epoch(run_id, record)
         progress.epoch(record)
-        prune = False
-        if job.report:
-            with ledger.owned(trial):
-                trial.report(record["val_top1"], record["epoch"])
-            prune = trial.should_prune()
+        with ledger.owned(trial):  # a host float: optuna-dashboard's per-epoch curve, and the pruner's input
+            trial.report(record["val_top1"], record["epoch"])
+        prune = job.report and trial.should_prune()
         between_epochs += time.perf_counter() - started
         return prune
 
@@ -207,9 +230,12 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
                           "logged on the next run")
             raise
         ledger.finish(job.study, trial, result)
+        tracker.close(run_id)
     except ClaimLostError:
         return _lost_claim(cell_id, run_id, tracker, progress), trained
-    tracker.close(run_id)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the result is logged: no trial or run may stay RUNNING
+        settle(job, trial, run_id, ledger, tracker)
+        raise
     progress.end_cell(result)
     return True, trained
 
@@ -224,6 +250,22 @@ def release(job: Job, trial: optuna.Trial, run_id: str, ledger: Ledger, tracker:
         pass
 
 
+def settle(job: Job, trial: optuna.Trial, run_id: str, ledger: Ledger, tracker: Tracker) -> None:
+    """Stopped between training and closing the run: the run closed FINISHED if the ledger has recorded the cell,
+    else the cell given back (`release`). Best effort, as `release`."""
+    try:
+        recorded = ledger.storage.get_trial(trial._trial_id).state in (TrialState.COMPLETE, TrialState.PRUNED)
+    except Exception:  # the ledger is away: give the cell back; it runs again if it was not recorded
+        recorded = False
+    if not recorded:
+        release(job, trial, run_id, ledger, tracker)
+        return
+    try:
+        tracker.close(run_id)
+    except Exception:  # the store is away: the next run closes it (close_orphans)
+        pass
+
+
 def _lost_claim(cell_id: str, run_id: str, tracker: Tracker, progress: Progress) -> bool:
     tracker.fail(run_id, "KILLED")  # never FINISHED, never FAILED-with-status-ok
     progress.note(f"cell {cell_id}: another worker took it over while this one was stalled or cut off from the "
@@ -231,19 +273,27 @@ def _lost_claim(cell_id: str, run_id: str, tracker: Tracker, progress: Progress)
     return True
 
 
-def close_orphans(ledger: Ledger, study: optuna.Study, tracker: Tracker) -> None:
-    """Reconcile MLflow with the ledger: no run stays RUNNING once its trial is finished or its worker is dead."""
+def close_lost(ledger: Ledger, study: optuna.Study, tracker: Tracker) -> None:
+    """Every turn: fail and re-queue the trials of dead workers (the ledger's reclaim) and close their runs FAILED,
+    by the run id the trial names, else by a search for that one trial's RUNNING runs (a worker killed between
+    opening its run and naming it on the trial)."""
     for failed in ledger.reclaim(study):
-        if run_id := failed.user_attrs.get("mlflow_run_id"):
-            tracker.fail(run_id)
+        run_id = failed.user_attrs.get("mlflow_run_id")
+        for rid in [run_id] if run_id else running_run_ids(tracker, study=study.study_name, trial=failed.number):
+            tracker.fail(rid)
+
+
+def close_orphans(studies: list[optuna.Study], tracker: Tracker) -> None:
+    """Once per worker start (and per study it meets later), one search: no run of these studies stays RUNNING
+    once its trial is finished (e.g. its worker died between COMPLETE and closing the run) or failed."""
     running = running_run_ids(tracker, with_trial=True)
     if not running:
         return
-    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    trials = {study.study_name: {t.number: t for t in study.get_trials(deepcopy=False)} for study in studies}
     for run_id, (study_name, number) in running.items():
         # found by the run's own study/trial tags: a worker killed between opening the run and writing its id to
         # the trial leaves a run no trial names
-        t = trials.get(number) if study_name == study.study_name else None
+        t = trials.get(study_name, {}).get(number)
         if t is None or t.state in (TrialState.RUNNING, TrialState.WAITING):
             continue
         done = t.state in (TrialState.COMPLETE, TrialState.PRUNED) and t.user_attrs.get("mlflow_run_id") == run_id

@@ -4,17 +4,19 @@ The tracking URI is MLFLOW_TRACKING_URI when set, else a SQLite store in the sui
 default `./mlflow.db`). Per-epoch metrics are buffered and written with `log_batch` at most every few seconds, so
 logging stays a small fraction of a cell's time. A server that goes away mid-run is waited for
 (normbench.store.retry); a summary that cannot be logged in that time is spooled in `<out>/mlflow-spool/` and
-logged by the next Tracker.
+logged by the next run (tracking/spool.py). A local SQLite store that breaks (deleted, read-only, disk full) is named
+at once instead (tracking/local_store.py). The suite's parent run is the folder's: tagged with its recipe and its
+ledger, so a new ledger (after `rm -rf OUT`) or recipe on a shared MLFLOW_TRACKING_URI gets a parent of its own.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import platform
 import socket
 import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,11 +25,17 @@ from normbench.errors import ServerUnreachableError
 from normbench.spec.names import OutputFolder
 from normbench.spec.results import CellResult
 from normbench.spec.selection import cell_scores
+from normbench.store.idempotent import RUN_KEY
 from normbench.store.locks import folder_lock
 from normbench.store.retry import retrying
+from normbench.tracking import spool
+from normbench.tracking.local_store import TrackingStoreError, guard
+from normbench.tracking.naming import logged_blocks, run_name, telemetry_metric
 
-# Fail fast on an unreachable server instead of MLflow's minutes of retries; users may override either.
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+# Fail fast on an unreachable server instead of MLflow's minutes of retries; users may override either. No retries
+# inside MLflow: it replays any request whose answer was lost, a create_run too (a second run); normbench's own
+# retries (store/retry.py) replay only what is safe to repeat.
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -43,18 +51,24 @@ def tracking_uri(out_dir: Path) -> str:
 
 
 class Tracker:
-    """Writes cells to MLflow. Construct once per process; it checks the server is reachable."""
+    """Writes cells to MLflow. Construct once per process; it checks the server is reachable.
 
-    def __init__(self, out_dir: Path, experiment: str) -> None:
+    `parent_tags` (the folder's recipe hash and ledger id) name the suite's parent run; `replay=False` leaves the
+    spool for an explicit `replay_spool()` (a run replays it only once it is not refused)."""
+
+    def __init__(self, out_dir: Path, experiment: str, *, parent_tags: dict[str, str] | None = None,
+                 replay: bool = True) -> None:
         from mlflow.tracking import MlflowClient
 
         quiet_mlflow_logging()
         self.uri = tracking_uri(out_dir)
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         self.spool_dir = OutputFolder(out_dir).mlflow_spool
-        if self.uri.startswith("sqlite:") and not os.environ.get("MLFLOW_TRACKING_URI"):
+        self.own_store = not os.environ.get("MLFLOW_TRACKING_URI")  # the folder's mlflow.db: only its runs
+        self.parent_tags = {k: v for k, v in (parent_tags or {}).items() if v}
+        if self.uri.startswith("sqlite:") and self.own_store:
             create_sqlite_store(Path(out_dir))
-        self.client = MlflowClient(tracking_uri=self.uri)
+        self.client = guard(MlflowClient(tracking_uri=self.uri), self.uri, Path(out_dir))
         try:
             found = self.client.get_experiment_by_name(experiment)
             if found is not None:
@@ -63,6 +77,8 @@ class Tracker:
                 local = self.uri.startswith("sqlite:")
                 artifacts = (Path(out_dir).resolve() / OutputFolder.MLFLOW_ARTIFACTS).as_uri() if local else None
                 self.experiment_id = self._create(experiment, artifacts)
+        except TrackingStoreError:
+            raise
         except Exception as e:  # MlflowException, requests' errors, sqlalchemy's: all mean "cannot track"
             raise ServerUnreachableError(
                 f"cannot reach the MLflow tracking store {self.uri}: {type(e).__name__}: {str(e).splitlines()[0]}\n"
@@ -73,7 +89,8 @@ class Tracker:
         self._last_flush: dict[str, float] = {}
         self._parent: str | None = None
         self.client = retrying(self.client, what=f"the MLflow tracking store {self.uri}")
-        self.replay_spool()
+        if replay:
+            self.replay_spool()
 
     def _create(self, name: str, artifacts: str | None) -> str:
         from mlflow.exceptions import MlflowException
@@ -87,23 +104,36 @@ class Tracker:
     def start(self, cell_id: str, params: dict[str, Any], tags: dict[str, str]) -> str:
         """Open a run for a cell, nested under the suite's parent run, with every axis and recipe value as a param
         (see `one_param_per_axis`); returns the run id. A cell's second attempt (after a crash or kill) is named
-        `<cell_id> #2`, so it is told apart from the run it replaces."""
+        `d36 layerscale lr3e-3 s0 #2` (tracking/naming.py), so it is told apart from the run it replaces. Found or
+        created by its key (the parent run, study and trial number: one attempt of the cell in this folder), so a
+        start replayed after a lost answer opens no second run."""
         from mlflow.entities import Param, RunTag
 
-        attempt = self._attempt(cell_id, tags.get("study", ""))
-        name = cell_id if attempt == 1 else f"{cell_id} #{attempt}"
-        run = self.client.create_run(self.experiment_id, run_name=name,
-                                     tags={**default_tags(), **tags, "cell_id": cell_id, "attempt": str(attempt),
-                                           "mlflow.parentRunId": self.parent_run_id()})
+        # the parent names the folder's ledger and recipe: an old folder's trial 0 (after `rm -rf OUT` on a shared
+        # server) has another key
+        key = (f"{self.parent_run_id()}/{tags['study']}#{tags['trial']}" if "study" in tags and "trial" in tags
+               else uuid.uuid4().hex)
+        attempt, run = self._attempt(cell_id, tags.get("study", ""), key)
+        if run is None:  # (a lost answer of create_run itself is looked up by the same key: store/idempotent.py)
+            name = run_name(cell_id, attempt)
+            run = self.client.create_run(self.experiment_id, run_name=name,
+                                         tags={**default_tags(), **tags, "cell_id": cell_id, "attempt": str(attempt),
+                                               RUN_KEY: key, "mlflow.parentRunId": self.parent_run_id()})
         items = [Param(k, str(v)[:6000]) for k, v in one_param_per_axis(params).items()]
-        for i in range(0, len(items), 100):  # MLflow caps a batch at 100 params
+        for i in range(0, len(items), 100):  # MLflow caps a batch at 100 params; the same values again are fine
             self.client.log_batch(run.info.run_id, params=items[i:i + 100], tags=[RunTag("status", "running")])
         return run.info.run_id
 
-    def _attempt(self, cell_id: str, study: str) -> int:
-        """1 + the runs this cell already has in this study (killed, crashed, or closed by a dead worker)."""
+    def _attempt(self, cell_id: str, study: str, key: str) -> tuple[int, Any]:
+        """(1 + the runs this cell already has in this study (killed, crashed, or closed by a dead worker), the run
+        keyed `key` among them or None): one search."""
         query = f"tags.cell_id = '{cell_id}' and tags.study = '{study}'"
-        return len(self.client.search_runs([self.experiment_id], query, max_results=1000)) + 1
+        query += f" and tags.`mlflow.parentRunId` = '{self.parent_run_id()}'"  # this folder's runs, not an old one's
+        runs = self.client.search_runs([self.experiment_id], query, max_results=1000)
+        mine = [r for r in runs if r.data.tags.get(RUN_KEY) == key]
+        if mine:
+            return int(mine[0].data.tags.get("attempt", len(runs))), mine[0]
+        return len(runs) + 1, None
 
     def parent_run_id(self) -> str:
         """The suite's `leaderboard` run, created on first use. Workers racing to create it keep the oldest."""
@@ -112,12 +142,26 @@ class Tracker:
         return self._parent
 
     def _find_parent(self) -> str | None:
-        runs = self.client.search_runs([self.experiment_id], f"tags.kind = '{PARENT_RUN}'", max_results=100,
+        """The oldest parent run with this folder's `parent_tags`. On the folder's own store, a parent from before
+        parents carried them is this folder's: it is adopted (and tagged)."""
+        tagged = [f"tags.{key} = '{value}'" for key, value in self.parent_tags.items()]
+        query = " and ".join([f"tags.kind = '{PARENT_RUN}'", *tagged])
+        runs = self.client.search_runs([self.experiment_id], query, max_results=100,
                                        order_by=["attributes.start_time ASC"])
-        return runs[0].info.run_id if runs else None
+        if runs or not (self.own_store and self.parent_tags):
+            return runs[0].info.run_id if runs else None
+        legacy = [r for r in self.client.search_runs([self.experiment_id], f"tags.kind = '{PARENT_RUN}'",
+                                                     max_results=100, order_by=["attributes.start_time ASC"])
+                  if not set(self.parent_tags) & set(r.data.tags)]
+        if not legacy:
+            return None
+        for key, value in self.parent_tags.items():
+            self.client.set_tag(legacy[0].info.run_id, key, value)
+        return legacy[0].info.run_id
 
     def _create_parent(self) -> str:
-        mine = self.client.create_run(self.experiment_id, run_name=PARENT_RUN, tags={"kind": PARENT_RUN}).info.run_id
+        mine = self.client.create_run(self.experiment_id, run_name=PARENT_RUN,
+                                      tags={"kind": PARENT_RUN, **self.parent_tags}).info.run_id
         self.client.set_terminated(mine, "FINISHED")  # a container, never RUNNING: close_orphans leaves it alone
         oldest = self._find_parent() or mine
         if oldest != mine:
@@ -135,15 +179,17 @@ class Tracker:
             self.flush(run_id)
 
     def log_telemetry(self, run_id: str, records: list[dict[str, Any]]) -> None:
-        """Per-block telemetry (normbench/train/telemetry.py) as step metrics, one per block and quantity, named so they
-        sort: `block03/attn_entropy`. Buffered like the epochs; `summarize` flushes. None values are skipped."""
+        """Telemetry (normbench/train/telemetry.py) as step metrics of the first, middle and last block, one per
+        position and quantity, named `telemetry/last/grad_norm` (tracking/naming.py): charted after the model
+        metrics. Buffered like the epochs; `summarize` flushes. None values are skipped."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        width = max(2, len(str(max((int(r["block"]) for r in records), default=0))))
+        picks = logged_blocks(max((int(r["block"]) for r in records), default=0) + 1)
         self._buffer.setdefault(run_id, []).extend(
-            Metric(f"block{int(r['block']):0{width}d}/{k}", float(v), now, int(r["step"]))
-            for r in records for k, v in r.items() if k not in ("step", "block") and v is not None)
+            Metric(telemetry_metric(position, k), float(v), now, int(r["step"]))
+            for r in records for position, block in picks.items() if int(r["block"]) == block
+            for k, v in r.items() if k not in ("step", "block") and v is not None)
 
     def flush(self, run_id: str) -> None:
         metrics = self._buffer.get(run_id, [])
@@ -172,27 +218,15 @@ class Tracker:
             raise
 
     def _spool(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
-        """Keep what the server could not take (epoch metrics still buffered, the summary) for `replay_spool`."""
+        """Keep what the store could not take (epoch metrics still buffered, the summary) for `replay_spool`."""
         pending = [[m.key, m.value, m.timestamp, m.step] for m in self._buffer.pop(run_id, [])]
         now = int(time.time() * 1000)
         pending += [[k, float(v), now, 0] for k, v in summary.items() if v is not None]
-        self.spool_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.spool_dir / f".{run_id}.json.tmp"
-        tmp.write_text(json.dumps({"run_id": run_id, "metrics": pending, "status": status}))
-        tmp.replace(self.spool_dir / f"{run_id}.json")
+        spool.write(self.spool_dir, run_id, status, pending)
 
     def replay_spool(self) -> None:
-        """Log the summaries spooled while the server was away, and close their runs FINISHED."""
-        from mlflow.entities import Metric, RunTag
-
-        for path in sorted(self.spool_dir.glob("*.json")) if self.spool_dir.is_dir() else []:
-            spooled = json.loads(path.read_text())
-            metrics = [Metric(k, v, ts, step) for k, v, ts, step in spooled["metrics"]]
-            for i in range(0, max(len(metrics), 1), 1000):
-                self.client.log_batch(spooled["run_id"], metrics=metrics[i:i + 1000],
-                                      tags=[RunTag("status", spooled["status"])])
-            self.client.set_terminated(spooled["run_id"], "FINISHED")
-            path.unlink()
+        """Log the summaries spooled while the store was away and close their runs FINISHED (tracking/spool.py)."""
+        spool.replay(self.client, self.spool_dir, self.uri)
 
     def close(self, run_id: str) -> None:
         self.client.set_terminated(run_id, "FINISHED")
@@ -260,10 +294,15 @@ def default_tags() -> dict[str, str]:
             "timm_version": timm.__version__, "device": device, "host": socket.gethostname()}
 
 
-def running_run_ids(tracker: Tracker, with_trial: bool = False) -> Any:
+def running_run_ids(tracker: Tracker, with_trial: bool = False, *, study: str | None = None,
+                    trial: int | None = None) -> Any:
     """Runs of this experiment still marked RUNNING (to be reconciled with the ledger); with `with_trial`, a dict
-    run id -> (study tag, trial number tag) for those that carry them."""
-    runs = tracker.client.search_runs([tracker.experiment_id], "attributes.status = 'RUNNING'", max_results=10000)
+    run id -> (study tag, trial number tag) for those that carry them. `study` and `trial` narrow the search to one
+    trial's runs (a worker reconciles every run once, at its start; then only the trials the ledger reclaims)."""
+    query = "attributes.status = 'RUNNING'"
+    if study is not None and trial is not None:
+        query += f" and tags.study = '{study}' and tags.trial = '{trial}'"
+    runs = tracker.client.search_runs([tracker.experiment_id], query, max_results=10000)
     if not with_trial:
         return [r.info.run_id for r in runs]
     return {r.info.run_id: (r.data.tags["study"], int(r.data.tags["trial"])) for r in runs

@@ -1,69 +1,69 @@
-"""`normbench ui`: MLflow's UI opened on the suite's comparison, not on its GenAI overview.
+"""`normbench ui`: MLflow's UI opened on the suite's comparison, not on its GenAI overview, in seconds.
 
 MLflow 3 opens an experiment on GenAI pages unless the experiment's kind (`mlflow.experimentKind`) and the UI's
-workflow (`?workflowType=machine_learning`) say model training. The runs table's columns and sort order come from a
-*shared view*: the JSON a user's "Share" button stores in the experiment tag `mlflow.sharedViewState.<key>`, which
-the page applies when its URL carries `viewStateShareKey=<key>`. We write that tag ourselves: the axes and the score
-as visible columns, sorted by the score (best first). Sorting by a metric also lists the nested cells flat, so each
-cell is a row and the parent `leaderboard` run (no score) sorts last.
+workflow (`?workflowType=machine_learning`) say model training. The table's columns, the grouping by layer and the
+chart sections come from a shared view (tracking/view_state.py) that we store as an experiment tag and name in the URL.
+
+The server is one process: uvicorn serving MLflow's own app (`mlflow.server.fastapi_app:app`), configured through
+the environment as `mlflow server` configures its workers. `mlflow ui` itself starts 15 processes (its CLI, a uvicorn
+supervisor with 4 workers, a job runner with 7 huey consumers), ~27 CPU-seconds before it answers against ~5 here;
+the job runner serves only GenAI jobs (judges, trace rollups), which a suite's runs never use. The server starts
+while the experiment is tagged, and its output (warnings, startup lines) goes to `<out>/mlflow-ui.log`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
 from normbench.errors import NormbenchError
 from normbench.spec.names import OutputFolder
+from normbench.tracking.view_state import SHARE_KEY, SHARE_TAG, view_state
 
-SHARE_KEY = "normbench-comparison"
-SHARE_TAG = f"mlflow.sharedViewState.{SHARE_KEY}"
 KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
-SCORE_COLUMNS = ("score", "select", "diverged")  # metrics: test and val top-1 (spec.selection.cell_scores)
+UI_LOG = "mlflow-ui.log"
+APP = "mlflow.server.fastapi_app:app"
+# What `mlflow server` (mlflow/server/__init__.py _run_server, constants.py) puts in its workers' environment;
+# tests/tracking/test_ui_server.py checks the names against the installed MLflow.
+BACKEND_STORE_ENV, ARTIFACT_ROOT_ENV = "_MLFLOW_SERVER_FILE_STORE", "_MLFLOW_SERVER_ARTIFACT_ROOT"
+NO_JOBS_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
 
 
-def column(kind: str, name: str) -> str:
-    """MLflow UI's column key, e.g. params.`layer`."""
-    return f"{kind}.`{name}`"
-
-
-def view_state(axes: list[str]) -> dict[str, Any]:
-    """The runs table MLflow's UI shows: run name, each axis, then the score columns; best score first."""
-    columns = [column("attributes", "Run Name"), *(column("params", a) for a in axes),
-               *(column("metrics", m) for m in SCORE_COLUMNS)]
-    return {"orderByKey": column("metrics", SCORE_COLUMNS[0]), "orderByAsc": False, "searchFilter": "",
-            "lifecycleFilter": "Active", "selectedColumns": columns, "viewMaximized": False, "runListHidden": False}
-
-
-def ui_url(host: str, port: int, experiment_id: str) -> str:
-    """The experiment's runs table in the model-training workflow, with the shared view applied."""
+def ui_url(host: str, port: int, experiment_id: str, charts: bool = False) -> str:
+    """The experiment's runs table (or, with `charts`, its chart view) in the model-training workflow, with the
+    shared view applied."""
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     return (f"http://{shown}:{port}/#/experiments/{experiment_id}/runs"
-            f"?workflowType=machine_learning&viewStateShareKey={SHARE_KEY}")
+            f"?workflowType=machine_learning&viewStateShareKey={SHARE_KEY}" + ("&compareRunsMode=CHART" * charts))
 
 
 def suite_axes(out: Path, params: list[dict[str, str]]) -> list[str]:
     """The columns that tell cells apart: the suite's matrix axes and tuned keys when `out/suite.yaml` exists, in
-    its order; else every param without a section prefix (an axis, see sweep/cells.py cell_params)."""
+    its order; else every param without a section prefix (an axis, see sweep/cells.py cell_params). Reads the YAML
+    only: loading the suite would import torch, seconds before the UI answers."""
+    import yaml
+
     logged = {k for p in params for k in p}
     axes = sorted(k for k in logged if "." not in k)
-    if OutputFolder(out).suite.exists():
-        from normbench.spec.suite import load_suite
-
-        try:
-            suite = load_suite(OutputFolder(out).suite)
-        except NormbenchError:
-            return axes
-        tuned = list(suite.tune.space) if suite.tune else []
-        ordered = [*suite.matrix, *(k for k in logged if k.rsplit(".", 1)[-1] in tuned and k not in suite.matrix)]
-        return [a for a in ordered if a in logged] + [a for a in axes if a not in ordered]
-    return axes
+    try:
+        suite = yaml.safe_load(OutputFolder(out).suite.read_text()) if OutputFolder(out).suite.exists() else None
+    except (OSError, yaml.YAMLError):
+        suite = None
+    if not isinstance(suite, dict) or not isinstance(suite.get("matrix"), dict):
+        return axes
+    matrix = list(suite["matrix"])
+    space = suite["tune"].get("space") if isinstance(suite.get("tune"), dict) else None
+    tuned = list(space) if isinstance(space, dict) else []
+    ordered = [*matrix, *sorted(k for k in logged if k.rsplit(".", 1)[-1] in tuned and k not in matrix)]
+    return [a for a in ordered if a in logged] + [a for a in axes if a not in ordered]
 
 
 def prepare_experiment(uri: str, out: Path) -> str:
@@ -76,7 +76,8 @@ def prepare_experiment(uri: str, out: Path) -> str:
     client = MlflowClient(tracking_uri=uri)
     experiment = _suite_experiment(client, out)
     runs = client.search_runs([experiment.experiment_id], max_results=1000)
-    state = view_state(suite_axes(out, [r.data.params for r in runs]))
+    metrics = {k for r in runs for k in r.data.metrics}
+    state = view_state(suite_axes(out, [r.data.params for r in runs]), metrics)
     client.set_experiment_tag(experiment.experiment_id, KIND_TAG, KIND)
     client.set_experiment_tag(experiment.experiment_id, SHARE_TAG, json.dumps(state))
     return experiment.experiment_id
@@ -108,30 +109,68 @@ def check_port(host: str, port: int) -> None:
                                  f"`normbench ui ... --port {port + 1}`") from None
 
 
-def serve(uri: str, host: str, port: int, url: str, open_browser: bool) -> int:
-    """Run `mlflow ui` until it exits or Ctrl-C; print `url` (and open it) once the server answers."""
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
-    server = subprocess.Popen(cmd)
-    try:
-        if _wait_until_up(f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/health", server):
-            print(f"MLflow UI: {url}  (Ctrl-C stops it)", flush=True)
-            if open_browser:
-                import webbrowser
+def server_command(uri: str, out: Path, host: str, port: int) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of the UI server: one uvicorn process (no worker pool) serving MLflow's app on
+    the store `uri`, without MLflow's job runner, without access-log lines."""
+    cmd = [sys.executable, "-m", "uvicorn", APP, "--host", host, "--port", str(port), "--workers", "1",
+           "--no-access-log", "--timeout-graceful-shutdown", "3"]
+    env = {**os.environ, BACKEND_STORE_ENV: uri,
+           ARTIFACT_ROOT_ENV: OutputFolder(Path(out).resolve()).mlflow_artifacts.as_uri(),
+           NO_JOBS_ENV: "false", "_MLFLOW_SGI_NAME": "uvicorn", "_MLFLOW_IN_JOB_EXECUTOR": "false",
+           "_MLFLOW_SERVER_BOOT_ID": uuid.uuid4().hex}
+    env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    return cmd, env
 
-                webbrowser.open(url)
+
+def run_ui(uri: str, out: Path, host: str, port: int, open_browser: bool) -> int:
+    """Start the server, tag the experiment meanwhile, print the URLs once the server answers (and open the table
+    with a display), then wait until it exits or Ctrl-C/SIGTERM."""
+    log_path = OutputFolder(out) / UI_LOG
+    cmd, env = server_command(uri, out, host, port)
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        experiment_id = prepare_experiment(uri, out)
+        local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        if not _wait_until_up(f"http://{local}:{port}/health", server):
+            raise NormbenchError(f"the MLflow UI server exited with code {server.returncode} before answering; "
+                                 f"its log, {log_path}, ends with:\n{_tail(log_path)}")
+        url = ui_url(host, port, experiment_id)
+        print(f"MLflow UI: {url}  (Ctrl-C stops it)\n  charts: {ui_url(host, port, experiment_id, charts=True)}"
+              f"\n  server log: {log_path}", flush=True)
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(url)
         return server.wait()
-    except KeyboardInterrupt:
-        server.terminate()
-        server.wait()
-        raise
+    finally:
+        _stop(server)
 
 
 def _wait_until_up(health: str, server: subprocess.Popen, timeout: float = 120.0) -> bool:
+    """True once `health` answers; False when the server exits first. After `timeout`, True if it still runs."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and server.poll() is None:
         try:
             with urllib.request.urlopen(health, timeout=2):
                 return True
         except OSError:
-            time.sleep(0.5)
+            time.sleep(0.1)
     return server.poll() is None
+
+
+def _stop(server: subprocess.Popen) -> None:
+    if server.poll() is None:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(unreadable)"

@@ -83,3 +83,14 @@ def test_a_bench_cut_short_keeps_the_rows_it_measured(tmp_path: Path, monkeypatc
         run_bench(layers=["layernorm", "rmsnorm"], depths=[1], dims=[16], device="cpu", out_dir=tmp_path)
     frame = pd.read_csv(tmp_path / f"bench-cpu-{torch.__version__.split('+')[0]}.csv")
     assert list(frame["layer"]) == ["layernorm"] and frame["step_ms"].tolist() == [1.0]
+
+
+def test_by_default_bench_writes_to_the_git_ignored_runs_folder_not_over_committed_results() -> None:
+    import inspect
+
+    from normbench.cli import build_parser
+    from tests.conftest import REPO
+
+    assert build_parser().parse_args(["bench"]).out == Path("runs")
+    assert inspect.signature(run_bench).parameters["out_dir"].default == Path("runs")
+    assert "/runs/" in (REPO / ".gitignore").read_text().splitlines()

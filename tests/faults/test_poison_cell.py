@@ -1,6 +1,8 @@
 """A poison cell: its layer kills every worker that runs it (`os._exit(137)`, as the OOM killer or a segfault would).
 The run fails it for good after NORMBENCH_MAX_ATTEMPTS attempts instead of feeding it to worker after worker, trains
-the rest, exits non-zero naming it and `--retry-failed`, and the leaderboard lists its attempts."""
+the rest, exits non-zero naming it and `--retry-failed`, and the leaderboard lists its attempts, each with the exit
+code, last stderr line and node the parent saw. With more attempts than workers the parent replaces the dead ones:
+it never trains the cell itself (it would die with it, and say nothing)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from tests.faults.helpers import FAST_HEARTBEAT, assert_invariants, finish, norm
 
 PLUGIN = '''
 import os
+import sys
 
 from torch import nn
 
@@ -26,6 +29,7 @@ class PoisonNorm(nn.LayerNorm):
         super().__init__(dim, eps=eps, device=device, dtype=dtype)
 
     def forward(self, x):
+        print("poison_norm: killing this worker", file=sys.stderr, flush=True)
         os._exit(137)  # no traceback, no cleanup: what a SIGKILL from the OOM killer leaves
 '''
 
@@ -46,7 +50,7 @@ def run(path, out, env, *extra: str) -> str:
     a bound (a run that loops on the cell would not)."""
     proc = normbench("run", path, "--out", out, "--workers", "2", "--quiet", *extra, env=env)
     try:
-        code, err = finish(proc, timeout=150)
+        code, err = finish(proc, timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -62,8 +66,8 @@ def test_a_cell_that_kills_its_workers_is_failed_for_good_and_the_rest_trains(wr
     path = write_suite(name="poison", matrix={"depth": [1], "layer": ["layernorm", "poison_norm"], "lr": [1e-3],
                                               "seed": [0]})
     out = tmp_path / "out"
-    env = {**FAST_HEARTBEAT, "NORMBENCH_MAX_ATTEMPTS": "2", "PYTHONPATH": str(plugin_path(tmp_path))}
-    err = run(path, out, env)
+    env = {**FAST_HEARTBEAT, "NORMBENCH_MAX_ATTEMPTS": "3", "PYTHONPATH": str(plugin_path(tmp_path))}
+    err = run(path, out, env)  # 3 attempts, 2 workers: a third worker replaces a dead one
     good, poison = cell_of(out, "layernorm"), cell_of(out, "poison_norm")
     assert "failed for good" in err and poison in err and "--retry-failed" in err, err
     assert_invariants(out, "poison", [good])  # the normal cell once in the ledger, results.csv and MLflow
@@ -71,19 +75,25 @@ def test_a_cell_that_kills_its_workers_is_failed_for_good_and_the_rest_trains(wr
     assert not study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
     [record] = failed_for_good(study)
     attempts = record.user_attrs[ATTEMPTS]
-    assert record.user_attrs["cell_id"] == poison and len(attempts) == 2
+    assert record.user_attrs["cell_id"] == poison and len(attempts) == 3
     assert all(a["host"] and a["pid"] and "OS lock" in a["verdict"] for a in attempts), attempts
-    assert len({a["pid"] for a in attempts}) == 2  # each attempt took a different worker down
+    assert len({a["pid"] for a in attempts}) == 3  # each attempt took a different worker down
+    assert all(a["exit_code"] == 137 and a["stderr"] == "poison_norm: killing this worker" and a["node"] == a["host"]
+               for a in attempts), attempts  # what the parent saw of each death
     board = (out / "leaderboard.md").read_text()
-    assert "## failed for good (2 attempts)" in board and poison in board
+    assert "## failed for good (3 attempts)" in board and poison in board and "exit code 137" in board
 
+    env["NORMBENCH_MAX_ATTEMPTS"] = "2"
     err = run(path, out, env, "--retry-failed")  # another round: two more attempts, and it fails again
     assert "failed for good" in err and poison in err, err
     [record] = failed_for_good(study)
     assert record.user_attrs[RETRY_ROUND] == 1 and len(record.user_attrs[ATTEMPTS]) == 2
     lost = Counter(t.user_attrs["cell_id"] for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
                    if t.user_attrs.get("worker_pid"))
-    assert lost == {poison: 4}  # 2 + 2 attempts, each a worker killed
+    assert lost == {poison: 5}  # 3 + 2 attempts, each a worker killed
     assert_invariants(out, "poison", [good])  # the normal cell was not trained again
     assert not study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
     assert f"{poison} (retry 1)" in (out / "leaderboard.md").read_text()
+
+    code, err = finish(normbench("worker", path, "--out", out, env=env))  # a node joining a suite with nothing left
+    assert code == 0 and "1 cell(s) failed for good" in err and poison in err, err

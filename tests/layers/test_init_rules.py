@@ -245,7 +245,7 @@ def test_dyt_norm_kwargs_reach_every_slot():
     assert all(m.alpha.item() == 2.0 for m in dyts)
 
 
-# --- LearnableScaler (seed 004) -------------------------------------------------------------------------------------
+# --- LearnableScaler ------------------------------------------------------------------------------------------------
 
 
 def test_learnable_scaler_formula():

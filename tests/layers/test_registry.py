@@ -12,7 +12,16 @@ from torch import nn
 import normbench
 from normbench import cli
 from normbench.errors import NormbenchError, UnknownLayerError
-from normbench.layers import FixupBias, LayerScale, PostNormBlock, PreNormBlock, get_spec, registry, resolve_layer
+from normbench.layers import (
+    FixupBias,
+    LayerScale,
+    PostNormBlock,
+    PreNormBlock,
+    get_spec,
+    plugins,
+    registry,
+    resolve_layer,
+)
 from normbench.layers.fixup import fixup_init
 from tests.layers._cases import ALL_LAYERS, GATES, NORMS, PLACEMENTS, tiny_vit
 
@@ -127,10 +136,10 @@ def _register_toy() -> None:
 
 
 class _FakeEntryPoint:
-    """What `importlib.metadata.entry_points(group=...)` yields: only `load()` is used."""
+    """What `importlib.metadata.entry_points(group=...)` yields: `name` and `value` name it, `load()` loads it."""
 
-    name = "toy"
-    group = registry.ENTRY_POINT_GROUP
+    name, value = "toy", "toy_pkg.layers"
+    group = plugins.ENTRY_POINT_GROUP
 
     def __init__(self, target: str) -> None:
         self.target = target
@@ -150,8 +159,8 @@ def test_entry_point_plugin_adds_a_layer(target, monkeypatch, scratch_registry):
         groups.append(group)
         return [_FakeEntryPoint(target)]
 
-    monkeypatch.setattr(registry, "entry_points", fake_entry_points)
-    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    monkeypatch.setattr(plugins, "entry_points", fake_entry_points)
+    monkeypatch.setattr(plugins, "_loaded", False)
     assert "toy_plugin_norm" in normbench.list_layers()
     assert groups == ["normbench.layers"]
     assert normbench.get_layer("toy_plugin_norm") is _ToyNorm
@@ -171,21 +180,38 @@ def test_plugin_layer_is_gone_after_cleanup():
 # --- CLI ------------------------------------------------------------------------------------------------------------
 
 
-def test_cli_layers_prints_every_name_with_formula_and_source(capsys):
+def _listed(out: str) -> dict[str, str]:
+    """`normbench layers` output -> {name: its row and the indented lines below it, whitespace collapsed}."""
+    blocks: dict[str, list[str]] = {}
+    for line in out.splitlines()[2:]:
+        if line.startswith(" "):
+            blocks[next(reversed(blocks))].append(line)
+        else:
+            blocks[line.split()[0]] = [line]
+    return {name: " ".join(" ".join(lines).split()) for name, lines in blocks.items()}
+
+
+def test_cli_layers_prints_every_name_with_kind_formula_and_source_within_100_columns(capsys):
     assert cli.main(["layers"]) == 0
     out = capsys.readouterr().out
-    lines = out.splitlines()
-    for name in normbench.list_layers():
+    assert max(len(line) for line in out.splitlines()) <= 100  # was 319
+    listed = _listed(out)
+    assert list(listed) == normbench.list_layers()
+    for name, text in listed.items():
         spec = get_spec(name)
-        row = [line for line in lines if line.split() and line.split()[0] == name]
-        assert len(row) == 1, f"{name} is not listed once"
-        assert spec.formula in row[0] and spec.source in row[0] and spec.kind in row[0]
+        assert text.split()[:2] == [name, spec.kind]
+        assert " ".join(spec.formula.split()) in text and f"source: {' '.join(spec.source.split())}" in text
+        assert "seed 00" not in spec.source, "a source names a paper or code, not a task"
 
 
 def test_cli_layers_filters_by_pattern(capsys):
     assert cli.main(["layers", "learnable*"]) == 0
-    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:] if line.strip()]
-    assert names == ["learnable_scaler", "learnable_scaler_ones"]
+    assert list(_listed(capsys.readouterr().out)) == ["learnable_scaler", "learnable_scaler_ones"]
+
+
+def test_cli_layers_says_when_no_layer_matches(capsys):
+    assert cli.main(["layers", "nothing-*"]) == 1
+    assert capsys.readouterr().err == "normbench: no layer matches 'nothing-*'; `normbench layers` lists them all\n"
 
 
 # --- composition ----------------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ class Clock:
 def finish(progress: Progress, cell: str, clock: Clock, seconds: float) -> None:
     progress.start_cell(cell, epochs=1)
     clock.now += seconds
-    progress.end_cell(CellResult.from_summary({"status": "ok", "best_val_top1": 50.0, "seconds": seconds}))
+    progress.end_cell(CellResult.from_summary({"status": "ok", "best_val_top1": 50.0, "val_top1": 48.0,
+                                               "seconds": seconds}))
 
 
 def test_eta_scales_with_the_cost_of_the_cells_left(monkeypatch):
@@ -43,7 +44,7 @@ def test_without_costs_every_cell_counts_as_one(monkeypatch):
     progress = Progress(total=4, done=1, stream=stream)
     finish(progress, "a", clock, 30.0)
     assert progress.eta() == "1m00s"
-    assert "[2/4] a  ok  best val 50.0%  30.0s  ETA 1m00s" in stream.getvalue()
+    assert "[2/4] a  ok  val 48.0%  30.0s  ETA 1m00s" in stream.getvalue()
 
 
 def test_without_a_terminal_an_epoch_line_at_most_every_log_every_seconds(monkeypatch):
@@ -74,17 +75,44 @@ def test_eta_counts_the_trained_part_of_the_current_cell(monkeypatch):
     assert progress.eta() == "3m00s"
 
 
+def test_a_finished_cell_leaves_an_eta_for_the_cells_still_to_run(monkeypatch):
+    """The line of a cell that reported its last epoch said "ETA 0m00s" while cells remained: its cost was counted
+    twice, as done and as the current cell's trained part."""
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    stream = io.StringIO()
+    progress = Progress(total=3, stream=stream, costs={"a": 2.0, "b": 2.0, "c": 2.0}, log_every=0)
+    progress.start_cell("a", epochs=2)
+    for epoch in range(2):
+        clock.now += 30.0
+        progress.epoch({"epoch": epoch, "val_top1": 40.0})
+    progress.end_cell(CellResult.from_summary({"status": "ok", "val_top1": 40.0, "seconds": 60.0}))
+    assert stream.getvalue().splitlines()[-1] == "[1/3] a  ok  val 40.0%  60.0s  ETA 2m00s"  # 2 cells at 60 s each
+
+
+def test_a_finished_line_shows_the_val_that_is_scored_not_the_best_epochs(monkeypatch):
+    stream = io.StringIO()
+    progress = Progress(total=3, stream=stream)
+    final_below_best = {"best_val_top1": 80.0, "final_val_top1": 70.0, "seconds": 1.0}
+    progress.record("ok", CellResult.from_summary({"status": "ok", "val_top1": 70.0, **final_below_best}))
+    progress.record("diverged", CellResult.from_summary({"status": "diverged", **final_below_best}))
+    progress.record("pruned", CellResult.from_summary({"status": "pruned", "epochs_run": 2, **final_below_best}))
+    lines = [line.split("  ETA")[0] for line in stream.getvalue().splitlines()]
+    assert lines == ["[1/3] ok  ok  val 70.0%  1.0s", "[2/3] diverged  diverged  val 0.0%  1.0s",
+                     "[3/3] pruned  pruned after epoch 2  val 70.0%  1.0s"]
+
+
 def test_a_cell_finished_by_a_worker_process_is_reported_with_its_result(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(progress_module.time, "monotonic", clock)
     stream = io.StringIO()
     progress = Progress(total=3, done=1, stream=stream)
     clock.now += 20.0
-    progress.record("layer=rezero", CellResult.from_summary({"status": "ok", "best_val_top1": 61.25, "seconds": 19.5}),
-                    where="  (worker 42)")
+    progress.record("layer=rezero", CellResult.from_summary({"status": "ok", "best_val_top1": 61.25, "val_top1": 60.0,
+                                                             "seconds": 19.5}), where="  (worker 42)")
     progress.record("layer=dyt", None)  # a cell without a stored result still counts
     lines = stream.getvalue().splitlines()
-    assert lines[0] == "[2/3] layer=rezero  ok  best val 61.2%  19.5s  (worker 42)  ETA 0m20s"
+    assert lines[0] == "[2/3] layer=rezero  ok  val 60.0%  19.5s  (worker 42)  ETA 0m20s"
     assert lines[1].startswith("[3/3] layer=dyt  finished") and progress.done == 3
 
 

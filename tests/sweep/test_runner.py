@@ -207,7 +207,7 @@ def test_ui_serves_the_suite_runs_over_mlflow_rest_api(write_suite, tmp_path):
         with urllib.request.urlopen(request, timeout=10) as r:
             runs = json.load(r)["runs"]
         cells = {run["info"]["run_name"] for run in runs if run["info"]["run_name"] != "leaderboard"}
-        assert cells == {"depth=1,layer=layernorm,lr=0.001,seed=0", "depth=1,layer=layerscale,lr=0.001,seed=0"}
+        assert cells == {"d1 layernorm lr1e-3 s0", "d1 layerscale lr1e-3 s0"}  # tracking/naming.py run_name
     finally:
         ui.send_signal(signal.SIGINT)
         try:

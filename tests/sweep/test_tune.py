@@ -7,7 +7,7 @@ import pandas as pd
 from normbench.cli import main
 from normbench.spec.suite import load_suite
 from normbench.store.ledger import Ledger
-from normbench.sweep.tune import search_seed, seeds
+from normbench.sweep.tune import LABEL, search_seed, seeds
 from tests.sweep.test_runner import mlflow_runs
 
 
@@ -26,7 +26,7 @@ def test_search_and_reruns_use_disjoint_seeds(write_suite, tmp_path):
     assert sorted(r.data.params["seed"] for r in runs if r not in search) == ["0", "1"]
     board = (out / "leaderboard.md").read_text()
     assert "re-run on seeds the search did not train on" in board and "| layernorm " in board
-    row = next(line for line in board.splitlines() if line.startswith("| layernorm "))
+    row = next(line for line in board.split("## tuned", 1)[1].splitlines() if line.startswith("| layernorm "))
     assert "test top-1" in board and "[" in row  # two seeds: a CI
     assert pd.notna(tuned[0].user_attrs["result"]["test_top1"])
 
@@ -42,3 +42,28 @@ def test_changed_recipe_refuses_to_resume_a_tune_and_leaves_its_folder_alone(wri
     assert "changed since the cells in this ledger" in capsys.readouterr().err
     assert (out / "suite.yaml").read_text() == saved  # `normbench leaderboard OUT` still reads the recipe trained
     assert (out / "ledger.journal").read_bytes() == journal
+
+
+def test_tune_alone_writes_results_tables_and_figures_and_its_lines_show_the_sampled_lr(write_suite, tmp_path,
+                                                                                          capsys):
+    path = write_suite(name="ta", matrix={"depth": [1], "layer": ["layernorm"], "seed": [0, 1]},
+                       tune={"trials": 2, "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}}})
+    out = tmp_path / "out"
+    assert main(["tune", str(path), "--out", str(out)]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    searched = Ledger(None, out).study("tune:ta:depth=1,layer=layernorm").get_trials(deepcopy=False)
+    for t in searched:  # `[1/4] depth=1,layer=layernorm,lr=0.00354,trial=0  ok  val 27.8%  ...`
+        label = f"depth=1,layer=layernorm,lr={t.params['lr']:.3g},trial={t.number}"
+        assert any(f"{label}  ok  val " in line for line in lines), lines
+        assert t.user_attrs[LABEL] == label  # what the parent of `--workers` prints for it
+
+    cells = pd.read_csv(out / "results.csv")  # was not written: `tune` alone has no run cells
+    search, reruns = cells[cells["role"] == "select"], cells[cells["role"] == "report"]
+    assert sorted(search["lr"]) == sorted(t.params["lr"] for t in searched) and set(search["seed"]) == {2}
+    best = max(searched, key=lambda t: (t.value, -t.params["lr"]))
+    assert sorted(reruns["seed"]) == [0, 1] and set(reruns["lr"]) == {best.params["lr"]}
+    assert (out / "history.csv").is_file() and (out / "accuracy_vs_lr.png").stat().st_size > 0
+    board = (out / "leaderboard.md").read_text()
+    assert "No finished cells yet" not in board
+    row = next(line for line in board.splitlines() if line.startswith("| 1") and "| layernorm " in line)
+    assert "| 2 report " in row  # the selection picked tune's lr, so the two re-runs on fresh seeds score it

@@ -1,6 +1,6 @@
 """`normbench ui` and what MLflow holds for it: the comparison view (model-training kind, axes and score as columns,
 best score first), cells nested under the `leaderboard` run, one param per axis, attempt-numbered run names, and a
-busy port that fails with its number. (tests/sweep/test_runner.py starts the real UI server once.)"""
+busy port that fails with its number. (test_view_state.py: the view's contents; test_ui_server.py: the server.)"""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from mlflow.tracking import MlflowClient
 from normbench.cli import main
 from normbench.spec.selection import cell_scores
 from normbench.tracking.tracker import Tracker, one_param_per_axis
-from normbench.tracking.ui import KIND, KIND_TAG, SHARE_KEY, SHARE_TAG, suite_axes, ui_url, view_state
+from normbench.tracking.ui import KIND, KIND_TAG, suite_axes, ui_url
+from normbench.tracking.view_state import SHARE_KEY, SHARE_TAG, view_state
 
 
 def test_view_state_shows_the_axes_and_the_score_sorted_best_first() -> None:
@@ -30,6 +31,7 @@ def test_url_opens_the_runs_table_in_the_model_training_workflow_with_the_view()
     url = ui_url("0.0.0.0", 5001, "7")
     assert url == ("http://127.0.0.1:5001/#/experiments/7/runs?workflowType=machine_learning"
                    f"&viewStateShareKey={SHARE_KEY}")
+    assert ui_url("0.0.0.0", 5001, "7", charts=True) == f"{url}&compareRunsMode=CHART"
 
 
 def test_axes_follow_the_suite_order_and_include_tuned_keys(tmp_path: Path) -> None:
@@ -63,7 +65,7 @@ def test_a_rerun_is_named_apart_from_the_run_it_replaces(tmp_path: Path) -> None
     second = tracker.start("layer=a", {"layer": "a"}, {"study": "run:names"})
     other = tracker.start("layer=a", {"layer": "a"}, {"study": "tuned:names"})  # another study: its own count
     names = {r: tracker.client.get_run(r).info.run_name for r in (first, second, other)}
-    assert names == {first: "layer=a", second: "layer=a #2", other: "layer=a"}
+    assert names == {first: "a", second: "a #2", other: "a"}  # tracking/naming.py: a layer shows as its name
     parent = tracker.client.get_run(first).data.tags["mlflow.parentRunId"]
     assert tracker.client.get_run(parent).info.run_name == "leaderboard"
     assert {tracker.client.get_run(r).data.tags["mlflow.parentRunId"] for r in names} == {parent}

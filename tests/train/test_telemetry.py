@@ -238,7 +238,7 @@ def test_with_grad_accumulation_the_steps_are_optimizer_steps():
     assert sorted({r["step"] for r in result.telemetry}) == list(range(0, optimizer_steps, 2))
 
 
-def test_mlflow_gets_one_sorted_metric_per_block_and_quantity(write_suite, tmp_path):
+def test_mlflow_gets_the_first_middle_and_last_blocks_under_one_prefix(write_suite, tmp_path):
     from mlflow.tracking import MlflowClient
 
     from normbench.cli import main
@@ -248,11 +248,9 @@ def test_mlflow_gets_one_sorted_metric_per_block_and_quantity(write_suite, tmp_p
     assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 0
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'out' / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("tiny").experiment_id], "tags.cell_id != ''")
-    names = [k for k in run.data.metrics if k.startswith("block")]
-    assert len(names) == 11 * len(QUANTITIES)
-    assert sorted(names)[:len(QUANTITIES)] == sorted(f"block00/{q}" for q in QUANTITIES)
-    blocks = [n.split("/")[0] for n in sorted(names)]
-    assert blocks == sorted(blocks, key=lambda b: int(b[5:]))  # text order is block order: zero-padded
-    history = client.get_metric_history(run.info.run_id, "block10/attn_entropy")
+    names = [k for k in run.data.metrics if k.startswith("telemetry/")]
+    assert sorted(names) == sorted(f"telemetry/{p}/{q}" for p in ("first", "middle", "last") for q in QUANTITIES)
+    assert not [k for k in run.data.metrics if k.startswith("block")]  # nothing left under the old names
+    history = client.get_metric_history(run.info.run_id, "telemetry/last/attn_entropy")  # block 10
     steps = int(run.data.params["data.train_size"]) // 256  # one epoch of full batches
     assert [m.step for m in history] == list(range(0, steps, 2)) and len(history) >= 2

@@ -1,0 +1,43 @@
+"""One output folder read back for reporting: its suite (from the folder's suite.yaml), its finished cells and the
+`Analysis` of them. `normbench compare` reads several folders this way; the leaderboard writes one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from normbench.errors import NormbenchError
+from normbench.report.analysis import Analysis
+from normbench.report.frames import cells_frame
+from normbench.report.leaderboard import _analyse, _with_recipe_columns
+from normbench.spec.names import OutputFolder, StudyNames
+from normbench.spec.suite import Suite, load_suite
+from normbench.store.ledger import Ledger
+
+
+@dataclass
+class FolderRead:
+    path: Path
+    suite: Suite
+    cells: pd.DataFrame
+    analysis: Analysis
+
+
+def read_folder(out_dir: Path, *, storage: str | None = None) -> FolderRead:
+    """The folder's suite, cells and analysis; a NormbenchError naming the fix when the folder cannot answer."""
+    folder = OutputFolder(out_dir)
+    if not folder.path.is_dir():
+        raise NormbenchError(f"{out_dir}: no such folder; pass a suite's output folder, e.g. results/smoke")
+    if not folder.suite.is_file():
+        raise NormbenchError(f"{out_dir}: no {OutputFolder.SUITE} here; run the suite with `--out {out_dir}` first "
+                             "(it copies the suite file there)")
+    if storage is None and not folder.ledger.exists():
+        raise NormbenchError(f"{out_dir}: no ledger here ({OutputFolder.LEDGER}); run the suite first, or pass "
+                             "--storage if it ran on a shared database")
+    suite = load_suite(folder.suite)
+    cells = _with_recipe_columns(cells_frame(Ledger(storage, folder.path), StudyNames(suite.name)), suite)
+    if cells.empty:
+        raise NormbenchError(f"{out_dir}: no finished cells yet; run (or resume) `normbench run {suite.path}` first")
+    return FolderRead(folder.path, suite, cells, _analyse(cells, suite))

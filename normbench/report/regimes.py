@@ -1,0 +1,201 @@
+"""One grid trained at two or more budgets, in separate output folders, read side by side: which conclusions hold
+in every regime and which change with the budget (`normbench compare EARLY CONVERGED`).
+
+Each folder keeps its own protocol (its selection seeds choose its lrs, its report seeds score them); this module
+only lines the answers up: the final-accuracy tables, the rank agreement (report/budget.py's rho and exact
+permutation p against the largest budget), every layer against the baseline and every claim in each regime.
+Formats `FolderRead`s; computes nothing the leaderboards do not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from normbench.errors import NormbenchError
+from normbench.report.budget import BUDGET_AXIS, budget_agreement
+from normbench.report.folder import FolderRead
+from normbench.report.header import budget_text, regime_word, seeds_line
+from normbench.report.stats import ALPHA, check_claims, reading, versus_baseline
+from normbench.report.tables import BASELINE_VERDICTS, budget_table, ci_text, markdown_table, p_text
+
+DIGITS = 1  # the comparison's tables: one decimal, rounded once from the full-precision means
+
+
+def budget_of(read: FolderRead) -> int:
+    if BUDGET_AXIS in read.suite.matrix:
+        raise NormbenchError(f"{read.path}: its matrix varies `{BUDGET_AXIS}`; its own leaderboard compares its "
+                             "budgets (\"does the ranking hold across budgets?\"); compare folders of one budget each")
+    return int(read.suite.cell({}).config.train.epochs)
+
+
+def ordered(reads: Sequence[FolderRead]) -> list[FolderRead]:
+    """By budget, smallest first; two folders of one budget are refused (nothing to compare across)."""
+    reads = sorted(reads, key=budget_of)
+    budgets = [budget_of(r) for r in reads]
+    if len(set(budgets)) != len(budgets):
+        raise NormbenchError(f"two folders train the same number of epochs ({budgets}); compare runs of one grid at "
+                             "different budgets")
+    return reads
+
+
+def shown_path(path: Path) -> str:
+    """The folder as a reader types it: relative to the working directory when under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def label(read: FolderRead) -> str:
+    return f"{budget_of(read)} epochs"
+
+
+def score_text(mean: float, low: float, high: float, best: bool) -> str:
+    text = f"{mean:.{DIGITS}f}"
+    interval = "" if math.isnan(low) or math.isnan(high) else f" [{low:.{DIGITS}f}, {high:.{DIGITS}f}]"
+    return (f"**{text}**" if best else text) + interval
+
+
+def runs_table(reads: Sequence[FolderRead]) -> pd.DataFrame:
+    rows = []
+    for r in reads:
+        selected = r.analysis.selected
+        converged = int(selected["converged"].fillna(False).astype(bool).sum())
+        rows.append({"folder": f"`{r.path.name}`", "budget": budget_text(r.analysis),
+                     "seeds": seeds_line(r.cells).removeprefix("- seeds: ").split("; lrs tried")[0],
+                     "rows converged": f"{converged} of {len(selected)}",
+                     "regime": regime_word(converged, len(selected)).split(":")[0]})
+    return pd.DataFrame(rows)
+
+
+def depth_table(reads: Sequence[FolderRead], depth: int) -> pd.DataFrame:
+    """Per layer: each regime's test top-1 [95% CI], rank and convergence; bold marks each column's true maximum
+    (compared at full precision, not as printed)."""
+    per_regime = {}
+    for r in reads:
+        rows = r.analysis.selected[r.analysis.selected["depth"] == depth].set_index("layer")
+        rows = rows.assign(rank=rows["mean"].rank(ascending=False, method="min").astype(int))
+        per_regime[label(r)] = rows
+    layers = list(per_regime[label(reads[-1])].sort_values("mean", ascending=False, kind="stable").index)
+    layers += [layer for rows in per_regime.values() for layer in rows.index if layer not in layers]
+    table = []
+    for layer in dict.fromkeys(layers):
+        line: dict[str, str] = {"layer": layer}
+        for name, rows in per_regime.items():
+            if layer not in rows.index:
+                line |= {f"{name}: test top-1 [95% CI]": "—", f"{name}: rank": "—", f"{name}: converged": "—"}
+                continue
+            row = rows.loc[layer]
+            line |= {f"{name}: test top-1 [95% CI]": score_text(row["mean"], row["low"], row["high"],
+                                                                 row["mean"] == rows["mean"].max()),
+                     f"{name}: rank": str(row["rank"]),
+                     f"{name}: converged": converged_word(row["converged"])}
+        table.append(line)
+    return pd.DataFrame(table)
+
+
+def converged_word(flag: object) -> str:
+    return "?" if flag is None or flag != flag else "yes" if bool(flag) else "no"
+
+
+def difference_text(mean: float, low: float, high: float) -> str:
+    return "—" if math.isnan(mean) else f"{mean:+.{DIGITS}f} {ci_text(low, high)}"
+
+
+def combined_selected(reads: Sequence[FolderRead]) -> pd.DataFrame:
+    return pd.concat([r.analysis.selected.assign(**{BUDGET_AXIS: budget_of(r)}) for r in reads], ignore_index=True)
+
+
+def change_word(before: str, after: str) -> str:
+    if before == after:
+        return "holds"
+    decided = {BASELINE_VERDICTS.above, BASELINE_VERDICTS.below}
+    if before in decided and after in decided:
+        return "flips"
+    return "appears with budget" if after in decided else "fades with budget" if before in decided else "changes"
+
+
+def baseline_rows(read: FolderRead) -> pd.DataFrame:
+    a = read.analysis
+    return versus_baseline(a.cells, a.selected, a.keys, read.suite.baseline or "layernorm")
+
+
+def baseline_table(reads: Sequence[FolderRead]) -> pd.DataFrame:
+    """Every layer minus the baseline per depth, read (Holm within each folder, as its leaderboard does) in the
+    smallest and the largest budget, and whether the reading holds."""
+    first, last = reads[0], reads[-1]
+    before, after = baseline_rows(first), baseline_rows(last)
+    if before.empty or after.empty:
+        return pd.DataFrame()
+    merged = before.merge(after, on=["depth", "layer"], suffixes=("_a", "_b"))
+    merged = merged.sort_values(["depth", "mean_b"], ascending=[True, False], kind="stable")
+    rows = []
+    for _, m in merged.iterrows():
+        words = [reading(m[f"mean_{s}"], m[f"p_holm_{s}"], BASELINE_VERDICTS) for s in ("a", "b")]
+        rows.append({"depth": str(m["depth"]), "layer": m["layer"],
+                     **{f"{label(r)}: difference [95% CI]":
+                        difference_text(m[f"mean_{s}"], m[f"low_{s}"], m[f"high_{s}"])
+                        for r, s in ((first, "a"), (last, "b"))},
+                     **{f"{label(r)}: reading (Holm p)": f"{w} ({p_text(m[f'p_holm_{s}'])})"
+                        for r, s, w in ((first, "a", words[0]), (last, "b", words[1]))},
+                     "across budgets": change_word(*words)})
+    return pd.DataFrame(rows)
+
+
+def claims_rows(reads: Sequence[FolderRead]) -> pd.DataFrame:
+    rows = []
+    for r in reads:
+        if not r.suite.claims:
+            continue
+        claims = check_claims(r.analysis.cells, r.analysis.selected, r.analysis.keys, r.suite.claims)
+        for _, c in claims.iterrows():
+            by = f" by more than {c['by']:g}" if c["by"] else ""
+            rows.append({"claim": f"{c['layer']} beats {c['beats']} at depth {c['depth']}{by}",
+                         "budget": label(r),
+                         "difference [95% CI]": difference_text(c["mean"], c["low"], c["high"]),
+                         "p (Holm)": p_text(c["p_holm"]), "verdict": c["verdict"]})
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    verdicts = frame.groupby("claim", sort=False)["verdict"].nunique()
+    frame["across budgets"] = frame["claim"].map(lambda c: "holds" if verdicts[c] == 1 else "changes")
+    return frame
+
+
+def compare_regimes(reads: Sequence[FolderRead]) -> list[str]:
+    """The comparison as markdown lines."""
+    if len(reads) < 2:
+        raise NormbenchError("compare needs at least two output folders (the same grid at different budgets)")
+    reads = ordered(reads)
+    names = " vs ".join(label(r) for r in reads)
+    lines = [f"# normbench regimes: {names}", "",
+             "The same grid trained at different budgets, each folder under its own protocol (its selection seeds "
+             "choose each row's lr on val; its report seeds score it on test). Scores: test top-1 %, mean over "
+             f"the report seeds [95% t interval], {DIGITS} decimal, rounded once from the full-precision mean; bold: "
+             "the column's true maximum. Regenerate with `normbench compare "
+             + " ".join(shown_path(r.path) for r in reads) + "`.", "",
+             markdown_table(runs_table(reads)), ""]
+    depths = sorted(set.intersection(*(set(r.analysis.selected["depth"]) for r in reads)))
+    for depth in depths:
+        lines += [f"## depth {depth}: final accuracy in each regime (rank 1 = best)", "",
+                  markdown_table(depth_table(reads, depth)), ""]
+    agreement = budget_agreement(combined_selected(reads), ["depth"])
+    if not agreement.empty:
+        lines += ["## does the ranking hold across budgets? (Spearman's rho of the layer scores against the "
+                  f"largest budget's; one-sided exact permutation p; holds: rho > 0 and p < {ALPHA:g})", "",
+                  markdown_table(budget_table(agreement, ["depth"])), ""]
+    baseline = baseline_table(reads)
+    if not baseline.empty:
+        lines += [f"## against {reads[-1].suite.baseline or 'layernorm'} in each regime (paired over matched report "
+                  "seeds, each layer at its own val-selected lr; Holm over each folder's table, as its leaderboard; "
+                  f"a reading is better/worse only where the adjusted p < {ALPHA:g})", "",
+                  markdown_table(baseline), ""]
+    claims = claims_rows(reads)
+    if not claims.empty:
+        lines += ["## claims in each regime (paired t test against `by`, Holm over each folder's claims)", "",
+                  markdown_table(claims), ""]
+    return lines

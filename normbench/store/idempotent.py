@@ -1,0 +1,139 @@
+"""The writes a retry must not replay blindly, and how to tell whether one landed (see normbench.store.retry).
+
+A request can reach the server, be committed, and lose its answer (a timeout, a reset, a proxy's 502). Replaying
+it would apply it twice: a second MLflow run for the cell, a second queued trial. So each such write carries a key
+and, after an ambiguous error, is looked up by it before it is sent again:
+- MlflowClient.create_run: the `run_key` tag (the caller's, e.g. the cell's study and trial, or a fresh one);
+- Optuna's RDBStorage.create_new_trial / _create_new_trial (queueing a cell): a `normbench_key` system attr. Optuna
+  itself retries a trial's creation after an error of its commit (deadlocks), so the lookup also runs inside each
+  of its tries, in the same transaction as the insert (under its lock of the study's row);
+- RDBStorage.set_trial_state_values: finishing a trial twice is refused by Optuna, so a lost answer is checked by
+  reading the trial's state back. A claim (WAITING -> RUNNING) is a compare-and-set: replayed after it landed, it
+  answers "taken by another worker"; that trial, never signed, is freed by the ledger without counting an attempt.
+Other writes are safe to repeat as they are: tags, params and attrs overwrite with the same value, MLflow drops a
+metric point equal to one it has (key, step, timestamp, value), closing a run twice closes it once.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from normbench.store.retry import NOT_LANDED, Unsafe
+
+RUN_KEY = "run_key"  # MLflow tag: what a run is found by (one run per key)
+TRIAL_KEY = "normbench_key"  # Optuna system attr of a queued trial: what its creation is found by
+
+
+def unsafe_methods(obj: Any) -> dict[str, Unsafe]:
+    """The unsafe writes of `obj` (an MlflowClient or an Optuna RDBStorage), by method name; {} for others. An
+    RDBStorage's own retries of a trial's creation are made to find the trial a lost commit left (on `obj`)."""
+    kind = type(obj).__name__
+    if kind == "MlflowClient":
+        return {"create_run": _create_run(obj)}
+    if kind == "RDBStorage":
+        obj._get_prepared_new_trial = _find_or_prepare(obj._get_prepared_new_trial)
+        return {"create_new_trial": _create_trial(obj, lambda t: t._trial_id),
+                "_create_new_trial": _create_trial(obj, lambda t: t),
+                "set_trial_state_values": _set_state(obj)}
+    return {}
+
+
+def _binder(method: Callable[..., Any]) -> Callable[[tuple, dict], inspect.BoundArguments]:
+    signature = inspect.signature(method)
+
+    def bind(args: tuple, kwargs: dict) -> inspect.BoundArguments:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound
+
+    return bind
+
+
+def _create_run(client: Any) -> Unsafe:
+    bind = _binder(client.create_run)
+
+    def prepare(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        bound = bind(args, kwargs)
+        tags = dict(bound.arguments.get("tags") or {})
+        tags.setdefault(RUN_KEY, uuid.uuid4().hex)
+        bound.arguments["tags"] = tags
+        return bound.args, bound.kwargs
+
+    def landed(*args: Any, **kwargs: Any) -> Any:
+        bound = bind(args, kwargs)
+        key = bound.arguments["tags"][RUN_KEY]
+        return find_run(client, bound.arguments["experiment_id"], key) or NOT_LANDED
+
+    return Unsafe(landed=landed, prepare=prepare)
+
+
+def find_run(client: Any, experiment_id: str, key: str) -> Any:
+    """The run tagged `run_key = key` (the oldest, should a replay outside normbench's reach have made two)."""
+    runs = client.search_runs([experiment_id], f"tags.{RUN_KEY} = '{key}'", max_results=10,
+                              order_by=["attributes.start_time ASC"])
+    return runs[0] if runs else None
+
+
+def _create_trial(storage: Any, answer: Callable[[Any], Any]) -> Unsafe:
+    bind = _binder(storage._create_new_trial)
+
+    def prepare(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        bound = bind(args, kwargs)
+        template = bound.arguments.get("template_trial")
+        if template is not None:  # a fresh key even if the template has one: a re-queued copy inherits its attrs
+            template = copy.copy(template)  # the caller's template is not ours to change
+            template.system_attrs = {**template.system_attrs, TRIAL_KEY: uuid.uuid4().hex}
+            bound.arguments["template_trial"] = template
+        return bound.args, bound.kwargs
+
+    def landed(*args: Any, **kwargs: Any) -> Any:
+        bound = bind(args, kwargs)
+        template = bound.arguments.get("template_trial")
+        key = template.system_attrs.get(TRIAL_KEY) if template is not None else None
+        if key is None:  # a bare trial (study.ask) has no key to be found by: it may not be replayed
+            raise LookupError("a trial created without a template cannot be looked up after a lost answer")
+        for trial in storage.get_all_trials(bound.arguments["study_id"], deepcopy=False):
+            if trial.system_attrs.get(TRIAL_KEY) == key:
+                return answer(trial)
+        return NOT_LANDED
+
+    return Unsafe(landed=landed, prepare=prepare)
+
+
+def _find_or_prepare(prepare: Callable[..., Any]) -> Callable[..., Any]:
+    """RDBStorage._get_prepared_new_trial (one try of a trial's creation, inside its transaction) that returns the
+    trial already created with the template's key, if a try whose commit answer was lost created it."""
+
+    def find_or_prepare(study_id: int, template_trial: Any, session: Any) -> Any:
+        key = template_trial.system_attrs.get(TRIAL_KEY) if template_trial is not None else None
+        if key is not None:
+            from optuna.storages._rdb import models
+
+            found = (session.query(models.TrialModel).join(models.TrialSystemAttributeModel)
+                     .filter(models.TrialModel.study_id == study_id, models.TrialSystemAttributeModel.key == TRIAL_KEY,
+                             models.TrialSystemAttributeModel.value_json == json.dumps(key)).first())
+            if found is not None:
+                return found
+        return prepare(study_id, template_trial, session)
+
+    return find_or_prepare
+
+
+def _set_state(storage: Any) -> Unsafe:
+    bind = _binder(storage.set_trial_state_values)
+
+    def landed(*args: Any, **kwargs: Any) -> Any:
+        bound = bind(args, kwargs)
+        state, values = bound.arguments["state"], bound.arguments.get("values")
+        if not state.is_finished():  # a claim: replayed (see the module docstring)
+            return NOT_LANDED
+        trial = storage.get_trial(bound.arguments["trial_id"])
+        same = trial.state == state and (values is None or list(trial.values or []) == list(values))
+        return True if same else NOT_LANDED
+
+    return Unsafe(landed=landed)

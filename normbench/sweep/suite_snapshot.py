@@ -1,0 +1,54 @@
+"""The suite file as `run` and `tune` read it: what their local workers load and what OUT/suite.yaml records.
+
+A suite file edited while a run starts must not split the run: workers that read the edit would refuse it (a
+changed recipe) or train it, while their parent trains what it read. So the parent takes the file's bytes once,
+before it writes anything, and checks they still say the suite it loaded (an edit before that point is refused,
+nothing written); that copy is what its workers load and what OUT/suite.yaml keeps. An edit after that point is
+not this run's: it is said once when the workers start, and the next run checks it like any other change.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import shutil
+import tempfile
+from pathlib import Path
+
+from normbench.errors import SuiteError
+from normbench.spec.suite import Suite, load_suite
+
+
+def take_snapshot(suite: Suite) -> Path:
+    """A private copy of `suite.path` as it is now, after checking it is the suite loaded; lives as long as this
+    process. Raises SuiteError (exit 2) when the file changed since it was loaded."""
+    try:
+        data = suite.path.read_bytes()
+    except OSError as e:
+        raise SuiteError(f"{suite.path}: cannot read it again ({e.strerror}); it was moved or deleted while this "
+                         "command was starting. Nothing was written.") from None
+    folder = Path(tempfile.mkdtemp(prefix="normbench-suite-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    copy = folder / suite.path.name
+    copy.write_bytes(data)
+    if not _says(copy, suite):
+        raise SuiteError(f"{suite.path}: changed while this command was starting (it no longer says the suite read "
+                         "a moment ago); run the command again to use it as it is now. Nothing was written.")
+    return copy
+
+
+def changed_since(suite: Suite, snapshot: Path) -> bool:
+    """Whether the suite's file no longer holds the snapshot's bytes (an edit, or the file gone)."""
+    try:
+        return suite.path.read_bytes() != snapshot.read_bytes()
+    except OSError:
+        return True
+
+
+def _says(path: Path, suite: Suite) -> bool:
+    """Whether the file at `path` loads as `suite` (`--bracket` is the command line's, not the file's)."""
+    try:
+        again = load_suite(path)
+    except SuiteError:
+        return False
+    return dataclasses.replace(again, path=suite.path, bracket=suite.bracket) == suite

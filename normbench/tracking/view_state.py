@@ -1,0 +1,100 @@
+"""The suite's shared view in MLflow's UI: what the runs table and the chart view show when `normbench ui` opens.
+
+MLflow 3's experiment page applies the JSON stored in the experiment tag `mlflow.sharedViewState.<key>` when its URL
+carries `viewStateShareKey=<key>`. It keeps two parts of it (read from the installed UI bundle,
+mlflow/server/js/build, MLflow 3.17; tests/tracking/test_view_state.py checks the keys against that bundle):
+- search facets: searchFilter, orderByKey, orderByAsc, startTime, lifecycleFilter, ...;
+- UI state: selectedColumns, columnOrder, columnWidths, runsHiddenMode, compareRunCharts, compareRunSections,
+  isAccordionReordered, groupBy, useGroupedValuesInCharts, hideEmptyCharts, ... (runsHidden, runsPinned,
+  runsExpanded and runsVisibilityMap are dropped from shared views).
+
+What we set, and why:
+- runs grouped by `layer` (`groupBy`): one row and one colour per layer, charts drawing each group's mean with a
+  min-max band; every run shown (`runsHiddenMode`), not MLflow's first 10.
+- the table's columns: the axes right after the pinned Run Name and Created (MLflow pins those two and keeps them
+  first), then the score columns; Duration after them. The short run name (tracking/naming.py) repeats the axes.
+- best score first; sorting by a metric also lists the cells flat instead of nested under the `leaderboard` run.
+- the chart view: MLflow sorts generated sections by name and puts "Model metrics" last, after every prefixed
+  section, unless the sections are given in order with `isAccordionReordered`. We give Model metrics first, with
+  val_top1 and train_loss as its first charts, then the telemetry sections (first, middle, last block); a metric
+  not listed gets its chart from MLflow, at the end of its section.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from normbench.tracking.naming import POSITIONS, TELEMETRY_PREFIX
+
+SHARE_KEY = "normbench-comparison"
+SHARE_TAG = f"mlflow.sharedViewState.{SHARE_KEY}"
+SCORE_COLUMNS = ("score", "select", "diverged")  # metrics: test and val top-1 (spec.selection.cell_scores)
+GROUP_AXIS = "layer"
+# Model metrics' charts, in this order: per-epoch curves (step >= 1: lines) then the cell's summary (step 0: bars).
+LINES = ("val_top1", "train_loss", "scheduled_lr", "grad_norm", "images_per_sec")
+BARS = ("score", "select", "final_val_top1", "best_val_top1", "diverged", "epochs_run", "cell_seconds",
+        "images_per_sec_mean", "params")
+MODEL_SECTION, SYSTEM_SECTION = "Model metrics", "System metrics"  # MLflow's names for its unprefixed sections
+# two wide, tall charts a row (MLflow: 3 a row, 360 px): a legend line per layer fits under the curves
+MODEL_LAYOUT = {"columns": 2, "cardHeight": 480}
+RUN_NAME, CREATED, DURATION = "attributes.`Run Name`", "runDateAndNestInfo", "duration"  # the table's column ids
+
+
+def column(kind: str, name: str) -> str:
+    """MLflow UI's column key, e.g. params.`layer`."""
+    return f"{kind}.`{name}`"
+
+
+def view_state(axes: list[str], metric_keys: Iterable[str] = ()) -> dict[str, Any]:
+    """The shared view for a suite with these axes (params) whose runs logged `metric_keys` (all of LINES and BARS
+    when not given): runs table, grouping, and chart sections, best score first."""
+    params = [column("params", a) for a in axes]
+    scores = [column("metrics", m) for m in SCORE_COLUMNS]
+    return {
+        "orderByKey": column("metrics", SCORE_COLUMNS[0]), "orderByAsc": False, "searchFilter": "",
+        "lifecycleFilter": "Active", "startTime": "ALL",
+        "selectedColumns": [RUN_NAME, *params, *scores],
+        "columnOrder": [RUN_NAME, CREATED, *params, *scores, DURATION],
+        # narrow enough that the score columns fit beside the axes even with MLflow's assistant panel open
+        "columnWidths": {RUN_NAME: 230, CREATED: 135, **{m: 90 for m in scores},
+                         **{p: 140 if p == column("params", GROUP_AXIS) else 65 for p in params}},
+        "runsHiddenMode": "SHOW_ALL",
+        "groupBy": ({"aggregateFunction": "average", "groupByKeys": [{"mode": "param", "groupByData": GROUP_AXIS}]}
+                    if GROUP_AXIS in axes else None),
+        "groupsExpanded": {}, "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
+        **charts(metric_keys),
+        "viewMaximized": False, "runListHidden": False,
+    }
+
+
+def charts(metric_keys: Iterable[str] = ()) -> dict[str, Any]:
+    """compareRunSections and compareRunCharts: Model metrics (val_top1, train_loss first), the telemetry sections
+    (first, middle, last block), System metrics; `isAccordionReordered` so MLflow keeps that order."""
+    keys = set(metric_keys) or set(LINES + BARS)
+    order = {f"{TELEMETRY_PREFIX}{p}": i for i, p in enumerate(POSITIONS)}  # first, middle, last; others by name
+    telemetry = sorted({k.rsplit("/", 1)[0] for k in keys if k.startswith(TELEMETRY_PREFIX)},
+                       key=lambda s: (order.get(s, len(order)), s))
+    names = [MODEL_SECTION, *telemetry, SYSTEM_SECTION]
+    sections = [{"uuid": f"normbench-section-{i}", "name": n, "display": True, "isReordered": n == MODEL_SECTION,
+                 "deleted": False, "isGenerated": True, **(MODEL_LAYOUT if n == MODEL_SECTION else {})}
+                for i, n in enumerate(names)]
+    model = sections[0]["uuid"]
+    cards = [_line(k, model) for k in LINES if k in keys] + [_bar(k, model) for k in BARS if k in keys]
+    return {"compareRunSections": sections, "compareRunCharts": cards, "isAccordionReordered": True}
+
+
+def _card(kind: str, key: str, section: str) -> dict[str, Any]:
+    # the fields of MLflow's RunsChartsCardConfig (its `new` fills them the same way); the uuid names the metric
+    return {"uuid": f"normbench-chart-{key}", "type": kind, "runsCountToCompare": 10, "metricSectionId": section,
+            "deleted": False, "isGenerated": True, "displayName": key, "metricKey": key}
+
+
+def _line(key: str, section: str) -> dict[str, Any]:
+    return {**_card("LINE", key, section), "lineSmoothness": 0, "xAxisScaleType": "linear", "scaleType": "linear",
+            "range": {}, "xAxisKey": "step", "selectedXAxisMetricKey": "", "yAxisKey": "metric",
+            "yAxisExpressions": [], "ignoreOutliers": False, "useGlobalXaxisKey": True, "useGlobalLineSmoothing": True}
+
+
+def _bar(key: str, section: str) -> dict[str, Any]:
+    return _card("BAR", key, section)

@@ -1,0 +1,88 @@
+"""`normbench compare`: one grid's folders at two budgets side by side, ordered by budget, bold only on each
+column's true maximum, every conclusion read in both regimes; folders that cannot be compared are refused."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from normbench.errors import NormbenchError
+from normbench.report.regimes import change_word, score_text
+from normbench.report.tables import BASELINE_VERDICTS
+
+MATRIX = {"depth": [1], "layer": ["layernorm", "layerscale", "rezero"], "lr": [1.0e-3], "seed": [0, 1]}
+CLAIM = {"layer": "layerscale", "beats": "layernorm", "depth": 1}
+
+
+def run(write_suite, tmp_path: Path, epochs: int) -> Path:
+    from normbench.cli import main
+
+    path = write_suite(name=f"tiny{epochs}", matrix=MATRIX, report_seeds=[7, 8], claims=[CLAIM],
+                       train={"epochs": epochs, "batch_size": 256, "warmup_epochs": 0})
+    out = tmp_path / f"e{epochs}"
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_compare_lines_up_two_budgets_and_reads_every_conclusion_in_both(write_suite, tmp_path: Path,
+                                                                        one_torch_thread, capsys):
+    from normbench.cli import main
+
+    short, long = run(write_suite, tmp_path, 1), run(write_suite, tmp_path, 2)
+    target = tmp_path / "regimes.md"
+    assert main(["compare", str(long), str(short), "--out", str(target)]) == 0  # any order: sorted by budget
+    text = target.read_text()
+    assert text.startswith("# normbench regimes: 1 epochs vs 2 epochs")
+    for section in ("## depth 1: final accuracy in each regime", "## does the ranking hold across budgets?",
+                    "## against layernorm in each regime", "## claims in each regime"):
+        assert section in text, section
+    table = text.split("## depth 1: final accuracy in each regime (rank 1 = best)\n\n")[1].split("\n\n")[0]
+    rows = [line.split("|")[1:-1] for line in table.splitlines()[2:]]
+    assert sorted(r[0].strip() for r in rows) == ["layernorm", "layerscale", "rezero"]
+    # bold marks exactly the true maximum of each regime's score column, taken from results.csv at full precision
+    for column, folder in ((1, short), (4, long)):
+        cells = pd.read_csv(folder / "results.csv")
+        scores = cells[cells["role"] == "report"].groupby("layer")["test_top1"].mean()
+        bold = [r[0].strip() for r in rows if "**" in r[column]]
+        assert bold == sorted(scores[scores == scores.max()].index), (column, bold)
+    claims = text.split("## claims in each regime")[1]
+    assert len(re.findall(r"layerscale beats layernorm at depth 1", claims)) == 2  # once per regime
+    assert "4 report" not in text  # report seeds 7 and 8: two per row
+    capsys.readouterr()
+    assert main(["compare", str(short), str(long)]) == 0  # without --out: printed
+    assert capsys.readouterr().out.strip() == text.strip()
+
+
+def test_compare_refuses_folders_it_cannot_line_up(write_suite, tmp_path: Path, one_torch_thread, capsys):
+    from normbench.cli import main
+
+    short = run(write_suite, tmp_path, 1)
+    assert main(["compare", str(short), str(short)]) == 2  # one budget twice: nothing to compare across
+    assert "same number of epochs" in capsys.readouterr().err
+    assert main(["compare", str(short)]) == 2
+    assert "at least two output folders" in capsys.readouterr().err
+    assert main(["compare", str(short), str(tmp_path / "missing")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+
+
+def test_change_word_names_how_a_reading_moves_with_budget():
+    better, worse, tied = BASELINE_VERDICTS.above, BASELINE_VERDICTS.below, BASELINE_VERDICTS.neither
+    assert change_word(better, better) == "holds"
+    assert change_word(better, worse) == "flips"
+    assert change_word(better, tied) == "fades with budget"
+    assert change_word(tied, worse) == "appears with budget"
+
+
+def test_score_text_rounds_once_and_bolds_only_when_told():
+    assert score_text(45.648, 40.04, 51.25, best=False) == "45.6 [40.0, 51.2]"  # not 45.7 via 45.65
+    assert score_text(83.148, float("nan"), float("nan"), best=True) == "**83.1**"
+
+
+def test_read_folder_names_the_fix_for_a_folder_without_a_suite(tmp_path: Path):
+    from normbench.report.folder import read_folder
+
+    with pytest.raises(NormbenchError, match="no suite.yaml here"):
+        read_folder(tmp_path)

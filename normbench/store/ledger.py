@@ -339,6 +339,7 @@ class Ledger:
         def beat() -> None:
             # Its own rhythm, not the retrying wrapper's backoff: after a blip the next beat must come within the
             # grace period, and a failed beat must never end the thread (peers would take the live cell).
+            missed = False
             while not stop.is_set():
                 wait = float(self.heartbeat_interval)
                 try:
@@ -346,8 +347,11 @@ class Ledger:
                         self._lost.add(trial._trial_id)
                         return
                     record(trial._trial_id)
+                    if missed:  # peers' beats were lost too: this process judges none stale for one grace
+                        self.outage.came_back()
+                        missed = False
                 except Exception:  # the database is away (or slow): try again soon, never give up while training
-                    wait = min(wait, 0.5)
+                    wait, missed = min(wait, 0.5), True
                 stop.wait(wait)
 
         thread = threading.Thread(target=beat, daemon=True)

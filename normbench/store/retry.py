@@ -133,6 +133,11 @@ class Outage:
         lost with it.)"""
         return time.monotonic() - self.back_at < seconds
 
+    def came_back(self) -> None:
+        """Note that the server answered again after failing a call made outside the retries (a heartbeat)."""
+        with self._lock:
+            self.back_at = time.monotonic()
+
     def call(self, fn: Callable[..., T], *args: Any, unsafe: Unsafe | None = None, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)`, retried; `unsafe` when a replay of `fn` could apply it twice (see Unsafe). A
         composite that is idempotent as a whole (find, else create) is passed as `fn` and retried whole."""

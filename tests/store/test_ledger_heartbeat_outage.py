@@ -1,0 +1,69 @@
+"""A heartbeat that failed while the ledger database was away makes its process hold off judging peers stale for one
+grace period: their beats were lost with the server too, so a silence then says nothing about their workers."""
+
+from __future__ import annotations
+
+import time
+
+import optuna
+from optuna.trial import TrialState
+
+from normbench.store.ledger import Ledger
+from normbench.store.trial_params import add_waiting_trial, axis_distributions
+
+AXES = {"depth": 2, "layer": "layernorm", "lr": 1e-3, "seed": 0}
+
+
+def _ledger_with_a_claim(tmp_path, grace=2):
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", tmp_path, heartbeat_interval=1, grace_period=grace)
+    study = ledger.study("run:beats")
+    for seed in (0, 1):
+        axes = {**AXES, "seed": seed}
+        add_waiting_trial(study, axes, axis_distributions([axes]), user_attrs={"cell_id": f"c{seed}", "axes": axes})
+    return ledger, study, ledger.claim(study)
+
+
+def _beat_through_an_outage(ledger, trial, monkeypatch, failures=2):
+    """Run the heartbeat while its first `failures` beats hit a server that is away, until a beat lands again."""
+    real = ledger.storage._normbench_raw["record_heartbeat"]
+    calls = []
+
+    def flaky(trial_id):
+        calls.append(trial_id)
+        if len(calls) <= failures:
+            raise optuna.exceptions.StorageInternalError("could not connect to server: Connection refused")
+        return real(trial_id)
+
+    monkeypatch.setitem(ledger.storage._normbench_raw, "record_heartbeat", flaky)
+    with ledger.heartbeat(trial):
+        deadline = time.monotonic() + 10
+        while len(calls) <= failures and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)  # the beat after the outage has landed
+    return calls
+
+
+def test_a_beat_that_lands_after_failed_ones_marks_the_server_back(tmp_path, monkeypatch):
+    ledger, _, trial = _ledger_with_a_claim(tmp_path)
+    assert not ledger.outage.back_within(60)
+    calls = _beat_through_an_outage(ledger, trial, monkeypatch)
+    assert len(calls) > 2
+    assert ledger.outage.back_within(60)
+
+
+def test_beats_that_never_failed_leave_the_server_as_it_was(tmp_path):
+    ledger, _, trial = _ledger_with_a_claim(tmp_path)
+    with ledger.heartbeat(trial):
+        time.sleep(1.5)
+    assert not ledger.outage.back_within(60)
+
+
+def test_a_peer_silent_through_the_outage_is_not_judged_stale_until_a_grace_has_passed(tmp_path, monkeypatch):
+    ledger, study, mine = _ledger_with_a_claim(tmp_path, grace=2)
+    peer = ledger.claim(study)  # the other cell: its worker's beats stop (lost with the server, in the story)
+    time.sleep(2.2)  # the peer's last beat is now older than the grace
+    _beat_through_an_outage(ledger, mine, monkeypatch)
+    assert ledger.reclaim(study) == []  # the server came back less than one grace ago: no verdict
+    assert study._storage.get_trial(peer._trial_id).state == TrialState.RUNNING
+    time.sleep(2.2)
+    assert peer.number in [t.number for t in ledger.reclaim(study)]  # a grace later, silence means lost

@@ -20,7 +20,7 @@ from normbench.report.budget import BUDGET_AXIS, budget_agreement
 from normbench.report.folder import FolderRead
 from normbench.report.header import budget_text, regime_word, seeds_line
 from normbench.report.stats import ALPHA, check_claims, reading, versus_baseline
-from normbench.report.tables import BASELINE_VERDICTS, budget_table, ci_text, markdown_table, p_text
+from normbench.report.tables import BASELINE_VERDICTS, budget_table, markdown_table, p_text
 
 DIGITS = 1  # the comparison's tables: one decimal, rounded once from the full-precision means
 
@@ -103,7 +103,10 @@ def converged_word(flag: object) -> str:
 
 
 def difference_text(mean: float, low: float, high: float) -> str:
-    return "—" if math.isnan(mean) else f"{mean:+.{DIGITS}f} {ci_text(low, high)}"
+    if math.isnan(mean):
+        return "—"
+    interval = "—" if math.isnan(low) or math.isnan(high) else f"[{low:.{DIGITS}f}, {high:.{DIGITS}f}]"
+    return f"{mean:+.{DIGITS}f} {interval}"
 
 
 def combined_selected(reads: Sequence[FolderRead]) -> pd.DataFrame:

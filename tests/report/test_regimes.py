@@ -3,6 +3,7 @@ column's true maximum, every conclusion read in both regimes; folders that canno
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pandas as pd
 import pytest
 
 from normbench.errors import NormbenchError
-from normbench.report.regimes import change_word, score_text
+from normbench.report.regimes import change_word, difference_text, score_text
 from normbench.report.tables import BASELINE_VERDICTS
 
 MATRIX = {"depth": [1], "layer": ["layernorm", "layerscale", "rezero"], "lr": [1.0e-3], "seed": [0, 1]}
@@ -79,6 +80,12 @@ def test_change_word_names_how_a_reading_moves_with_budget():
 def test_score_text_rounds_once_and_bolds_only_when_told():
     assert score_text(45.648, 40.04, 51.25, best=False) == "45.6 [40.0, 51.2]"  # not 45.7 via 45.65
     assert score_text(83.148, float("nan"), float("nan"), best=True) == "**83.1**"
+
+
+def test_a_difference_and_its_interval_share_one_rounding():
+    assert difference_text(11.944444, 10.06, 13.83) == "+11.9 [10.1, 13.8]"
+    assert difference_text(-2.25, math.nan, math.nan) == "-2.2 —"  # one pair: no interval
+    assert difference_text(math.nan, math.nan, math.nan) == "—"
 
 
 def test_read_folder_names_the_fix_for_a_folder_without_a_suite(tmp_path: Path):

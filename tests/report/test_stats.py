@@ -4,6 +4,7 @@ t(0.975, 2) = 4.3027, t(0.975, 3) = 3.1824)."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import pandas as pd
 import pytest
@@ -146,6 +147,16 @@ def test_paired_p_by_hand_and_its_degenerate_cases():
     assert paired_p([2.0, 5.0, 2.0], by=3.0) == pytest.approx(1.0)
     assert math.isnan(paired_p([4.0]))
     assert paired_p([3.0, 3.0]) == 0.0 and paired_p([0.0, 0.0]) == 1.0  # no spread: all on one side, or none
+
+
+def test_differences_equal_up_to_float_noise_have_no_spread_and_raise_no_warning():
+    # two accuracies on 360 images, differenced in different orders: equal points, unequal floats
+    a, b = 95.0 - 83.05555555555556, 100 * (43 / 360)
+    assert a != b
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # scipy's "precision loss ... catastrophic cancellation" would raise
+        assert paired_p([a, b]) == 0.0
+        assert paired_p([a, b], by=a) == 1.0
 
 
 def test_score_intervals_stay_inside_0_and_100():

@@ -37,6 +37,7 @@ from normbench.spec.selection import select_value
 from normbench.store.journal import SafeJournalFileBackend, lock_lost
 from normbench.store.locks import LifeLock, holder_dead
 from normbench.store.migrations import legacy_claim_verdict, trial_cell_id
+from normbench.store.queue_lock import queue_lock
 from normbench.store.retry import Outage, raw, redact, retrying
 from normbench.store.trial_params import add_waiting_trial, axis_distributions
 
@@ -175,14 +176,15 @@ class Ledger:
         returns how many were queued."""
         # ids in the current format: a ledger written before ids sorted their axes is not queued twice; a cell failed
         # for good stays out of the queue until `--retry-failed` (else every starting worker would feed it again)
-        present = {trial_cell_id(t) for t in study.get_trials(deepcopy=False, states=LIVE)}
-        present |= {trial_cell_id(t) for t in failed_for_good(study)}
-        missing = {cid: axes for cid, axes in items.items() if cid not in present}
-        queued = [t.user_attrs.get("axes") or {} for t in study.get_trials(deepcopy=False)]
-        distributions = axis_distributions([*queued, *missing.values()])  # the axes as params, for the dashboard
-        for cid, axes in missing.items():
-            add_waiting_trial(study, axes, distributions,
-                              user_attrs={"cell_id": cid, "axes": axes, **(extra or {}).get(cid, {})})
+        with queue_lock(self.storage, getattr(self, "outage", None), study.study_name, self.grace_period):
+            present = {trial_cell_id(t) for t in study.get_trials(deepcopy=False, states=LIVE)}
+            present |= {trial_cell_id(t) for t in failed_for_good(study)}
+            missing = {cid: axes for cid, axes in items.items() if cid not in present}
+            queued = [t.user_attrs.get("axes") or {} for t in study.get_trials(deepcopy=False)]
+            distributions = axis_distributions([*queued, *missing.values()])  # the axes as params, for the dashboard
+            for cid, axes in missing.items():
+                add_waiting_trial(study, axes, distributions,
+                                  user_attrs={"cell_id": cid, "axes": axes, **(extra or {}).get(cid, {})})
         return len(missing)
 
     # ---------------------------------------------------------------------------------------------- claiming

@@ -275,12 +275,20 @@ class Ledger:
                     self._count_lost_attempt(study, t, verdict if dead else "claimed, but its worker never signed "
                                              "it (killed between claiming and starting the cell)")
                     failed.append(t)
-        # a heartbeat missed while the ledger itself was down says nothing about its worker: judge after a grace
-        if self.heartbeats and not self.outage.back_within(self.grace_period):
+        if self.heartbeats and not self._beats_may_be_missing():
             self._stale = []
             optuna.storages.fail_stale_trials(study)  # calls _on_stale for each
             failed += self._stale
         return failed
+
+    def _beats_may_be_missing(self) -> bool:
+        """A heartbeat missed while the ledger itself was down says nothing about its worker. For one grace after
+        an outage long enough to make a live peer's last beat look older than the grace (its length as this process
+        measured it, plus up to two beat intervals: one before this process noticed it, one before the peer's next
+        beat landed), no peer is judged stale. A shorter blip (a dropped session, a quick restart) cannot have."""
+        outage = self.outage
+        return (outage.back_within(self.grace_period)
+                and outage.down_for + 2 * self.heartbeat_interval >= self.grace_period)
 
     def _on_stale(self, study: optuna.Study, trial: FrozenTrial) -> None:
         # Optuna calls this only in the process whose FAIL of the stale trial landed: one count per lost attempt
@@ -341,7 +349,7 @@ class Ledger:
         def beat() -> None:
             # Its own rhythm, not the retrying wrapper's backoff: after a blip the next beat must come within the
             # grace period, and a failed beat must never end the thread (peers would take the live cell).
-            missed = False
+            missed_since: float | None = None  # monotonic time of the first failed beat of an outage
             while not stop.is_set():
                 wait = float(self.heartbeat_interval)
                 try:
@@ -349,11 +357,12 @@ class Ledger:
                         self._lost.add(trial._trial_id)
                         return
                     record(trial._trial_id)
-                    if missed:  # peers' beats were lost too: this process judges none stale for one grace
-                        self.outage.came_back()
-                        missed = False
+                    if missed_since is not None:  # peers' beats were lost too (see _beats_may_be_missing)
+                        self.outage.came_back(time.monotonic() - missed_since)
+                        missed_since = None
                 except Exception:  # the database is away (or slow): try again soon, never give up while training
-                    wait, missed = min(wait, 0.5), True
+                    wait = min(wait, 0.5)
+                    missed_since = time.monotonic() if missed_since is None else missed_since
                 stop.wait(wait)
 
         thread = threading.Thread(target=beat, daemon=True)

@@ -123,6 +123,8 @@ class Outage:
         self.seconds = retry_seconds() if seconds is None else seconds
         self.gave_up = False
         self.back_at = -math.inf  # time.monotonic() when the server last came back after an outage
+        self.down_for = 0.0  # how long that outage lasted, from this process's first failed call to its success
+        self._down_since: float | None = None
         self._said = False
         self._lock = threading.Lock()
         self._inside = threading.local()  # a retried call in progress on this thread: nested calls run as they are
@@ -133,10 +135,11 @@ class Outage:
         lost with it.)"""
         return time.monotonic() - self.back_at < seconds
 
-    def came_back(self) -> None:
-        """Note that the server answered again after failing a call made outside the retries (a heartbeat)."""
+    def came_back(self, down_for: float) -> None:
+        """Note that the server answered again after failing calls made outside the retries (a heartbeat's) for
+        `down_for` seconds."""
         with self._lock:
-            self.back_at = time.monotonic()
+            self.back_at, self.down_for = time.monotonic(), down_for
 
     def call(self, fn: Callable[..., T], *args: Any, unsafe: Unsafe | None = None, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)`, retried; `unsafe` when a replay of `fn` could apply it twice (see Unsafe). A
@@ -178,6 +181,8 @@ class Outage:
                         "same command to resume: finished cells are kept, the cell in flight is queued again."
                     ) from None
                 with self._lock:
+                    if self._down_since is None:
+                        self._down_since = time.monotonic()
                     if not self._said:
                         self._said = True
                         self._say(f"{self.what} is unreachable ({type(e).__name__}); waiting up to "
@@ -188,11 +193,14 @@ class Outage:
             return self._back(result)
 
     def _back(self, result: T) -> T:
-        if self._said or self.gave_up:
+        if self._said or self.gave_up or self._down_since is not None:
             with self._lock:
                 if self._said:
                     self._say(f"{self.what} is back")
+                if self._down_since is not None:
                     self.back_at = time.monotonic()
+                    self.down_for = self.back_at - self._down_since
+                    self._down_since = None
                 self._said = self.gave_up = False
         return result
 

@@ -1,5 +1,6 @@
-"""A heartbeat that failed while the ledger database was away makes its process hold off judging peers stale for one
-grace period: their beats were lost with the server too, so a silence then says nothing about their workers."""
+"""After an outage of the ledger database long enough to hide a live peer's heartbeats for a grace, a process holds off
+judging peers stale for one grace period: their beats were lost with the server too, so a silence then says nothing
+about their workers. A shorter blip (a dropped session) holds nothing off. Heartbeats that fail tell it, too."""
 
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ def test_a_beat_that_lands_after_failed_ones_marks_the_server_back(tmp_path, mon
     calls = _beat_through_an_outage(ledger, trial, monkeypatch)
     assert len(calls) > 2
     assert ledger.outage.back_within(60)
+    assert 0.5 <= ledger.outage.down_for < 5  # two failed beats, 0.5 s apart, then one that landed
 
 
 def test_beats_that_never_failed_leave_the_server_as_it_was(tmp_path):
@@ -67,3 +69,20 @@ def test_a_peer_silent_through_the_outage_is_not_judged_stale_until_a_grace_has_
     assert study._storage.get_trial(peer._trial_id).state == TrialState.RUNNING
     time.sleep(2.2)
     assert peer.number in [t.number for t in ledger.reclaim(study)]  # a grace later, silence means lost
+
+
+def test_a_blip_too_short_to_hide_a_beat_holds_off_no_verdict(tmp_path):
+    ledger, study, _ = _ledger_with_a_claim(tmp_path, grace=4)
+    peer = ledger.claim(study)
+    tries = []
+
+    def dropped_once():  # one call on a session the server dropped, then a fresh one answers
+        tries.append(1)
+        if len(tries) == 1:
+            raise optuna.exceptions.StorageInternalError("server closed the connection unexpectedly")
+        return "ok"
+
+    time.sleep(4.5)  # both claims' beats are older than the grace
+    assert ledger.outage.call(dropped_once) == "ok"
+    assert ledger.outage.back_within(4) and ledger.outage.down_for < 1.5  # 0.5 s give or take, + 2 x 1 s < 4
+    assert peer.number in [t.number for t in ledger.reclaim(study)]

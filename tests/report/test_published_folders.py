@@ -1,0 +1,51 @@
+"""Every published results folder regenerates on a clean clone: `normbench leaderboard results/<folder>` rebuilds
+its leaderboard.md byte for byte (apart from the machine-and-written-at line), its results.csv, history.csv and
+every figure, from the committed ledger, suite and data ceiling alone."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from normbench.cli import main
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+# the published folders (results/README.md; the older 10-epoch folders have no ledger). The converged regime's
+# folder joins this list when its sweep finishes.
+PUBLISHED = ["depth-sweep-digits-early"]
+INPUTS = ("ledger.journal", "suite.yaml", "ceiling.csv")  # what `leaderboard` reads; everything else it writes
+TEXT_OUTPUTS = ("leaderboard.md", "results.csv", "history.csv")
+
+
+def without_machine_line(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.startswith("- machine: "))
+
+
+def regenerate(published: Path, workdir: Path, monkeypatch) -> Path:
+    """Copy the folder's inputs to `workdir/results/<name>` and run the README's command there."""
+    copy = workdir / "results" / published.name
+    copy.mkdir(parents=True)
+    for name in INPUTS:
+        shutil.copy2(published / name, copy / name)
+    monkeypatch.chdir(workdir)  # the leaderboard names its suite by the path a reader types
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    assert main(["leaderboard", os.path.join("results", published.name)]) == 0
+    return copy
+
+
+@pytest.mark.parametrize("name", PUBLISHED)
+def test_a_published_folder_regenerates_from_its_committed_inputs(name, tmp_path, monkeypatch):
+    published = RESULTS / name
+    missing = [f for f in (*INPUTS, *TEXT_OUTPUTS) if not (published / f).is_file()]
+    assert not missing, f"{published} lacks {missing}: publish the whole folder (README, Results so far)"
+    copy = regenerate(published, tmp_path, monkeypatch)
+    assert without_machine_line((copy / "leaderboard.md").read_text()) == \
+        without_machine_line((published / "leaderboard.md").read_text())
+    for csv in ("results.csv", "history.csv"):
+        assert (copy / csv).read_bytes() == (published / csv).read_bytes(), csv
+    figures = sorted(p.name for p in published.glob("*.png"))
+    assert figures and sorted(p.name for p in copy.glob("*.png")) == figures
+    assert not (copy / "mlflow.db").exists()  # regenerating logs nothing anywhere

@@ -1,6 +1,7 @@
 """Every published results folder regenerates on a clean clone: `normbench leaderboard results/<folder>` rebuilds
 its leaderboard.md byte for byte (apart from the machine-and-written-at line), its results.csv, history.csv and
-every figure, from the committed ledger, suite and data ceiling alone."""
+every figure, from the committed ledger, suite and data ceiling alone; and `normbench compare` rebuilds the two
+regimes' side-by-side file byte for byte from the two folders."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ import pytest
 from normbench.cli import main
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
-# the published folders (results/README.md; the older 10-epoch folders have no ledger). The converged regime's
-# folder joins this list when its sweep finishes.
-PUBLISHED = ["depth-sweep-digits-early"]
+# the published folders (results/README.md; the older 10-epoch folders have no ledger)
+PUBLISHED = ["depth-sweep-digits-early", "depth-sweep-digits-converged"]
 INPUTS = ("ledger.journal", "suite.yaml", "ceiling.csv")  # what `leaderboard` reads; everything else it writes
 TEXT_OUTPUTS = ("leaderboard.md", "results.csv", "history.csv")
+REGIMES = "depth-sweep-digits-regimes.md"  # `normbench compare` of the two published folders (README's command)
 
 
 def without_machine_line(text: str) -> str:
@@ -49,3 +50,11 @@ def test_a_published_folder_regenerates_from_its_committed_inputs(name, tmp_path
     figures = sorted(p.name for p in published.glob("*.png"))
     assert figures and sorted(p.name for p in copy.glob("*.png")) == figures
     assert not (copy / "mlflow.db").exists()  # regenerating logs nothing anywhere
+
+
+def test_the_regimes_comparison_regenerates_from_the_two_published_folders(tmp_path, monkeypatch):
+    for name in PUBLISHED:
+        regenerate(RESULTS / name, tmp_path, monkeypatch)
+    out = os.path.join("results", REGIMES)
+    assert main(["compare", *(os.path.join("results", name) for name in PUBLISHED), "--out", out]) == 0
+    assert (tmp_path / out).read_text() == (RESULTS / REGIMES).read_text()

@@ -1,0 +1,197 @@
+"""Copy the published results into README.md's "Results so far" tables: `python scripts/readme_results.py`.
+
+The tables between the README's `<!-- results:begin -->` and `<!-- results:end -->` markers are cut from the
+published folders' own files (each leaderboard.md, and the regimes comparison `normbench compare` writes), cell for
+cell as those files print them: every number is rounded once, where the file rounded it from full precision, and the
+rows keep the files' order (by the full-precision score, so rank 1 is the true maximum). Nothing is computed here.
+`--check` exits 1 when the README differs from what the files say (tests/test_readme_results.py runs it), so the
+README cannot drift from a regenerated folder. The prose around the markers is written by hand from these tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+# the published folders, the largest budget first: it is the answer a reader wants. Each is named by its own
+# budget ("40 epochs"), never by what it was meant to reach: its regime line says how many rows converged.
+REGIMES = ["depth-sweep-digits-converged", "depth-sweep-digits-early"]
+COMPARISON = "depth-sweep-digits-regimes.md"
+# the leaderboard's final-accuracy columns the README keeps (the rest stay in the leaderboard)
+KEPT = ["rank", "layer", "test top-1 (%)", "95% CI", "n", "lr (val-selected)", "edge", "converged", "failed"]
+SENSITIVITY = "lr sensitivity (points)"
+
+
+def sections(markdown: str) -> dict[str, list[str]]:
+    """{'## heading': its lines} for a leaderboard or comparison file; '' holds the lines before the first."""
+    out: dict[str, list[str]] = {"": []}
+    current = ""
+    for line in markdown.splitlines():
+        if line.startswith("## "):
+            current = line
+            out[current] = []
+        else:
+            out[current].append(line)
+    return out
+
+
+def read(source: Path) -> dict[str, list[str]]:
+    """The sections of a published file, or a message naming the command that writes it."""
+    if not source.is_file():
+        raise SystemExit(f"readme_results: {source} not found; write it with `normbench leaderboard` (a run folder) "
+                         "or `normbench compare` (the regimes file)")
+    return sections(source.read_text())
+
+
+def section(parts: dict[str, list[str]], prefix: str, source: Path) -> tuple[str, list[str]]:
+    """The one section whose heading starts with `prefix` (its heading and lines)."""
+    found = [(h, lines) for h, lines in parts.items() if h.startswith(prefix)]
+    if len(found) != 1:
+        raise SystemExit(f"readme_results: {source}: expected one section `{prefix}...`, found {len(found)}; "
+                         "regenerate it with `normbench leaderboard` / `normbench compare`")
+    return found[0]
+
+
+def parse_table(lines: list[str]) -> tuple[list[str], list[list[str]]]:
+    """The first pipe table in `lines`: (header, rows), cells stripped."""
+    rows = [line for line in lines if line.startswith("|")]
+    cells = [[c.strip() for c in row.strip().strip("|").split("|")] for row in rows]
+    return cells[0], [r for r in cells[2:]]
+
+
+def render(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+def header_item(parts: dict[str, list[str]], key: str, source: Path) -> str:
+    """The text of a leaderboard header line `- key: text` (or `- key (how): text`, the how kept)."""
+    for line in parts[""]:
+        if line.startswith((f"- {key}: ", f"- {key} (")):
+            return line[len(f"- {key}"):].lstrip(": ")
+    raise SystemExit(f"readme_results: {source}: no `- {key}:` line in its header")
+
+
+def accuracy_table(lines: list[str]) -> list[str]:
+    header, rows = parse_table(lines)
+    keep = [header.index(name) for name in KEPT]
+    score = header.index("test top-1 (%)")
+    for row in rows:  # rows come sorted by the full-precision score: rank 1 holds the true maximum
+        row[score] = f"**{row[score]}**" if row is rows[0] else row[score]
+    return render(KEPT, [[row[i] for i in keep] for row in rows])
+
+
+def depths(parts: dict[str, list[str]]) -> list[str]:
+    return [m.group(1) for h in parts if (m := re.match(r"## depth (\d+): final accuracy", h))]
+
+
+def budget(parts: dict[str, list[str]], source: Path) -> str:
+    """The folder's budget as its regime line opens: '40 epochs = 640 optimizer steps (...) per cell'."""
+    return header_item(parts, "regime", source).split(";")[0]
+
+
+def regime_block(root: Path, name: str) -> list[str]:
+    source = root / "results" / name / "leaderboard.md"
+    parts = read(source)
+    rel = f"results/{name}"
+    out = [f"#### {budget(parts, source)}", "",
+           f"`{rel}/` ({header_item(parts, 'suite', source).split(' — ', 1)[-1]}). Regime: "
+           f"{header_item(parts, 'regime', source).split('; ', 1)[-1]}. Seeds: {header_item(parts, 'seeds', source)}.",
+           ""]
+    for depth in depths(parts):
+        _, lines = section(parts, f"## depth {depth}: final accuracy", source)
+        out += [f"Depth {depth}, final accuracy (test top-1 %, the report seeds' mean and 95% t interval):", "",
+                *accuracy_table(lines), ""]
+        heading, lines = section(parts, f"## depth {depth}: learning speed", source)
+        header, rows = parse_table(lines)
+        out += [f"Depth {depth}, learning speed ({heading.split('(', 1)[1].rstrip(')')}):", "",
+                *render(header, rows), ""]
+    return out
+
+
+def sensitivity_block(root: Path) -> list[str]:
+    """Each row's lr sensitivity, one column per regime and depth, in the converged deepest table's order."""
+    columns: list[tuple[str, dict[str, str]]] = []
+    for name in REGIMES:
+        source = root / "results" / name / "leaderboard.md"
+        parts = read(source)
+        title = budget(parts, source).split(" = ")[0]
+        for depth in depths(parts):
+            header, rows = parse_table(section(parts, f"## depth {depth}: final accuracy", source)[1])
+            layer, value = header.index("layer"), header.index(SENSITIVITY)
+            columns.append((f"{title}, depth {depth}", {row[layer]: row[value] for row in rows}, name))
+    largest = [values for _, values, name in columns if name == REGIMES[0]][::-1]
+    order = sorted(largest[0], key=lambda layer: [float(values[layer]) for values in largest])
+    return render(["layer", *(title for title, _, _ in columns)],
+                  [[layer, *(values.get(layer, "—") for _, values, _ in columns)] for layer in order])
+
+
+def comparison_block(root: Path) -> list[str]:
+    source = root / "results" / COMPARISON
+    parts = read(source)
+    out: list[str] = []
+    for prefix, title in (("## does the ranking hold across budgets?", "Does the ranking hold across budgets?"),
+                          ("## against layernorm in each regime", "Against LayerNorm in each regime"),
+                          ("## claims in each regime", "The claims in each regime")):
+        heading, lines = section(parts, prefix, source)
+        header, rows = parse_table(lines)
+        out += [f"{title} ({heading[len(prefix):].strip(' ()')}):", "", *render(header, rows), ""]
+    scores: list[str] = []
+    for heading, lines in parts.items():
+        if heading.startswith("## depth") and "final accuracy in each regime" in heading:
+            header, rows = parse_table(lines)
+            title = heading[3:].capitalize().replace(")", "; bold: the column's true maximum)")
+            scores += [f"{title}:", "", *render(header, rows), ""]
+    return scores + out
+
+
+def ceiling_line(root: Path) -> str:
+    source = root / "results" / REGIMES[0] / "leaderboard.md"
+    return f"Data ceiling {header_item(read(source), 'data ceiling', source)}."
+
+
+def block(root: Path) -> str:
+    lines = [BEGIN, "", "### The tables", ""]
+    for name in REGIMES:
+        lines += regime_block(root, name)
+    lines += ["#### Both regimes side by side", "", f"`results/{COMPARISON}` (`normbench compare "
+              f"results/{REGIMES[1]} results/{REGIMES[0]} --out results/{COMPARISON}`).", "",
+              *comparison_block(root),
+              "lr sensitivity (points lost, on average over the lrs every row tried, by not being at the row's best "
+              "lr; lowest first at the largest budget's largest depth, ties by the next depth down):", "",
+              *sensitivity_block(root), "", ceiling_line(root), "",
+              END]
+    return "\n".join(lines)
+
+
+def updated(readme: str, root: Path = REPO) -> str:
+    if BEGIN not in readme or END not in readme:
+        raise SystemExit(f"readme_results: README.md lacks the {BEGIN} ... {END} markers")
+    head, rest = readme.split(BEGIN, 1)
+    return head + block(root) + rest.split(END, 1)[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if README.md differs from the files")
+    parser.add_argument("--root", type=Path, default=REPO, help="the checkout (default: this script's)")
+    args = parser.parse_args(argv)
+    readme = args.root / "README.md"
+    text = readme.read_text()
+    new = updated(text, args.root)
+    if args.check:
+        if new != text:
+            print("readme_results: README.md's results tables differ from the published files; run "
+                  "`python scripts/readme_results.py`", file=sys.stderr)
+            return 1
+        return 0
+    readme.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

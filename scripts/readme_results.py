@@ -60,7 +60,7 @@ def parse_table(lines: list[str]) -> tuple[list[str], list[list[str]]]:
     """The first pipe table in `lines`: (header, rows), cells stripped."""
     rows = [line for line in lines if line.startswith("|")]
     cells = [[c.strip() for c in row.strip().strip("|").split("|")] for row in rows]
-    return cells[0], [r for r in cells[2:]]
+    return cells[0], cells[2:]
 
 
 def render(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -181,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=REPO, help="the checkout (default: this script's)")
     args = parser.parse_args(argv)
     readme = args.root / "README.md"
+    if not readme.is_file():
+        print(f"readme_results: {readme} not found; pass --root the checkout that holds README.md and results/",
+              file=sys.stderr)
+        return 2
     text = readme.read_text()
     new = updated(text, args.root)
     if args.check:

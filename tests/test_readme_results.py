@@ -43,3 +43,8 @@ def test_a_readme_without_markers_is_refused(tmp_path):
     (tmp_path / "README.md").write_text("# no markers\n")
     with pytest.raises(SystemExit, match="markers"):
         readme_results.main(["--root", str(tmp_path)])
+
+
+def test_a_root_without_a_readme_names_the_flag(tmp_path, capsys):
+    assert readme_results.main(["--root", str(tmp_path / "absent")]) == 2
+    assert "--root" in capsys.readouterr().err

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
-from typing import Any
 
+from normbench import stopping
 from normbench.errors import NormbenchError, Terminated
 from normbench.spec.names import OutputFolder
 
@@ -103,10 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "workers", None) is not None and args.workers < 1:
         parser.error(f"--workers {args.workers}: must be 1 or more (leave it out for one per GPU, 1 on CPU)")
-    previous = _raise_on_sigterm()
+    previous = stopping.install()
     try:
         _check_device_flag(args)
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        stopping.check()  # a SIGTERM that came after the last safe point still stops with 143
+        return code
     except NormbenchError as e:
         print(f"normbench: error: {e}", file=sys.stderr)
         return e.exit_code
@@ -122,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
               "to resume (finished cells are in the ledger)", file=sys.stderr)
         return 2
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        stopping.uninstall(previous)
 
 
 def _check_device_flag(args: argparse.Namespace) -> None:
@@ -132,18 +131,6 @@ def _check_device_flag(args: argparse.Namespace) -> None:
         from normbench.spec.cell_checks import check_device
 
         check_device(args.device, "--device")
-
-
-def _raise_on_sigterm() -> Any:
-    """Make SIGTERM raise `Terminated` (a KeyboardInterrupt) so it stops like Ctrl-C; returns the old handler
-    (None when not on the main thread, where signals cannot be set)."""
-    def stop(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one release, even if SIGTERM comes again meanwhile
-        raise Terminated()
-
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, stop)
 
 
 def _stopped_message(args: argparse.Namespace, stop: KeyboardInterrupt, argv: list[str]) -> str:

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from normbench import cli
+from normbench import cli, stopping
 
 
 @pytest.mark.parametrize(("sig", "code", "said"), [(signal.SIGTERM, 143, "stopped by SIGTERM"),
                                                    (signal.SIGINT, 130, "interrupted")])
 def test_a_stopped_run_says_what_was_saved_and_how_to_resume(monkeypatch, capsys, tmp_path: Path, sig, code, said):
-    def run(args):  # stands in for the suite: the signal arrives while cells train
+    def run(args):  # stands in for the suite: the signal arrives while cells train, then a safe point comes
         os.kill(os.getpid(), sig)
-        time.sleep(5)
+        stopping.wait(5)  # SIGTERM ends the wait at once (stopping.py); Ctrl-C raises where it lands
         raise AssertionError("the signal did not stop the command")
 
     monkeypatch.setitem(cli.COMMANDS, "run", run)
@@ -35,6 +35,27 @@ def test_a_stopped_run_says_what_was_saved_and_how_to_resume(monkeypatch, capsys
 
 
 def test_without_out_the_message_names_the_default_folder(monkeypatch, capsys):
-    monkeypatch.setitem(cli.COMMANDS, "run", lambda args: os.kill(os.getpid(), signal.SIGTERM) or time.sleep(5))
+    monkeypatch.setitem(cli.COMMANDS, "run", lambda args: os.kill(os.getpid(), signal.SIGTERM) or stopping.wait(5))
     assert cli.main(["run", "suites/smoke.yaml"]) == 143
     assert "saved in results/smoke " in capsys.readouterr().err
+
+
+def test_sigterm_is_a_request_honoured_at_the_next_safe_point_not_an_exception_where_it_lands(monkeypatch):
+    reached = []
+
+    def run(args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # library code between safe points: the signal must not raise in here
+        reached.append("after the library call")
+        stopping.check()  # the safe point
+        reached.append("past the safe point")
+        return 0
+
+    monkeypatch.setitem(cli.COMMANDS, "run", run)
+    assert cli.main(["run", "suites/smoke.yaml"]) == 143
+    assert reached == ["after the library call"]
+
+
+def test_a_sigterm_after_the_last_safe_point_still_exits_143(monkeypatch):
+    monkeypatch.setitem(cli.COMMANDS, "run", lambda args: os.kill(os.getpid(), signal.SIGTERM) or 0)
+    assert cli.main(["run", "suites/smoke.yaml"]) == 143

@@ -10,7 +10,7 @@ import pandas as pd
 from optuna.trial import TrialState
 
 from normbench.spec.names import StudyNames
-from normbench.spec.selection import REPORTS, ROLE, SELECTS, add_scores
+from normbench.spec.selection import BUDGETS, REPORTS, ROLE, SELECTS, add_scores
 from normbench.store.ledger import ATTEMPTS, RETRY_ROUND, Ledger, failed_for_good
 from normbench.store.migrations import trial_axes
 
@@ -28,7 +28,7 @@ def studies_of(ledger: Ledger, names: StudyNames, *, tuned: bool = False) -> lis
     else:
         studies = [(names.run, 0, SELECTS),
                    *((n, names.bracket_round(n) or 0, SELECTS) for n in names.bracket_rounds(present)),
-                   (names.report, 0, REPORTS)]
+                   (names.report, 0, REPORTS), (names.budget, 0, BUDGETS)]
     return [s for s in studies if s[0] in present]
 
 

@@ -2,6 +2,7 @@
 
 A suite's cells live in one ledger as Optuna studies: `run:<suite>` (the matrix), `bracket:<suite>:<round>` (lr
 bracketing rounds, 1, 2, ...), `report:<suite>` (each row's chosen lr on the suite's fresh `report_seeds`),
+`budget:<suite>` (the same on two report seeds at twice the epochs: the convergence check),
 `tune:<suite>:<point>` (one search per matrix point without seed and tuned keys) and
 `tuned:<suite>` (the best configurations re-run over the matrix's seeds). The output folder holds the ledger
 journal, the MLflow store and the leaderboard files named below.
@@ -13,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-RUN, BRACKET, REPORT, TUNE, TUNED = "run", "bracket", "report", "tune", "tuned"
+RUN, BRACKET, REPORT, BUDGET, TUNE, TUNED = "run", "bracket", "report", "budget", "tune", "tuned"
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,10 @@ class StudyNames:
     @property
     def report(self) -> str:
         return f"{REPORT}:{self.suite}"
+
+    @property
+    def budget(self) -> str:
+        return f"{BUDGET}:{self.suite}"
 
     def tune(self, point_id: str) -> str:
         return f"{TUNE}:{self.suite}:{point_id}"

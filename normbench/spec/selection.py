@@ -25,9 +25,10 @@ DIVERGED = "diverged"
 SELECT = "select"  # column / MLflow metric: val top-1 (final epoch), 0 when diverged
 SCORE = "score"    # column / MLflow metric: test top-1 (final epoch), 0 when diverged
 ROLE, SELECTS, REPORTS = "role", "select", "report"  # results.csv column: which seeds chose, which only report
+BUDGETS = "budget"  # role of the convergence check's cells (2x epochs): they never choose nor score
 AT_CHANCE, FLAT = "at chance", "flat across lrs"  # lr_signal's two kinds of "no signal"
 CHANCE_SE = 2.0  # a val top-1 within this many binomial standard errors above chance has not learned
-TIE_RULE = "ties between lrs go to the smaller lr, and bracketing never extends toward an edge a tie chose"
+TIE_RULE = "ties between lrs go to the smaller lr, and bracketing extends from that edge like any other"
 
 
 def chance(num_classes: float) -> float:
@@ -57,6 +58,15 @@ def select_value(result: Mapping[str, Any]) -> float:
     if result.get("status") == DIVERGED:
         return 0.0
     value = result.get("val_top1", result.get("best_val_top1"))
+    return 0.0 if value is None or not math.isfinite(value) else float(value)
+
+
+def score_value(result: Mapping[str, Any]) -> float:
+    """A finished cell's `score`: test top-1 at the final epoch; 0 for a diverged cell or one without a finite
+    value (a pruned cell never read the test split)."""
+    if result.get("status") == DIVERGED:
+        return 0.0
+    value = result.get("test_top1")
     return 0.0 if value is None or not math.isfinite(value) else float(value)
 
 

@@ -69,6 +69,7 @@ class Suite:
     claims: list[dict[str, Any]] = field(default_factory=list)  # {layer, beats, depth, by}: checked in the report
     reference: str | None = None   # another suite's output folder (relative to the cwd): does its ranking hold here?
     report_seeds: list[int] = field(default_factory=list)  # train each row's chosen lr on these; they report
+    budget_check: bool = False     # also train each row's chosen lr at BUDGET_FACTOR x the epochs: converged?
     targets: list[float] = field(default_factory=lambda: list(DEFAULT_TARGETS))  # learning-speed val targets (%)
 
     def cells(self) -> list[Cell]:
@@ -85,6 +86,13 @@ class Suite:
             (model if section == "model" else train)[axis] = value
         config = CellConfig(model=ModelConfig(**model), train=TrainConfig(**train), data=self.dataset)
         return Cell(axes=axes, config=config, cell_id=cell_id(axes))
+
+    def budget_axes(self, report_axes: dict[str, Any]) -> dict[str, Any]:
+        """A report cell's axes at BUDGET_FACTOR x its epochs: the schedule stretched (warmup too), not extended, so
+        the 2x cell is the same recipe trained slower, and its final lr is the same floor."""
+        train = self.cell(report_axes).config.train
+        return {**report_axes, "epochs": train.epochs * BUDGET_FACTOR,
+                "warmup_epochs": train.warmup_epochs * BUDGET_FACTOR}
 
     def layers(self) -> list[str]:
         return list(self.matrix.get("layer", [self.model.get("layer", "layernorm")]))
@@ -113,6 +121,9 @@ class Suite:
         recipe = {"dataset": asdict(self.dataset), "model": self.model, "train": self.train}
         return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
+
+BUDGET_FACTOR = 2  # the convergence check's epochs, as a multiple of the recipe's
+BUDGET_SEEDS = 2   # ... trained on this many of the report seeds (the first ones)
 
 _MODEL_KEYS = frozenset(f.name for f in fields(ModelConfig))
 
@@ -305,6 +316,21 @@ def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
     suite.reference = reference
     suite.report_seeds = _report_seeds(raw.get("report_seeds"), suite, where)
     suite.targets = _targets(raw.get("targets", list(DEFAULT_TARGETS)), where)
+    suite.budget_check = _budget_check(raw.get("budget_check", False), suite, where)
+
+
+def _budget_check(raw: Any, suite: Suite, where: str) -> bool:
+    """The convergence check trains on the first BUDGET_SEEDS report seeds: it needs them."""
+    if not isinstance(raw, bool):
+        raise SuiteError(f"{where}: budget_check: expected true or false, got {raw!r}")
+    if raw and "epochs" in suite.matrix:
+        raise SuiteError(f"{where}: budget_check: the matrix already varies epochs, which compares budgets row by row;"
+                         " drop budget_check or the epochs axis")
+    if raw and len(suite.report_seeds) < BUDGET_SEEDS:
+        raise SuiteError(f"{where}: budget_check: trains each row's chosen lr on the first {BUDGET_SEEDS} report "
+                         f"seeds at {BUDGET_FACTOR}x the epochs, but report_seeds is {suite.report_seeds or 'unset'}; "
+                         f"add report_seeds (e.g. [100, 101, 102, 103]) or drop budget_check")
+    return raw
 
 
 def _report_seeds(raw: Any, suite: Suite, where: str) -> list[int]:

@@ -19,7 +19,8 @@ from normbench.errors import SuiteError, did_you_mean
 from normbench.spec.recipe import ModelConfig, TrainConfig
 
 TOP_LEVEL = ("name", "description", "dataset", "model", "train", "matrix", "tune", "device", "bracket",
-             "bracket_max_steps", "baseline", "claims", "reference", "report_seeds", "targets")
+             "bracket_max_steps", "baseline", "claims", "reference", "report_seeds", "targets",
+             "budget_check")
 SECTIONS: dict[str, type] = {"dataset": DataConfig, "model": ModelConfig, "train": TrainConfig}
 AXIS_SECTIONS = {"model": ModelConfig, "train": TrainConfig}
 

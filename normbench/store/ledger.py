@@ -33,7 +33,7 @@ from optuna.trial import FrozenTrial, TrialState
 from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
 from normbench.spec.names import OutputFolder, StudyNames
 from normbench.spec.results import CellResult
-from normbench.spec.selection import select_value
+from normbench.spec.selection import score_value, select_value
 from normbench.store.journal import SafeJournalFileBackend, lock_lost
 from normbench.store.locks import LifeLock, holder_dead
 from normbench.store.migrations import legacy_claim_verdict, trial_cell_id
@@ -393,6 +393,9 @@ class Ledger:
         with self.owned(trial):
             trial.set_user_attr("result", summary)
             trial.set_user_attr("history", result.history_records())
+            # numbers optuna-dashboard can show and sort by, as the leaderboard scores them (0 when diverged)
+            trial.set_user_attr("test_top1", score_value(summary))
+            trial.set_user_attr("val_top1", select_value(summary))
             if result.status == "pruned":
                 study.tell(trial, state=TrialState.PRUNED)
             else:  # the value `normbench tune` ranks by: the selection rule's, final-epoch val

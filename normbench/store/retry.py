@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from normbench import stopping
 from normbench.errors import ServerUnreachableError
 
 T = TypeVar("T")
@@ -187,7 +188,7 @@ class Outage:
                         self._said = True
                         self._say(f"{self.what} is unreachable ({type(e).__name__}); waiting up to "
                                   f"{self.seconds:.0f} s for it (NORMBENCH_RETRY_SECONDS)")
-                time.sleep(min(wait * (0.5 + random.random()), left, MAX_WAIT))
+                stopping.wait(min(wait * (0.5 + random.random()), left, MAX_WAIT))  # SIGTERM ends the wait
                 wait = min(wait * 2, MAX_WAIT)
                 continue
             return self._back(result)

@@ -1,14 +1,16 @@
-"""lr bracketing: which cells to add when a row's best lr sits at the edge of its grid.
+"""lr bracketing (protocol v2): which cells to add while a row's selected lr sits at the edge of the lrs tried.
 
-A row is one point of the matrix without lr and seed (e.g. depth=24, layer=rezero). When its best lr, chosen on
+A row is one point of the matrix without lr and seed (e.g. depth=24, layer=rezero). While its selected lr, chosen on
 val like everywhere else (spec.selection.choose_lr), is the smallest or largest lr tried, one more lr one grid step
-beyond (the grid's own geometric ratio) is queued for every seed. Rounds repeat until the best lr is interior, the
-edge has diverged on every seed, or `bracket_max_steps` lrs lie beyond that end of the grid.
+beyond (the grid's own geometric ratio) is queued for every selection seed. Rounds repeat until the selected lr is
+interior or `bracket_max_steps` lrs lie beyond that end of the grid (`edge_reason` names which).
 
-A row without signal (spec.selection.lr_signal) is not an edge: when its best lr sits at chance nothing has learned,
-and the step goes *up* from the largest lr tried (too small a step size is the usual reason) unless that lr diverged;
-when its lrs are flat within the seeds' spread, it stops. An edge reached only by the tie-break (another lr has the
-same mean) is not extended either. Pure: the runner queues what it returns.
+Nothing else stops the search: a row whose lr means are flat within the seeds' spread, whose edge only the
+tie-break chose, or whose seeds stalled is still extended (protocol v1 stopped there, and one stalled seed left
+pre-LN at depth 36 selected at the smallest lr it tried). The one exception is a row that learned nothing: when every
+cell of its selected lr sits at chance, the step goes *up* from the largest lr tried (too small a step size is the
+usual reason), unless every seed there diverged: between chance and divergence there is nothing to find.
+Pure: the runner queues what it returns.
 """
 
 from __future__ import annotations
@@ -16,16 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from normbench.spec.selection import (
-    AT_CHANCE,
-    DIVERGED,
-    cell_at_chance,
-    choose_lr,
-    lr_signal,
-    seed_mean,
-    select_value,
-    tied,
-)
+from normbench.spec.selection import AT_CHANCE, DIVERGED, cell_at_chance, choose_lr, lr_signal, seed_mean, select_value
 from normbench.spec.suite import Suite
 
 
@@ -60,26 +53,39 @@ def bracket_axes(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, An
         tried = sorted(by_lr)
         means = {lr: seed_mean(v for v, _, _ in by_lr[lr]) for lr in tried}
         best = choose_lr(means)
-        signal = lr_signal({lr: [(v, c, d) for v, d, c in cells] for lr, cells in by_lr.items()})
-        if signal == AT_CHANCE:
+        if lr_signal({lr: [(v, c, d) for v, d, c in cells] for lr, cells in by_lr.items()}) == AT_CHANCE:
             best = tried[-1]  # nothing learned: step up from the largest lr, whatever the tie-break chose
             if all(d for _, d, _ in by_lr[best]):
                 continue  # ... unless it blew up: nothing between chance and divergence to find
-        elif signal or tied(means, best):
-            continue  # flat within the seeds' spread, or an edge only the tie-break chose: no direction to go
-        if len(tried) < 2 or all(d for _, d, _ in by_lr[best]):
-            continue  # no grid to extend, or the edge itself blew up
-        if best == tried[-1]:
-            beyond, step = sum(lr > grid[-1] * (1 + 1e-9) for lr in tried), ratio
-        elif best == tried[0]:
-            beyond, step = sum(lr < grid[0] * (1 - 1e-9) for lr in tried), 1 / ratio
-        else:
+        side = edge_side(tried, best)
+        if side is None or lrs_beyond(tried, grid, side) >= suite.bracket_max_steps:
             continue
-        if beyond >= suite.bracket_max_steps:
-            continue
-        lr = float(f"{best * step:.4g}")
+        lr = float(f"{best * (ratio if side == 'high' else 1 / ratio):.4g}")
         fixed = dict(row)
         for seed in seeds:
             values = {**fixed, "lr": lr, "seed": seed}
             new.append({k: values[k] for k in suite.matrix})
     return new
+
+
+def edge_side(tried: list[float], best: float) -> str | None:
+    """"low" or "high" when `best` is the smallest or largest of the (sorted) lrs tried, else None (also for one
+    lr: no grid to take a step from)."""
+    if len(tried) < 2:
+        return None
+    return "high" if best == tried[-1] else "low" if best == tried[0] else None
+
+
+def lrs_beyond(tried: Iterable[float], grid: list[float], side: str) -> int:
+    """How many of the lrs tried lie beyond the suite's grid on `side` (the bracketing steps taken there)."""
+    if side == "high":
+        return sum(lr > grid[-1] * (1 + 1e-9) for lr in tried)
+    return sum(lr < grid[0] * (1 - 1e-9) for lr in tried)
+
+
+def edge_reason(tried: list[float], grid: list[float], side: str, *, bracket: bool, max_steps: int) -> str:
+    """Why a row's selected lr was left on the `side` edge: "cap reached" (`bracket_max_steps` steps beyond the
+    grid there), "bracketing off", or "" (bracketing would still extend it: the suite has not finished)."""
+    if not bracket:
+        return "bracketing off"
+    return "cap reached" if lrs_beyond(tried, grid, side) >= max_steps else ""

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from normbench.spec.names import OutputFolder, StudyNames
-from normbench.spec.selection import REPORTS
-from normbench.spec.suite import Suite
+from normbench.spec.selection import BUDGETS, REPORTS, SELECTS
+from normbench.spec.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
 from normbench.sweep.bracket import bracket_axes
 
 
@@ -32,7 +32,9 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
     rows += [[r["cell_id"], f"{r['status']} (bracket round {r['bracket_round']})"] for r in records
              if r["bracket_round"] > 0]
     rows += [[r["cell_id"], f"{r['status']} (report seed)"] for r in records if r.get("role") == REPORTS]
-    selecting = [r for r in records if r.get("role") != REPORTS]
+    rows += [[r["cell_id"], f"{r['status']} (convergence check, 2x epochs)"] for r in records
+             if r.get("role") == BUDGETS]
+    selecting = [r for r in records if r.get("role") == SELECTS]
     coming = next_bracket_round(suite, selecting) if suite.bracket and len(done) >= len(rows) else []
     rows += [[suite.cell(axes).cell_id, "to run (next bracket round)"] for axes in coming]
     gave_up = (f", {len(failed)} failed for good (`normbench run --retry-failed` gives them another round)"
@@ -48,6 +50,10 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
         lines.append(f"report seeds {suite.report_seeds}: once selection is over, each of the {rows_count} rows' "
                      f"chosen lr is trained on every report seed ({rows_count * len(suite.report_seeds)} cells); "
                      "they alone give the scores")
+    if suite.budget_check:
+        lines.append(f"convergence check: then each row's chosen lr on report seeds {suite.report_seeds[:BUDGET_SEEDS]}"
+                     f" at {BUDGET_FACTOR}x the epochs (schedule stretched); a row is converged when that changes its "
+                     "val by less than the threshold the leaderboard states")
     return "\n".join(lines)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from normbench.spec.selection import choose_lr, seed_mean, select_value
-from normbench.spec.suite import Suite
+from normbench.spec.suite import BUDGET_SEEDS, Suite
 
 
 def chosen_lr_by_row(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[tuple, float]:
@@ -36,3 +36,12 @@ def report_axes(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, Any
             order = [*(k for k in suite.matrix if k in values), *(k for k in ("lr", "seed") if k not in suite.matrix)]
             cells.append({k: values[k] for k in order if k != "lr" or "lr" in suite.matrix})
     return cells
+
+
+def budget_axes(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The convergence check (`budget_check`): each row's chosen lr on its first BUDGET_SEEDS report seeds, at
+    BUDGET_FACTOR x the epochs with the schedule stretched (Suite.budget_axes). [] without `budget_check`."""
+    if not suite.budget_check:
+        return []
+    first = set(suite.report_seeds[:BUDGET_SEEDS])
+    return [suite.budget_axes(axes) for axes in report_axes(suite, finished) if axes.get("seed") in first]

@@ -18,14 +18,14 @@ import optuna
 from optuna.trial import TrialState
 
 from normbench.spec.names import OutputFolder, StudyNames
-from normbench.spec.selection import REPORTS, SELECTS
+from normbench.spec.selection import BUDGETS, REPORTS, SELECTS
 from normbench.spec.suite import Suite
 from normbench.store.ledger import LIVE, UNFINISHED, Ledger
 from normbench.store.migrations import trial_cell_id
 from normbench.sweep.bracket import bracket_axes
 from normbench.sweep.cells import cell_params, open_study_of_recipe
 from normbench.sweep.progress import Progress
-from normbench.sweep.report_stage import report_axes
+from normbench.sweep.report_stage import budget_axes, report_axes
 from normbench.sweep.worker import Job
 
 JobList = Callable[[], list[Job]]
@@ -37,7 +37,8 @@ def open_run_study(ledger: Ledger, suite: Suite) -> optuna.Study:
 
 
 def run_job(suite: Suite, study: optuna.Study) -> Job:
-    role = REPORTS if study.study_name == StudyNames(suite.name).report else SELECTS
+    names = StudyNames(suite.name)
+    role = {names.report: REPORTS, names.budget: BUDGETS}.get(study.study_name, SELECTS)
 
     def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
         # The axes come from the trial's user attrs; its params show them in optuna-dashboard (store/trial_params.py).
@@ -57,7 +58,7 @@ def stage_study_names(ledger: Ledger, suite: Suite) -> list[str]:
     """The studies queued after the matrix: bracketing rounds in order, then the report stage, those present."""
     names = StudyNames(suite.name)
     present = ledger.study_names()
-    return [*names.bracket_rounds(present), *([names.report] if names.report in present else [])]
+    return [*names.bracket_rounds(present), *(n for n in (names.report, names.budget) if n in present)]
 
 
 def queued_cells(ledger: Ledger, study_name: str) -> dict[str, dict[str, Any]]:
@@ -78,6 +79,8 @@ def note_new_cells(progress: Progress, suite: Suite, study_name: str, cells: dic
     if study_name == StudyNames(suite.name).report:
         progress.note(f"selection over: {len(cells)} report cells (each row's chosen lr on report seeds "
                       f"{suite.report_seeds})")
+    elif study_name == StudyNames(suite.name).budget:
+        progress.note(f"convergence check: {len(cells)} cells (each row's chosen lr at twice the epochs)")
     else:
         progress.note(f"bracket round {study_name.rsplit(':', 1)[-1]}: {len(cells)} cells beyond the lr grid's edge")
 
@@ -99,10 +102,12 @@ def run_jobs(suite: Suite, study: optuna.Study, ledger: Ledger, progress: Progre
                 selecting.append(ledger.study(names.bracket(len(selecting))))
                 _queue(ledger, selecting[-1], new, suite, progress)
             elif suite.report_seeds:
-                _queue(ledger, ledger.study(names.report),
-                       {suite.cell(axes).cell_id: axes for axes in report_axes(suite, finished)}, suite, progress)
-        reporting = [ledger.study(names.report)] if names.report in ledger.study_names() else []
-        return [run_job(suite, s) for s in [*selecting, *reporting]]
+                for name, stage in ((names.report, report_axes), (names.budget, budget_axes)):
+                    if cells := {suite.cell(axes).cell_id: axes for axes in stage(suite, finished)}:
+                        _queue(ledger, ledger.study(name), cells, suite, progress)
+        present = ledger.study_names()
+        after = [ledger.study(n) for n in (names.report, names.budget) if n in present]
+        return [run_job(suite, s) for s in [*selecting, *after]]
 
     return jobs
 

@@ -5,10 +5,10 @@ and wait for them to exit (stopping them on Ctrl-C or SIGTERM)."""
 from __future__ import annotations
 
 import subprocess
-import time
 
 from optuna.trial import FrozenTrial, TrialState
 
+from normbench import stopping
 from normbench.spec.results import CellResult
 from normbench.spec.suite import Suite
 from normbench.store.ledger import Ledger
@@ -77,7 +77,7 @@ def wait_for_workers(procs: list[subprocess.Popen], watch: WorkerWatch) -> WorkS
                     procs.append(double)
             if all(p.pid in ended for p in procs):
                 break
-            time.sleep(WATCH_SECONDS)
+            stopping.wait(WATCH_SECONDS)
             watch.report()
         watch.report()  # and those finished since the last look
     except KeyboardInterrupt as stop:

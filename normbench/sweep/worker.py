@@ -23,6 +23,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from normbench import stopping
 from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
 from normbench.spec.recipe import CellConfig
 from normbench.spec.results import EpochRecord
@@ -30,7 +31,7 @@ from normbench.store.ledger import ATTEMPTS, Ledger, failed_for_good
 from normbench.sweep.progress import Progress
 from normbench.tracking.tracker import Tracker, running_run_ids
 from normbench.train.distributed import Dist, broadcast
-from normbench.train.loop import train_cell
+from normbench.train.loop import CellAbandoned, train_cell
 
 POLL_SECONDS = 2.0  # default of NORMBENCH_POLL_SECONDS: how often an idle worker asks the ledger for work
 
@@ -104,6 +105,9 @@ def work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device
     the other ranks `follow` it."""
     try:
         summary = _work(jobs, ledger, tracker, device, progress, suite_name, max_cells, dist)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the cell was given back and its ranks told; let them return
+        broadcast(None, dist)
+        raise
     finally:
         ledger.close()
     broadcast(None, dist)  # no more cells: the following ranks return
@@ -114,7 +118,10 @@ def follow(device: str, dist: Dist) -> int:
     """Ranks other than 0 under torchrun: train each cell rank 0 sends, with it, until it sends None."""
     cells = 0
     while (config := broadcast(None, dist)) is not None:
-        train_cell(config, device=device, dist=dist)
+        try:
+            train_cell(config, device=device, dist=dist)
+        except CellAbandoned:  # rank 0 lost the claim or was stopped: wait for its next cell (or None)
+            continue
         cells += 1
     return cells
 
@@ -126,6 +133,7 @@ def _work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, devic
     current = jobs()
     reconciled: set[str] = set()  # studies whose runs this worker has reconciled once (a full search)
     while max_cells is None or summary.cells_run < max_cells:
+        stopping.check()  # between cells
         turn_started = time.perf_counter()
         for job in current:
             close_lost(ledger, job.study, tracker)
@@ -144,7 +152,7 @@ def _work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, devic
             continue
         if any(job.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
                for job in current):
-            time.sleep(poll)  # others are training; if one dies, its cell comes back to the queue
+            stopping.wait(poll)  # others are training; if one dies, its cell comes back to the queue
             continue
         refreshed = jobs()
         if [j.study.study_name for j in refreshed] == [j.study.study_name for j in current]:
@@ -189,8 +197,8 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
             raise ClaimLostError(f"trial {trial.number} was taken over")
         tracker.log_epoch(run_id, record)
         progress.epoch(record)
-        with ledger.owned(trial):  # a host float: optuna-dashboard's per-epoch curve, and the pruner's input
-            trial.report(record["val_top1"], record["epoch"])
+        with ledger.owned(trial):  # optuna-dashboard's curve and the pruner's input, at step = optimizer steps
+            trial.report(record["val_top1"], record["step"])
         prune = job.report and trial.should_prune()
         between_epochs += time.perf_counter() - started
         return prune

@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from normbench import stopping
 from normbench.errors import NormbenchError
 from normbench.spec.names import OutputFolder
 from normbench.tracking.view_state import SHARE_KEY, SHARE_TAG, view_state
@@ -142,7 +143,9 @@ def run_ui(uri: str, out: Path, host: str, port: int, open_browser: bool) -> int
             import webbrowser
 
             webbrowser.open(url)
-        return server.wait()
+        while server.poll() is None:  # until the server exits, Ctrl-C or SIGTERM
+            stopping.wait(0.5)
+        return server.returncode
     finally:
         _stop(server)
 

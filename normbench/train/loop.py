@@ -21,6 +21,7 @@ from timm.loss import SoftTargetCrossEntropy
 from timm.optim import create_optimizer_v2
 from torch import nn
 
+from normbench import stopping
 from normbench.data import DataBundle, build_data
 from normbench.errors import SuiteError
 from normbench.model.vit import NormbenchViT
@@ -145,6 +146,8 @@ def train_epoch(fit: Fit, epoch: int) -> EpochTrained:
     lr = tc.lr
     t0 = time.perf_counter()
     for x, y in islice(fit.data.train, fit.micro_per_epoch):
+        if dist is None:  # under torchrun a stop is decided once per epoch, for every rank alike (train_cell)
+            stopping.check()
         if fit.mixup is not None:
             x, y = fit.mixup(x, y)
         micro += 1
@@ -217,8 +220,21 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
                              grad_norm=trained.grad_norm_sum.item() / max(1, trained.optimizer_steps),
                              images_per_sec=speed, step=fit.step, images=images_seen)
         history.append(record)
-        stop = on_epoch(record) if on_epoch is not None and (dist is None or dist.is_main) else False
-        if broadcast(bool(stop), dist):
+        if dist is None:
+            stopping.check()
+            if on_epoch is not None and on_epoch(record):
+                status = "pruned"
+                break
+            continue
+        # torchrun: rank 0 decides for every rank. Whatever stops it (pruning, a lost claim, SIGTERM) is sent
+        # before it raises, so the other ranks never wait in a collective that rank 0 has left.
+        decision, error = _main_rank_decision(on_epoch, record, dist)
+        decision = broadcast(decision, dist)
+        if error is not None:
+            raise error
+        if decision == "abandon":
+            raise CellAbandoned("rank 0 stopped this cell")
+        if decision == "prune":
             status = "pruned"
             break
 
@@ -242,6 +258,22 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         history=history,
         telemetry=fit.telemetry.records(),
     )
+
+
+class CellAbandoned(Exception):
+    """Raised on a torchrun rank whose rank 0 stopped the cell it was training (a lost claim, SIGTERM)."""
+
+
+def _main_rank_decision(on_epoch: EpochCallback | None, record: EpochRecord,
+                        dist: Dist) -> tuple[str | None, BaseException | None]:
+    """Rank 0's call at an epoch's end: ("prune" | "abandon" | None, the error rank 0 raises after sending it)."""
+    if not dist.is_main:
+        return None, None
+    try:
+        stopping.check()
+        return ("prune" if on_epoch is not None and on_epoch(record) else None), None
+    except BaseException as error:  # noqa: B036 - sent to the other ranks first, then raised unchanged
+        return "abandon", error
 
 
 @torch.inference_mode()  # no autograd bookkeeping at all (no_grad still tracks versions and views)

@@ -104,9 +104,9 @@ def test_every_chooser_sends_a_tie_to_the_smaller_lr():
     table = select_lr(frame(cells), ["layer", "depth"]).set_index("layer")
     assert table["lr"].to_dict() == expected
     assert table["select_mean"].to_dict() == {"layernorm": 81.0, "rezero": 76.0, "layerscale": 30.0}
-    # bracketing extends only rezero: layernorm's and layerscale's edges were chosen by the tie-break alone
-    assert bracketing_choice(["layernorm", "rezero", "layerscale"], [0, 1], cells) == {"rezero": 3e-3}
-    assert bracket_axes(suite(["layernorm"], [0, 1]), cells[:4]) == []
+    # bracketing (protocol v2) extends every row from the edge its selection chose, the tie-break's choice included
+    assert bracketing_choice(["layernorm", "rezero", "layerscale"], [0, 1], cells) == expected
+    assert {a["lr"] for a in bracket_axes(suite(["layernorm"], [0, 1]), cells[:4])} == {3.333e-4}
 
 
 def test_report_telemetry_and_bracketing_agree_where_float_rounding_decides():
@@ -117,5 +117,5 @@ def test_report_telemetry_and_bracketing_agree_where_float_rounding_decides():
              for lr, vals in order.items() for s, v in enumerate(vals)]
     report = report_choice(frame(cells))
     assert report == dict(chosen_lrs(frame(cells), ["layer"]).values.tolist())
-    assert bracketing_choice(["rezero"], [0, 1, 2], cells) == {}  # flat within the seeds' spread: no direction
+    assert bracketing_choice(["rezero"], [0, 1, 2], cells) == report  # it extends from the edge the report chose
     assert report == dict(best_lr_telemetry(frame(cells))[["layer", "lr"]].drop_duplicates().values.tolist())

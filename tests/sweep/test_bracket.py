@@ -79,19 +79,42 @@ def test_a_row_at_chance_at_every_lr_steps_up_not_down():
     assert bracket_axes(suite(), blew_up) == []
 
 
-def test_a_flat_row_above_chance_stops_and_the_leaderboard_flags_it():
+def test_a_flat_row_above_chance_is_still_extended_and_the_leaderboard_flags_it():
     from normbench.report.stats import select_lr
     from normbench.report.tables import layer_table
     from normbench.spec.selection import FLAT, add_scores
 
-    # 70 vs 71 with seeds 5 apart: the lrs are indistinguishable, whichever the tie-break or a seed favoured
+    # 70.5 vs 70.5 with seeds 5 apart: the lrs are indistinguishable, and the tie-break's choice (the smaller lr) is
+    # the low edge. Protocol v2 labels the row "no signal" but still steps down: a label never stops the search
     cells = at_digits_size([*done("layernorm", 1e-3, [68, 73]), *done("layernorm", 3e-3, [69, 72])])
-    assert bracket_axes(suite(), cells) == []
+    assert {a["lr"] for a in bracket_axes(suite(), cells)} == {3.333e-4}
     frame = pd.DataFrame([{"cell_id": f"{a['lr']}-{a['seed']}", **a, "best_val_top1": r["val_top1"], **r}
                           for a, r in cells])
     selected = select_lr(add_scores(frame), ["layer", "depth"])
     assert selected["signal"].tolist() == [FLAT]
     assert layer_table(selected, ["layer"])["edge"].tolist() == ["no signal across lrs (flat within the seeds' spread)"]
+
+
+def test_a_seed_stalled_at_a_non_selected_lr_does_not_stop_the_search():
+    # the published case: pre-LN at depth 36, best at the smallest lr tried (85, 84), one seed of the other lr
+    # stalled (80, 20). That spread made v1 call the row flat and stop; v2 steps down until interior or capped
+    cells = at_digits_size([*done("layernorm", 1e-3, [85, 84]), *done("layernorm", 3e-3, [80, 20])])
+    added = bracket_axes(suite(), cells)
+    assert {a["lr"] for a in added} == {3.333e-4} and len(added) == 2
+    interior = [*cells, *at_digits_size(done("layernorm", 3.333e-4, [70, 71]))]
+    assert bracket_axes(suite(), interior) == []  # 1e-3 is interior now
+    lower = [*cells, *at_digits_size(done("layernorm", 3.333e-4, [88, 86]))]  # better again: a step further
+    assert {a["lr"] for a in bracket_axes(suite(), lower)} == {1.111e-4}
+    assert bracket_axes(suite(bracket_max_steps=1), lower) == []  # the cap
+
+
+def test_edge_reason_names_the_cap_or_bracketing_off():
+    from normbench.sweep.bracket import edge_reason
+
+    grid = [1e-3, 3e-3]
+    assert edge_reason([3.3e-4, 1e-3, 3e-3], grid, "low", bracket=True, max_steps=1) == "cap reached"
+    assert edge_reason([3.3e-4, 1e-3, 3e-3], grid, "low", bracket=True, max_steps=2) == ""
+    assert edge_reason([1e-3, 3e-3], grid, "high", bracket=False, max_steps=2) == "bracketing off"
 
 
 def test_a_genuine_bottom_edge_optimum_still_steps_down():

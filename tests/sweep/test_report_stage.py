@@ -91,6 +91,42 @@ def test_a_suite_with_report_seeds_targets_and_a_budget_axis_end_to_end(write_su
     assert len(pd.read_csv(out / "results.csv")) == len(csv)
 
 
+def test_budget_check_trains_each_chosen_lr_at_twice_the_epochs_on_two_report_seeds(write_suite, tmp_path):
+    from normbench.cli import main
+
+    path = write_suite(name="twice", train={"epochs": 2, "batch_size": 128, "warmup_epochs": 1, "telemetry_every": 0},
+                       matrix={"depth": [1], "layer": ["layernorm", "rezero"], "lr": [1e-3, 3e-3], "seed": [0]},
+                       report_seeds=[100, 101, 102], budget_check=True)
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    csv = pd.read_csv(out / "results.csv")
+    report, budget = csv[csv["role"] == "report"], csv[csv["role"] == "budget"]
+    assert len(report) == 2 * 3 and len(budget) == 2 * 2 and set(budget["seed"]) == {100, 101}
+    assert set(budget["epochs_run"]) == {4} and set(report["epochs_run"]) == {2}
+    # at each row's chosen lr, the schedule stretched: warmup doubled with the epochs (its cell id says so)
+    for r in budget.itertuples():
+        assert r.lr == report[report["layer"] == r.layer]["lr"].iloc[0]
+        assert "epochs=4" in r.cell_id and "warmup_epochs=2" in r.cell_id
+    assert [t.state for t in _trials(out, "budget:twice")] == [TrialState.COMPLETE] * 4
+    # the budget cells never score: the leaderboard's n per row is the report seeds'
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0  # resumed: nothing left to train
+    assert len(pd.read_csv(out / "results.csv")) == len(csv)
+
+
+def test_budget_check_needs_two_report_seeds_and_no_epochs_axis():
+    import pytest
+
+    from normbench.errors import SuiteError
+
+    with pytest.raises(SuiteError, match="report_seeds"):
+        parse_suite({"name": "r", "dataset": {"name": "digits"}, "budget_check": True,
+                     "matrix": {"layer": ["layernorm"], "lr": [1e-3]}}, Path("r.yaml"))
+    with pytest.raises(SuiteError, match="epochs"):
+        suite(budget_check=True, matrix={"epochs": [1, 2], "layer": ["layernorm"], "lr": [1e-3], "seed": [0]})
+    with pytest.raises(SuiteError, match="true or false"):
+        suite(budget_check="yes")
+
+
 def _trials(out: Path, study: str, ledger: Ledger | None = None) -> list:
     """The study's trials, read without creating it (Ledger.study would: the runner must create its own stages)."""
     storage = (ledger or Ledger(None, out)).storage

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from normbench.report.budget import BUDGET_AXIS
-from normbench.report.convergence import convergence_rows, loss_floor, loss_threshold
+from normbench.report.convergence import budget_rows, convergence_rows, loss_floor, loss_threshold
 from normbench.report.learning_speed import add_steps_to_targets, speed_rows
-from normbench.report.stats import lr_sensitivity, select_lr, selected_cells, separation
+from normbench.report.stats import lr_sensitivity, select_lr, selected_cells, selecting, separation
+from normbench.spec.selection import BUDGETS, ROLE, SELECT, edge_reason
 
 MATRIX_AXES = ("depth", "layer", "lr", "seed")
 
@@ -51,6 +52,13 @@ class Analysis:
     selected: pd.DataFrame     # select_lr's rows + convergence + sensitivity + failure columns
     speed: pd.DataFrame        # learning_speed.speed_rows per row
     separation: pd.DataFrame   # stats.separation per table
+    budget: pd.DataFrame = field(default_factory=pd.DataFrame)  # convergence.budget_rows: the 2x check per row
+    budget_cells: pd.DataFrame = field(default_factory=pd.DataFrame)  # the 2x cells themselves (results.csv rows)
+
+    @property
+    def all_cells(self) -> pd.DataFrame:
+        """Every cell, the 2x check's included: what results.csv holds."""
+        return pd.concat([self.cells, self.budget_cells], ignore_index=True) if len(self.budget_cells) else self.cells
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -67,17 +75,46 @@ def table_and_row_keys(cells: pd.DataFrame, matrix_axes: list[str]) -> tuple[lis
 
 
 def analyse(cells: pd.DataFrame, history: pd.DataFrame, *, matrix_axes: list[str], targets: list[float],
-            smoothing: float | None, soft_targets: bool) -> Analysis:
+            smoothing: float | None, soft_targets: bool, lr_grid: list[float] | None = None,
+            bracket_max_steps: int | None = None) -> Analysis:
+    """`lr_grid` and `bracket_max_steps` (None: bracketing off) let the edge column say why a row stayed on one."""
+    budget = cells[cells[ROLE] == BUDGETS] if ROLE in cells else cells.iloc[0:0]
+    cells = cells[cells[ROLE] != BUDGETS] if ROLE in cells else cells  # 2x cells never choose nor score
     row_keys, table_keys = table_and_row_keys(cells, matrix_axes)
     keys = [*row_keys, *table_keys]
     cells = add_steps_to_targets(cells, history, targets)
     regime = Regime.of(cells, smoothing, soft_targets)
-    selected = select_lr(cells, keys)
+    selected = with_edge_reasons(select_lr(cells, keys), cells, keys, lr_grid, bracket_max_steps)
     at_selected = selected_cells(cells, selected, keys)
     converged = convergence_rows(at_selected, history, keys, regime.threshold)
+    checked = budget_rows(at_selected, budget, keys, value=SELECT)
+    if not checked.empty:  # the 2x check decides where it ran; the loss/val-slope rule only where it did not
+        converged = converged.merge(checked, on=keys, how="left", suffixes=("_rule", ""))
+        ran = converged["converged"].notna()
+        converged["converged"] = converged["converged"].where(ran, converged["converged_rule"])
+        converged["reason"] = converged["reason"].where(ran, converged["reason_rule"])
+        converged = converged.drop(columns=["converged_rule", "reason_rule"])
     sensitivity = lr_sensitivity(cells, keys, table_keys)
     selected = (selected.merge(converged, on=keys, how="left")
                 .merge(sensitivity[[*keys, "sensitivity", "common_lrs"]], on=keys, how="left"))
     return Analysis(cells=cells, history=history, row_keys=row_keys, table_keys=table_keys, targets=targets,
                     regime=regime, selected=selected, speed=speed_rows(at_selected, keys, targets),
-                    separation=separation(cells, selected, keys, table_keys))
+                    separation=separation(cells, selected, keys, table_keys), budget=checked,
+                    budget_cells=budget)
+
+
+def with_edge_reasons(selected: pd.DataFrame, cells: pd.DataFrame, keys: list[str], lr_grid: list[float] | None,
+                      bracket_max_steps: int | None) -> pd.DataFrame:
+    """`edge_why` per row on an edge: "cap reached" or "bracketing off" (spec.selection.edge_reason); "" else."""
+    why = []
+    for row in selected.to_dict("records"):
+        side = {"low": "low", "high": "high"}.get(row["edge"])
+        if side is None or not lr_grid:
+            why.append("")
+            continue
+        tried = selecting(cells)
+        for k in keys:
+            tried = tried[tried[k] == row[k]]
+        why.append(edge_reason(sorted(set(tried["lr"])), sorted(lr_grid), side, bracket=bracket_max_steps is not None,
+                               max_steps=bracket_max_steps or 0))
+    return selected.assign(edge_why=why)

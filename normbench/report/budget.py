@@ -43,3 +43,22 @@ def budget_agreement(selected: pd.DataFrame, group_keys: list[str]) -> pd.DataFr
             rows.append({**where, "budget": budget, "against": budgets[-1], "layers": len(layers), "rho": rho,
                          "p": p, "verdict": budget_verdict(rho, p), "swaps": swapped_pairs(layers, a, b)})
     return pd.DataFrame(rows)
+
+
+def check_agreement(checked: pd.DataFrame, row_keys: list[str], table_keys: list[str]) -> pd.DataFrame:
+    """Per table of the 2x convergence check (convergence.budget_rows): rho and permutation p of the rows' val at
+    1x against 2x, and the pairs that swap. Formatted: one text column each."""
+    rows = []
+    groups = checked.groupby(table_keys, dropna=False, sort=True) if table_keys else [((), checked)]
+    for key, group in groups:
+        where = dict(zip(table_keys, key if isinstance(key, tuple) else (key,), strict=True))
+        names = [" ".join(str(r[k]) for k in row_keys) for r in group.to_dict("records")]
+        a, b = group["val_1x"].to_numpy(float), group["val_2x"].to_numpy(float)
+        enough = len(group) >= MIN_LAYERS
+        rho = spearman(a, b) if enough else math.nan
+        p = permutation_p(a, b) if enough else math.nan
+        rows.append({**{k: str(v) for k, v in where.items()}, "rows": str(len(group)),
+                     "rho": "—" if math.isnan(rho) else f"{rho:+.2f}",
+                     "permutation p": "—" if math.isnan(p) else f"{p:.3f}", "verdict": budget_verdict(rho, p),
+                     "swapped (order at 1x)": ", ".join(f"{x} > {y}" for x, y in swapped_pairs(names, a, b)) or "none"})
+    return pd.DataFrame(rows)

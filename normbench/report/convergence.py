@@ -90,3 +90,35 @@ def convergence_rows(at_selected: pd.DataFrame, history: pd.DataFrame, keys: lis
                                   [curves[c] for c in alive["cell_id"] if c in curves], threshold)
         rows.append({**dict(zip(keys, key, strict=True)), "converged": verdict.converged, "reason": verdict.reason})
     return pd.DataFrame(rows)
+
+
+# The convergence check of protocol v2 (`budget_check`): each row's selected lr trained again on two report seeds at
+# twice the epochs, the schedule stretched. On the bundled digits' 360 val images one point is 3.6 images, about half
+# the seed-to-seed standard deviation of a converged row's val top-1 (1.5-2.5 points in the converged sweep), so a
+# change under a point is noise while a row still learning at 1x gains several (pre-LN at depth 36: ~2.4 a epoch).
+BUDGET_POINTS = 1.0
+
+
+def budget_rows(at_selected: pd.DataFrame, budget: pd.DataFrame, keys: list[str], *, value: str) -> pd.DataFrame:
+    """Per row with budget cells: the seed-mean `value` (val top-1 at the final epoch, 0 when diverged) of the 1x
+    cells and of the 2x cells on the same seeds, their change, and the verdict: converged when the change is under
+    BUDGET_POINTS either way. Columns: keys, seeds, val_1x, val_2x, change, converged, reason."""
+    rows = []
+    for key, twice in budget.groupby(keys, dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        where = dict(zip(keys, key, strict=True))
+        once = at_selected
+        for k, v in where.items():
+            once = once[once[k] == v]
+        once = once.set_index("seed")[value]
+        paired = twice[twice["seed"].isin(once.index)]
+        if paired.empty:
+            continue
+        val_1x, val_2x = float(once[paired["seed"]].mean()), float(paired[value].mean())
+        change = val_2x - val_1x
+        converged = abs(change) < BUDGET_POINTS
+        reason = "" if converged else (f"still improving (+{change:.1f} at 2x)" if change > 0
+                                       else f"worse at 2x ({change:.1f})")
+        rows.append({**where, "seeds": len(paired), "val_1x": val_1x, "val_2x": val_2x, "change": change,
+                     "converged": converged, "reason": reason})
+    return pd.DataFrame(rows, columns=[*keys, "seeds", "val_1x", "val_2x", "change", "converged", "reason"])

@@ -56,7 +56,7 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     tuned = _with_recipe_columns(tuned, suite)
     analysis = _analyse(cells, suite) if not cells.empty else None
     if analysis is not None:
-        analysis.cells.drop(columns=UNWRITTEN, errors="ignore").to_csv(folder.results, index=False)
+        analysis.all_cells.drop(columns=UNWRITTEN, errors="ignore").to_csv(folder.results, index=False)
         analysis.history.to_csv(folder.history, index=False)
     ceiling = _ceiling(folder, suite)
     lines = header(suite, cells, analysis, ceiling)
@@ -87,7 +87,9 @@ def _analyse(cells: pd.DataFrame, suite: Suite | None) -> Analysis:
     history = history_frame(cells, [k for k in keys if k in cells])
     return analyse(cells, history, matrix_axes=axes, targets=list(suite.targets if suite else DEFAULT_TARGETS),
                    smoothing=train.label_smoothing if train else None,
-                   soft_targets=bool(train and (train.mixup > 0 or train.cutmix > 0)))
+                   soft_targets=bool(train and (train.mixup > 0 or train.cutmix > 0)),
+                   lr_grid=list(suite.matrix.get("lr", [])) if suite else None,
+                   bracket_max_steps=suite.bracket_max_steps if suite and suite.bracket else None)
 
 
 def _ceiling(folder: OutputFolder, suite: Suite | None) -> str | None:

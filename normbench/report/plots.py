@@ -30,19 +30,19 @@ from normbench.report.style import (
     lr_text,
 )
 from normbench.spec.names import OutputFolder
-from normbench.spec.selection import DIVERGED, SCORE
+from normbench.spec.selection import DIVERGED, SCORE, SELECT
 
 ROW = ["layer", "depth"]
 DIVERGED_STEP = 8  # points between the x of two layers diverged at one place
 MAX_LR_LABELS = 6  # more lr tick labels than this collide in a 4-inch panel: every other one is labelled
 
 
-def seed_summary(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Per `keys`: n (seeds), diverged (how many), and mean/low/high of `score` over the seeds that did not
-    diverge (t interval clipped to [0, 100]; NaN where every seed diverged)."""
+def seed_summary(cells: pd.DataFrame, keys: list[str], value: str = SCORE) -> pd.DataFrame:
+    """Per `keys`: n (seeds), diverged (how many), and mean/low/high of `value` (default `score`, test top-1) over
+    the seeds that did not diverge (t interval clipped to [0, 100]; NaN where every seed diverged)."""
     rows = []
     for key, group in cells.groupby(keys, sort=True, dropna=False):
-        ok = group[group["status"] != DIVERGED][SCORE]
+        ok = group[group["status"] != DIVERGED][value]
         mean, low, high = t_interval(ok, bounds=ACCURACY)
         rows.append({**dict(zip(keys, key, strict=True)), "n": len(group), "diverged": len(group) - len(ok),
                      "mean": mean, "low": low, "high": high})
@@ -63,7 +63,7 @@ def _offset(i: int, layers: int) -> float:
 
 
 def _draw(ax: Any, x: np.ndarray, rows: pd.DataFrame, layer: str, floor: dict[float, int],
-          at: np.ndarray | None = None) -> None:
+          at: np.ndarray | None = None, bottom: float = 0.0) -> None:
     """One layer's mean line with its CI, and its diverged seeds apart: an x on the axis floor at `at` (default
     `x`), their count beside it; `floor` counts the x already drawn at each place, so the next one stacks above."""
     from matplotlib.transforms import offset_copy
@@ -77,10 +77,10 @@ def _draw(ax: Any, x: np.ndarray, rows: pd.DataFrame, layer: str, floor: dict[fl
         level = floor.get(place, 0)
         floor[place] = level + 1
         lifted = offset_copy(ax.transData, fig=ax.figure, y=DIVERGED_STEP * level, units="points")
-        # clip_on=False: the lowest x sits on the floor (y = 0) without stretching the 0-100 axis
-        ax.plot([place], [0.0], DIVERGED_MARKER, color=colour, markersize=6, markeredgewidth=1.5, clip_on=False,
+        # clip_on=False: the lowest x sits on the axis floor (`bottom`) without stretching the axis
+        ax.plot([place], [bottom], DIVERGED_MARKER, color=colour, markersize=6, markeredgewidth=1.5, clip_on=False,
                 zorder=5, transform=lifted, gid=f"diverged:{layer}")
-        ax.annotate(str(count), (place, 0.0), xycoords=lifted, xytext=(5, 0), textcoords="offset points",
+        ax.annotate(str(count), (place, bottom), xycoords=lifted, xytext=(5, 0), textcoords="offset points",
                     va="center", fontsize=7, color=colour, annotation_clip=False)
 
 
@@ -109,8 +109,43 @@ def _row_major(handles: list[Any], ncol: int) -> list[Any]:
     return [handles[r * ncol + c] for c in range(ncol) for r in range(per_col[c])]
 
 
+def accuracy_limits(frames: Sequence[pd.DataFrame], references: dict[str, float] | None = None) -> tuple[float, float]:
+    """A y range fit to the data (means and CI ends of `frames`) and the reference lines near it, on 5-point
+    steps within [0, 100]: rows between 82 and 97 are read on 80-100, not squeezed into a 0-100 axis. A reference far
+    below the data (chance at 10% under rows at 80%+) is named in the title instead of stretching the axis."""
+    values = np.concatenate([f[c].to_numpy(dtype=float) for f in frames for c in ("mean", "low", "high") if c in f]
+                            or [np.array([])])
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return ACCURACY
+    low, high = float(values.min()), float(values.max())
+    near = [v for v in (references or {}).values() if low - 15 <= v <= 100]
+    low, high = min([low, *near]), max([high, *near])
+    return max(0.0, 5 * np.floor((low - 2) / 5)), min(100.0, 5 * np.ceil((high + 2) / 5))
+
+
+def draw_references(ax: Any, references: dict[str, float] | None) -> list[str]:
+    """Dashed grey lines for the references within the axis (chance, the data's ceiling), labelled at the right;
+    returns the names of those outside it, for the title."""
+    outside = []
+    bottom, top = ax.get_ylim()
+    for name, value in (references or {}).items():
+        if not bottom <= value <= top:
+            outside.append(f"{name} {value:.1f}%")
+            continue
+        ax.axhline(value, color="0.45", linestyle="--", linewidth=0.9, zorder=1)
+        ax.annotate(f"{name} {value:.1f}%", (1.0, value), xycoords=("axes fraction", "data"), xytext=(-2, 2),
+                    textcoords="offset points", ha="right", va="bottom", fontsize=7, color="0.35")
+    return outside
+
+
+def _outside_text(outside: list[str]) -> str:
+    return f"; off the axis: {', '.join(outside)}" if outside else ""
+
+
 def depth_figure(cells: pd.DataFrame, selected: pd.DataFrame, *, dataset: str, epochs: str,
-                 metric: str = "test top-1 (%)", order: Sequence[str] | None = None) -> Any:
+                 metric: str = "test top-1 (%)", order: Sequence[str] | None = None,
+                 references: dict[str, float] | None = None) -> Any:
     """Each layer's score against depth at its val-selected lr (the seeds that score it)."""
     plt = _pyplot()
     summary = seed_summary(selected_cells(cells, selected, ROW), ROW)
@@ -118,24 +153,28 @@ def depth_figure(cells: pd.DataFrame, selected: pd.DataFrame, *, dataset: str, e
     depths = sorted(summary["depth"].unique())
     gap = min((b - a for a, b in zip(depths, depths[1:], strict=False)), default=1)
     fig, ax = plt.subplots(figsize=(6.5, 4.4), layout="constrained")
+    ax.set_ylim(*accuracy_limits([summary], references))
+    outside = draw_references(ax, references)
     floor: dict[float, int] = {}
     for i, layer in enumerate(layers):
         rows = summary[summary["layer"] == layer].sort_values("depth")
         at = rows["depth"].to_numpy(dtype=float)
-        _draw(ax, at + 0.1 * gap * _offset(i, len(layers)), rows, layer, floor, at)
+        _draw(ax, at + 0.1 * gap * _offset(i, len(layers)), rows, layer, floor, at, bottom=ax.get_ylim()[0])
     ax.set_xticks(depths, [f"{d:g}" for d in depths])
-    ax.set(xlabel="depth", ylabel=metric, ylim=ACCURACY)  # a bounded score: a wide CI must not squash the means
+    ax.set(xlabel="depth", ylabel=metric)
     ax.set_title(f"{dataset}, {epochs} epoch(s): {metric} at the val-selected lr\n"
-                 "mean over the seeds that did not diverge, 95% CI", fontsize=10)
+                 f"mean over the seeds that did not diverge, 95% CI{_outside_text(outside)}", fontsize=10)
     _legend(fig, layers, diverged=bool(summary["diverged"].any()))
     return fig
 
 
-def lr_figure(cells: pd.DataFrame, *, dataset: str, epochs: str, metric: str = "test top-1 (%)",
-              order: Sequence[str] | None = None) -> Any:
-    """Score against lr, one panel per depth in a grid of at most 3 columns, over the selection seeds."""
+def lr_figure(cells: pd.DataFrame, *, dataset: str, epochs: str, metric: str = "val top-1 (%)",
+              order: Sequence[str] | None = None, references: dict[str, float] | None = None) -> Any:
+    """Val top-1 (what chooses the lr) against lr, one panel per depth in a grid of at most 3 columns, over the
+    selection seeds."""
     plt = _pyplot()
-    summary = seed_summary(selecting(cells), [*ROW, "lr"])
+    summary = seed_summary(selecting(cells), [*ROW, "lr"], value=SELECT)
+    limits = accuracy_limits([summary], references)
     layers = layer_order(summary["layer"], order)
     depths = sorted(summary["depth"].unique())
     lrs = sorted(summary["lr"].unique())
@@ -148,8 +187,9 @@ def lr_figure(cells: pd.DataFrame, *, dataset: str, epochs: str, metric: str = "
             mine = at_depth[at_depth["layer"] == layer].sort_values("lr")
             at = mine["lr"].to_numpy(dtype=float)
             if len(mine):
-                _draw(ax, at * 1.03 ** _offset(i, len(layers)), mine, layer, floor, at)
-        ax.set(xscale="log", ylim=ACCURACY, xlim=(lrs[0] / 1.6, lrs[-1] * 1.6))  # one lr: no zoom onto the dodge
+                _draw(ax, at * 1.03 ** _offset(i, len(layers)), mine, layer, floor, at, bottom=limits[0])
+        ax.set(xscale="log", ylim=limits, xlim=(lrs[0] / 1.6, lrs[-1] * 1.6))  # one lr: no zoom onto the dodge
+        outside = draw_references(ax, references)
         ax.set_title(f"depth {depth:g}", fontsize=10)
         _lr_ticks(ax, lrs)
         if j + cols >= len(depths):  # the lowest panel of its column
@@ -158,8 +198,8 @@ def lr_figure(cells: pd.DataFrame, *, dataset: str, epochs: str, metric: str = "
         ax.set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylabel(metric)
-    fig.suptitle(f"{dataset}, {epochs} epoch(s): {metric} vs lr\nmean over the selection seeds that did not "
-                 "diverge, 95% CI", fontsize=10)
+    fig.suptitle(f"{dataset}, {epochs} epoch(s): {metric} vs lr (what chooses each row's lr)\nmean over the "
+                 f"selection seeds that did not diverge, 95% CI{_outside_text(outside)}", fontsize=10)
     _legend(fig, layers, diverged=bool(summary["diverged"].any()))
     return fig
 
@@ -174,7 +214,8 @@ def _lr_ticks(ax: Any, lrs: list[float]) -> None:
 
 
 def write_plots(cells: pd.DataFrame, selected: pd.DataFrame, out_dir: Path, *, dataset: str, epochs: str,
-                metric: str = "test top-1 (%)", order: Sequence[str] | None = None) -> list[Path]:
+                metric: str = "test top-1 (%)", order: Sequence[str] | None = None,
+                references: dict[str, float] | None = None) -> list[Path]:
     """accuracy_vs_depth.png (each layer at its val-selected lr) and accuracy_vs_lr.png (one panel per depth).
 
     Args:
@@ -183,14 +224,15 @@ def write_plots(cells: pd.DataFrame, selected: pd.DataFrame, out_dir: Path, *, d
         dataset, epochs: Named in the titles, e.g. "digits", "10".
         metric: The y axis, the leaderboard's score.
         order: The suite's layers (`Suite.layers()`): the figures' order; None sorts them.
+        references: Dashed lines, e.g. {"chance": 10.0, "logistic regression": 96.7}.
     """
-    text = {"dataset": dataset, "epochs": epochs, "metric": metric, "order": order}
-    return [_save(depth_figure(cells, selected, **text), out_dir / OutputFolder.ACCURACY_VS_DEPTH),
+    text = {"dataset": dataset, "epochs": epochs, "order": order, "references": references}
+    return [_save(depth_figure(cells, selected, metric=metric, **text), out_dir / OutputFolder.ACCURACY_VS_DEPTH),
             _save(lr_figure(cells, **text), out_dir / OutputFolder.ACCURACY_VS_LR)]
 
 
 def step_figure(history: pd.DataFrame, at_selected: pd.DataFrame, *, dataset: str,
-                order: Sequence[str] | None = None) -> Any | None:
+                order: Sequence[str] | None = None, references: dict[str, float] | None = None) -> Any | None:
     """Val top-1 against optimizer steps for each layer at its selected lr, at the deepest depth (and largest
     budget), mean over the reporting seeds with their min-max band; None without curves."""
     if history.empty or at_selected.empty:
@@ -210,7 +252,9 @@ def step_figure(history: pd.DataFrame, at_selected: pd.DataFrame, *, dataset: st
         mean, colour = by_step.mean(), layer_colour(layer)
         ax.plot(mean.index, mean.to_numpy(), color=colour, marker=layer_marker(layer), markersize=3, label=layer)
         ax.fill_between(mean.index, by_step.min().to_numpy(), by_step.max().to_numpy(), color=colour, alpha=0.15)
+    # the curves start at chance: the full range, with the references drawn
     ax.set(xlabel="optimizer steps", ylabel="val top-1 (%)", ylim=ACCURACY)
+    draw_references(ax, references)
     ax.set_title(f"{dataset}, depth {int(deepest['depth'].max())}: val top-1 vs steps at each layer's selected lr"
                  "\n(mean over the reporting seeds, band = min-max)", fontsize=10)
     seeds = curves.groupby("layer")["cell_id"].nunique()
@@ -219,10 +263,11 @@ def step_figure(history: pd.DataFrame, at_selected: pd.DataFrame, *, dataset: st
 
 
 def write_accuracy_vs_step(history: pd.DataFrame, at_selected: pd.DataFrame, out_dir: Path, *,
-                           dataset: str, order: Sequence[str] | None = None) -> Path | None:
+                           dataset: str, order: Sequence[str] | None = None,
+                           references: dict[str, float] | None = None) -> Path | None:
     """accuracy_vs_step.png (step_figure): learning speed and final accuracy in one picture; a curve that starts
     late but ends high crosses the others."""
-    fig = step_figure(history, at_selected, dataset=dataset, order=order)
+    fig = step_figure(history, at_selected, dataset=dataset, order=order, references=references)
     return None if fig is None else _save(fig, out_dir / OutputFolder.ACCURACY_VS_STEP)
 
 
@@ -258,6 +303,41 @@ def write_lr_sensitivity(selected: pd.DataFrame, out_dir: Path, *, dataset: str,
     return None if fig is None else _save(fig, out_dir / OutputFolder.LR_SENSITIVITY)
 
 
+def lr_depth_figure(selected: pd.DataFrame, cells: pd.DataFrame, *, dataset: str,
+                    order: Sequence[str] | None = None) -> Any | None:
+    """Does the best lr move with depth? Each layer's val-selected lr against depth (log scale), a thin bar for the
+    span of lrs its selection seeds tried there and a thick one for its lr window; None with one depth."""
+    depths = sorted(selected["depth"].unique())
+    if len(depths) < 2:
+        return None
+    tried = selecting(cells).groupby(ROW)["lr"].agg(["min", "max"])
+    layers = layer_order(selected["layer"], order)
+    gap = min(b - a for a, b in zip(depths, depths[1:], strict=False))
+    fig, ax = _pyplot().subplots(figsize=(6.5, 4.4), layout="constrained")
+    for i, layer in enumerate(layers):
+        rows = selected[selected["layer"] == layer].sort_values("depth")
+        x = rows["depth"].to_numpy(dtype=float) + 0.12 * gap * _offset(i, len(layers))
+        colour = layer_colour(layer)
+        span = np.array([tried.loc[(layer, d)].to_numpy(dtype=float) for d in rows["depth"]])
+        ax.vlines(x, span[:, 0], span[:, 1], color=colour, linewidth=0.8, alpha=0.6)
+        ax.vlines(x, rows["window_low"], rows["window_high"], color=colour, linewidth=3.0, alpha=0.45)
+        ax.plot(x, rows["lr"], color=colour, marker=layer_marker(layer), markersize=5, label=layer)
+    ax.set_yscale("log")
+    ax.set_xticks(depths, [f"{d:g}" for d in depths])
+    ax.set(xlabel="depth", ylabel="val-selected lr")
+    ax.set_title(f"{dataset}: the val-selected lr against depth\nthin bar = lrs tried, thick bar = lr window "
+                 "(lrs within the selected lr's val CI)", fontsize=10)
+    _legend(fig, layers)
+    return fig
+
+
+def write_lr_vs_depth(selected: pd.DataFrame, cells: pd.DataFrame, out_dir: Path, *, dataset: str,
+                      order: Sequence[str] | None = None) -> Path | None:
+    """lr_vs_depth.png (lr_depth_figure)."""
+    fig = lr_depth_figure(selected, cells, dataset=dataset, order=order)
+    return None if fig is None else _save(fig, out_dir / OutputFolder.LR_VS_DEPTH)
+
+
 def _pyplot():  # matplotlib.pyplot, imported only when a figure is drawn
     import matplotlib
 
@@ -268,7 +348,18 @@ def _pyplot():  # matplotlib.pyplot, imported only when a figure is drawn
 
 
 def _save(fig: Any, path: Path) -> Path:
-    """The file (tight: the legend below and titles are kept whole), then the figure is closed."""
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    """save_figure, then the figure is closed."""
+    save_figure(fig, path)
     _pyplot().close(fig)
+    return path
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    """The PNG at DPI (tight: the legend below and titles are kept whole) and its SVG twin for papers; the SVG
+    carries no date and fixed ids, so an unchanged figure rewrites the same file."""
+    import matplotlib
+
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    with matplotlib.rc_context({"svg.hashsalt": "normbench", "svg.fonttype": "none"}):
+        fig.savefig(path.with_suffix(".svg"), bbox_inches="tight", metadata={"Date": None})
     return path

@@ -12,22 +12,26 @@ from typing import Any
 import pandas as pd
 
 from normbench.report.analysis import Analysis
-from normbench.report.budget import BUDGET_AXIS, budget_agreement
+from normbench.report.budget import BUDGET_AXIS, budget_agreement, check_agreement
+from normbench.report.convergence import BUDGET_POINTS
 from normbench.report.frames import FAILED
 from normbench.report.header import budget_text
-from normbench.report.plots import write_accuracy_vs_step, write_lr_sensitivity, write_plots
-from normbench.report.stats import ALPHA, check_claims, select_lr, selected_cells
+from normbench.report.plots import write_accuracy_vs_step, write_lr_sensitivity, write_lr_vs_depth, write_plots
+from normbench.report.stats import ALPHA, check_claims, select_lr, selected_cells, selecting
 from normbench.report.tables import (
     all_depths_table,
     baseline_table,
+    budget_check_table,
     budget_table,
     claims_table,
     layer_table,
+    lr_depth_table,
     markdown_table,
     speed_table,
     throughput_table,
 )
-from normbench.spec.suite import Suite
+from normbench.spec.names import OutputFolder
+from normbench.spec.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
 
 
 def title(where: dict[str, Any]) -> str:
@@ -81,6 +85,11 @@ def comparison_sections(analysis: Analysis, suite: Suite | None) -> list[str]:
     lines = ["## all depths (test top-1 % [95% CI] at each depth's val-selected lr; e = selected lr at the grid's "
              "edge; sorted by the mean over depths)", "",
              markdown_table(all_depths_table(selected, [*a.row_keys, *a.table_keys[1:]])), ""]
+    if selected["depth"].nunique() > 1 and a.table_keys == ["depth"]:
+        tried = selecting(cells).groupby([*a.row_keys, "depth"])["lr"].agg(["min", "max"])
+        lines += ["## does the best lr move with depth? (each row's val-selected lr, e = at the edge of the lrs tried; "
+                  "in brackets the lrs its selection seeds tried; figure lr_vs_depth)", "",
+                  markdown_table(lr_depth_table(selected, tried, a.row_keys)), ""]
     baseline = suite.baseline if suite else ("layernorm" if "layernorm" in set(cells["layer"]) else None)
     if baseline is not None:
         table = baseline_table(cells, selected, keys, baseline)
@@ -94,6 +103,7 @@ def comparison_sections(analysis: Analysis, suite: Suite | None) -> list[str]:
                   f"supported where p < {ALPHA:g} and the difference lies above `by`, contradicted where below, "
                   "else inconclusive; each read in the regime it states)", "",
                   markdown_table(claims_table(claims, claim_regimes(a, claims))), ""]
+    lines += convergence_check_section(a)
     if BUDGET_AXIS in a.table_keys:
         group_keys = [k for k in a.table_keys if k != BUDGET_AXIS]
         agreement = budget_agreement(selected, group_keys)
@@ -102,6 +112,21 @@ def comparison_sections(analysis: Analysis, suite: Suite | None) -> list[str]:
                       f"largest budget's; one-sided exact permutation p; holds: rho > 0 and p < {ALPHA:g})", "",
                       markdown_table(budget_table(agreement, group_keys)), ""]
     return lines
+
+
+def convergence_check_section(analysis: Analysis) -> list[str]:
+    """The 2x budget check per row, and per table whether the ranking at 1x is the ranking at 2x."""
+    if analysis.budget.empty:
+        return []
+    a = analysis
+    agreement = check_agreement(a.budget, a.row_keys, a.table_keys)
+    return [f"## convergence check: each row's selected lr at {BUDGET_FACTOR}x the epochs (val top-1 %, seed mean over "
+            f"the same {BUDGET_SEEDS} report seeds at both budgets; converged: the change is under {BUDGET_POINTS:g} "
+            "point; the 2x cells never choose nor score)", "",
+            markdown_table(budget_check_table(a.budget, a.row_keys, a.table_keys)), "",
+            f"Does the ranking at 1x hold at {BUDGET_FACTOR}x? (Spearman's rho of the rows' val at 1x against 2x, "
+            f"one-sided exact permutation p; holds: rho > 0 and p < {ALPHA:g})", "",
+            markdown_table(agreement), ""]
 
 
 def failed_section(failed: list[dict[str, Any]]) -> list[str]:
@@ -121,6 +146,21 @@ def failed_section(failed: list[dict[str, Any]]) -> list[str]:
             "--retry-failed` gives them another round.", "", markdown_table(pd.DataFrame(rows)), ""]
 
 
+def figure_references(analysis: Analysis, out_dir: Path) -> dict[str, float]:
+    """The accuracy figures' reference lines: chance (100 / classes) and the data's ceiling (the best simple model
+    of ceiling.csv, test top-1), those known."""
+    references = {}
+    if analysis.regime.num_classes:
+        references["chance"] = 100.0 / analysis.regime.num_classes
+    path = OutputFolder(out_dir).ceiling
+    if path.is_file():
+        ceiling = pd.read_csv(path)
+        if len(ceiling) and "test_top1" in ceiling:
+            best = ceiling.loc[ceiling["test_top1"].idxmax()]
+            references[f"ceiling ({best['model']})"] = float(best["test_top1"])
+    return references
+
+
 def run_sections(analysis: Analysis, suite: Suite | None, out_dir: Path) -> list[str]:
     """Every section of a run's leaderboard, and its figures."""
     a = analysis
@@ -137,11 +177,14 @@ def run_sections(analysis: Analysis, suite: Suite | None, out_dir: Path) -> list
         else str(suite.cell({}).config.train.epochs) if BUDGET_AXIS not in a.table_keys \
         else str(int(largest[BUDGET_AXIS].max()))
     order = suite.layers() if suite else None  # one order (and colour) per layer in every figure
+    references = figure_references(a, out_dir)
     plots = write_plots(largest, select_lr(largest, ["layer", "depth"]), out_dir, dataset=dataset, epochs=epochs,
-                        order=order)
+                        order=order, references=references)
     for extra in (write_accuracy_vs_step(a.history, selected_cells(a.cells, a.selected, a.keys), out_dir,
-                                         dataset=dataset, order=order),
-                  write_lr_sensitivity(a.selected, out_dir, dataset=dataset, table_keys=a.table_keys, order=order)):
+                                         dataset=dataset, order=order, references=references),
+                  write_lr_sensitivity(a.selected, out_dir, dataset=dataset, table_keys=a.table_keys, order=order),
+                  write_lr_vs_depth(a.selected, a.cells, out_dir, dataset=dataset, order=order)
+                  if a.table_keys == ["depth"] else None):
         if extra is not None:
             plots.append(extra)
     return [*lines, *(f"![{p.stem}]({p.name})" for p in plots), ""]

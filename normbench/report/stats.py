@@ -125,8 +125,10 @@ def per_lr(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     rows = []
     for key, group in selecting(cells).groupby([*keys, "lr"], dropna=False, sort=True):
         mean, low, high = t_interval(group[SCORE], bounds=ACCURACY)
+        _, select_low, select_high = t_interval(group[SELECT], bounds=ACCURACY)
         rows.append({**dict(zip([*keys, "lr"], key, strict=True)), "n": len(group),
-                     "select_mean": seed_mean(group[SELECT]), "mean": mean, "low": low, "high": high,
+                     "select_mean": seed_mean(group[SELECT]), "select_low": select_low, "select_high": select_high,
+                     "mean": mean, "low": low, "high": high,
                      "diverged": int((group["status"] == DIVERGED).sum()),
                      "seeds": list(zip(group[SELECT], _chance_flags(group), group["status"] == DIVERGED,
                                        strict=True))})
@@ -168,7 +170,9 @@ def select_lr(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         group = group.sort_values("lr")
         lr = choose_lr(dict(zip(group["lr"], group["select_mean"], strict=True)))
         best = group[group["lr"] == lr].iloc[0]
-        inside = group[(group["mean"] >= best["low"]) & (group["mean"] <= best["high"])]["lr"].tolist()
+        # the window is read on val, like the choice it qualifies: test never picks an lr, nor a span of them
+        inside = group[(group["select_mean"] >= best["select_low"])
+                       & (group["select_mean"] <= best["select_high"])]["lr"].tolist()
         window = inside if inside else [best["lr"]]
         where = dict(zip(keys, key, strict=True))
         at_lr = _matching(scored, {**where, "lr": lr})

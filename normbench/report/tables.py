@@ -29,18 +29,24 @@ def ci_text(low: float, high: float) -> str:
     return "—" if math.isnan(low) or math.isnan(high) else f"[{low:.2f}, {high:.2f}]"
 
 
-def edge_text(edge: str, signal: str = "") -> str:
-    """Where the selected lr sits, or why the row has no selected lr worth the name (spec.selection.lr_signal)."""
-    if signal == AT_CHANCE:
-        return "no signal (best lr at chance)"
-    if signal == FLAT:
-        return "no signal across lrs (flat within the seeds' spread)"
-    return {"low": "edge (lowest lr)", "high": "edge (highest lr)", "only": "edge (one lr)", "": ""}[edge]
+def edge_text(edge: str, signal: str = "", why: str = "") -> str:
+    """Where the selected lr sits and, on an edge, why the search stopped there (cap reached, bracketing off); a row
+    whose lrs tell nothing apart says so too (spec.selection.lr_signal): a label, never a reason to stop."""
+    where = {"low": "edge (lowest lr", "high": "edge (highest lr", "only": "edge (one lr", "": ""}[edge]
+    where = f"{where}{f', {why}' if why else ''})" if where else ""
+    label = {AT_CHANCE: "no signal (best lr at chance)",
+             FLAT: "no signal across lrs (flat within the seeds' spread)"}.get(signal, "")
+    return "; ".join(t for t in (label, where) if t)
 
 
 def converged_text(row: pd.Series) -> str:
+    """'yes (2x: +0.4)' / 'still improving (+2.4 at 2x)' where the 2x check ran, else the loss/val-slope rule's
+    'yes' / 'no (reason)' with '(no 2x check)'."""
     if "converged" not in row or row["converged"] != row["converged"]:
         return "?"
+    change = row.get("change")
+    if change is not None and change == change:
+        return f"yes (2x: {change:+.1f})" if row["converged"] else str(row["reason"])
     return "yes" if row["converged"] else f"no ({row['reason']})"
 
 
@@ -70,7 +76,8 @@ def layer_table(selected: pd.DataFrame, row_keys: list[str], params: dict[Any, f
                      "n": f"{r['n']} {r.get('seeds', '')}".strip(),
                      "non-failing (%)": f"{_text(r.get('ok_mean'))} ({r.get('ok_n', r['n'])})",
                      "val top-1 (%)": f"{r['select_mean']:.2f}", "lr (val-selected)": lr_text(r["lr"]),
-                     "edge": edge_text(r["edge"], r.get("signal", "")), "converged": converged_text(r),
+                     "edge": edge_text(r["edge"], r.get("signal", ""), r.get("edge_why", "") or ""),
+                     "converged": converged_text(r),
                      "lr window": window_text(r["window_low"], r["window_high"]),
                      "lr sensitivity (points)": _text(r.get("sensitivity")),
                      "failed": f"{r['diverged']}/{r['cells']} ({100 * r['diverged'] / max(1, r['cells']):.0f}%)",
@@ -162,6 +169,31 @@ def claims_table(claims: pd.DataFrame, regimes: list[str] | None = None) -> pd.D
                      "effect vs claimed": effect_text(c["mean"], c["low"], c["high"], claimed),
                      **({"regime": regimes[i]} if regimes is not None else {})})
     return pd.DataFrame(rows)
+
+
+def lr_depth_table(selected: pd.DataFrame, tried: pd.DataFrame, row_keys: list[str]) -> pd.DataFrame:
+    """Rows x depths of 'selected lr (lrs tried: low–high)'; `tried` is the selection cells' min/max lr per row and
+    depth. The question a user tuning a deeper model asks first: does the best lr move with depth?"""
+    rows = []
+    for key, group in selected.groupby(row_keys, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        row = {k: str(v) for k, v in zip(row_keys, key, strict=True)}
+        for r in group.sort_values("depth").to_dict("records"):
+            low, high = tried.loc[(*key, r["depth"])]
+            edge = " e" if r["edge"] in ("low", "high") else ""
+            row[f"depth {r['depth']:g}"] = f"{lr_text(r['lr'])}{edge} ({lr_text(low)}–{lr_text(high)})"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def budget_check_table(checked: pd.DataFrame, row_keys: list[str], table_keys: list[str]) -> pd.DataFrame:
+    """The 2x convergence check per row: val at 1x and 2x on the same seeds, the change, the verdict."""
+    table = checked.sort_values([*table_keys, "val_1x"], ascending=[True] * len(table_keys) + [False], kind="stable")
+    return pd.DataFrame([{**{k: str(r[k]) for k in [*table_keys, *row_keys]}, "seeds": str(r["seeds"]),
+                          "val 1x": f"{r['val_1x']:.2f}", "val 2x": f"{r['val_2x']:.2f}",
+                          "change": f"{r['change']:+.2f}",
+                          "verdict": "converged" if r["converged"] else r["reason"]}
+                         for _, r in table.iterrows()])
 
 
 def budget_table(agreement: pd.DataFrame, group_keys: list[str]) -> pd.DataFrame:

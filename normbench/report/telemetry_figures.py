@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from normbench.report.style import DPI, layer_colour
+from normbench.report.plots import save_figure
+from normbench.report.style import layer_colour
 from normbench.report.style import layer_order as figure_order
 from normbench.spec.names import OutputFolder
 from normbench.spec.selection import SCORE, SELECT, chosen_lrs
@@ -197,7 +198,7 @@ def telemetry_section(cells: pd.DataFrame, out_dir: Path, order: Sequence[str] |
     for quantity in (q for q in QUANTITIES if q in chosen):
         path = Path(out_dir) / OutputFolder.telemetry_figure(quantity)
         fig = quantity_figure(block_maps(chosen, quantity, order), quantity, depth)
-        fig.savefig(path, dpi=DPI, bbox_inches="tight")
+        save_figure(fig, path)
         plt.close(fig)
         lines.append(f"![{path.stem}]({path.name})")
     return [*lines, ""]

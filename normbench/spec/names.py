@@ -89,8 +89,11 @@ class OutputFolder:
     ACCURACY_VS_LR = "accuracy_vs_lr.png"
     ACCURACY_VS_STEP = "accuracy_vs_step.png"
     LR_SENSITIVITY = "lr_sensitivity.png"
-    # the files a run writes; a folder in the way of one is refused before any training
-    WRITTEN = (LEADERBOARD, RESULTS, HISTORY, SUITE, MLFLOW_DB, LEDGER, ACCURACY_VS_DEPTH, ACCURACY_VS_LR)
+    LR_VS_DEPTH = "lr_vs_depth.png"
+    FIGURES = (ACCURACY_VS_DEPTH, ACCURACY_VS_LR, ACCURACY_VS_STEP, LR_SENSITIVITY, LR_VS_DEPTH)
+    # the files a run writes (every figure has an .svg twin); a folder in the way of one is refused before training
+    WRITTEN = (LEADERBOARD, RESULTS, HISTORY, SUITE, MLFLOW_DB, LEDGER, CEILING, TRANSFER, TRANSFER_RANKINGS,
+               *FIGURES, *(name.replace(".png", ".svg") for name in FIGURES))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))

@@ -156,3 +156,26 @@ def chosen_lrs(cells: pd.DataFrame, keys: list[str], by: str = SELECT) -> pd.Dat
         lr = choose_lr({float(index[-1]): float(v) for index, v in group.items()})
         rows.append({**dict(zip(keys, key, strict=True)), "lr": lr})
     return pd.DataFrame(rows, columns=[*keys, "lr"])
+
+
+def edge_side(tried: list[float], best: float) -> str | None:
+    """"low" or "high" when `best` is the smallest or largest of the (sorted) lrs tried, else None (also for one
+    lr: no grid to take a step from)."""
+    if len(tried) < 2:
+        return None
+    return "high" if best == tried[-1] else "low" if best == tried[0] else None
+
+
+def lrs_beyond(tried: Iterable[float], grid: list[float], side: str) -> int:
+    """How many of the lrs tried lie beyond the suite's grid on `side` (the bracketing steps taken there)."""
+    if side == "high":
+        return sum(lr > grid[-1] * (1 + 1e-9) for lr in tried)
+    return sum(lr < grid[0] * (1 - 1e-9) for lr in tried)
+
+
+def edge_reason(tried: list[float], grid: list[float], side: str, *, bracket: bool, max_steps: int) -> str:
+    """Why a row's selected lr was left on the `side` edge: "cap reached" (`bracket_max_steps` steps beyond the
+    grid there), "bracketing off", or "" (bracketing would still extend it: the suite has not finished)."""
+    if not bracket:
+        return "bracketing off"
+    return "cap reached" if lrs_beyond(tried, grid, side) >= max_steps else ""

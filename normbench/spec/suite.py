@@ -66,7 +66,7 @@ class Suite:
     bracket: bool = False          # add lr cells beyond the grid's edge until the best lr is interior
     bracket_max_steps: int = 3     # at most this many grid steps beyond each end of the lr grid
     baseline: str | None = None    # the layer every other is compared with (default layernorm when present)
-    claims: list[dict[str, Any]] = field(default_factory=list)  # {layer, beats, depth, by}: checked in the report
+    claims: list[dict[str, Any]] = field(default_factory=list)  # {layer, beats, depth, by (default: claimed)}
     reference: str | None = None   # another suite's output folder (relative to the cwd): does its ranking hold here?
     report_seeds: list[int] = field(default_factory=list)  # train each row's chosen lr on these; they report
     budget_check: bool = False     # also train each row's chosen lr at BUDGET_FACTOR x the epochs: converged?
@@ -306,8 +306,10 @@ def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
             value = claim.get(k, 0)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise SuiteError(f"{where}: {key}.{k}: expected a number of points, got {value!r}")
-    suite.claims = [{**c, "by": float(c.get("by", 0)), **({"claimed": float(c["claimed"])} if "claimed" in c else {})}
-                    for c in claims]
+    # a claim is tested against the margin its source claimed unless `by` says otherwise: "beats by 3.4" is the
+    # claim, not "beats"
+    suite.claims = [{**c, "by": float(c.get("by", c.get("claimed", 0))),
+                     **({"claimed": float(c["claimed"])} if "claimed" in c else {})} for c in claims]
     reference = raw.get("reference")
     # checked for existence only by the leaderboard: the reference may finish after this suite starts
     if reference is not None and (not isinstance(reference, str) or not reference.strip()):

@@ -18,7 +18,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from normbench.spec.selection import AT_CHANCE, DIVERGED, cell_at_chance, choose_lr, lr_signal, seed_mean, select_value
+from normbench.spec.selection import (
+    AT_CHANCE,
+    DIVERGED,
+    cell_at_chance,
+    choose_lr,
+    edge_side,
+    lr_signal,
+    lrs_beyond,
+    seed_mean,
+    select_value,
+)
 from normbench.spec.suite import Suite
 
 
@@ -66,26 +76,3 @@ def bracket_axes(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, An
             values = {**fixed, "lr": lr, "seed": seed}
             new.append({k: values[k] for k in suite.matrix})
     return new
-
-
-def edge_side(tried: list[float], best: float) -> str | None:
-    """"low" or "high" when `best` is the smallest or largest of the (sorted) lrs tried, else None (also for one
-    lr: no grid to take a step from)."""
-    if len(tried) < 2:
-        return None
-    return "high" if best == tried[-1] else "low" if best == tried[0] else None
-
-
-def lrs_beyond(tried: Iterable[float], grid: list[float], side: str) -> int:
-    """How many of the lrs tried lie beyond the suite's grid on `side` (the bracketing steps taken there)."""
-    if side == "high":
-        return sum(lr > grid[-1] * (1 + 1e-9) for lr in tried)
-    return sum(lr < grid[0] * (1 - 1e-9) for lr in tried)
-
-
-def edge_reason(tried: list[float], grid: list[float], side: str, *, bracket: bool, max_steps: int) -> str:
-    """Why a row's selected lr was left on the `side` edge: "cap reached" (`bracket_max_steps` steps beyond the
-    grid there), "bracketing off", or "" (bracketing would still extend it: the suite has not finished)."""
-    if not bracket:
-        return "bracketing off"
-    return "cap reached" if lrs_beyond(tried, grid, side) >= max_steps else ""

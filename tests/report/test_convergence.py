@@ -36,3 +36,25 @@ def test_row_convergence_names_what_failed():
     assert not rising.converged and rising.reason == "val +5.0 over the last 2 epochs"
     assert row_convergence([0.9], [flat], None).converged  # mixup: no floor, only val is checked
     assert row_convergence([], [], 0.68).reason == "every seed diverged"
+
+
+def test_the_2x_check_flips_the_verdict_to_still_improving_past_the_threshold():
+    import pandas as pd
+
+    from normbench.report.convergence import BUDGET_POINTS, budget_rows
+    from normbench.report.tables import converged_text
+
+    once = pd.DataFrame({"layer": ["ln"] * 4, "depth": [36] * 4, "seed": [100, 101, 102, 103],
+                         "select": [80.0, 82.0, 50.0, 50.0]})  # seeds 102/103 are not in the check: ignored
+
+    def check(gain: float) -> pd.Series:
+        twice = pd.DataFrame({"layer": ["ln"] * 2, "depth": [36] * 2, "seed": [100, 101],
+                              "select": [80.0 + gain, 82.0 + gain]})
+        [row] = budget_rows(once, twice, ["layer", "depth"], value="select").to_dict("records")
+        return pd.Series(row)
+
+    small, large, worse = check(BUDGET_POINTS / 2), check(BUDGET_POINTS * 3), check(-2 * BUDGET_POINTS)
+    assert (small["val_1x"], small["seeds"]) == (81.0, 2)  # paired on the checked seeds only
+    assert small["converged"] and converged_text(small) == "yes (2x: +0.5)"
+    assert not large["converged"] and converged_text(large) == "still improving (+3.0 at 2x)"
+    assert not worse["converged"] and converged_text(worse) == "worse at 2x (-2.0)"

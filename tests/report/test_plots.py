@@ -15,6 +15,7 @@ from normbench.report.stats import select_lr, selected_cells
 from normbench.report.style import (
     CANONICAL,
     DIVERGED_LABEL,
+    DPI,
     grid,
     layer_colour,
     layer_order,
@@ -116,7 +117,7 @@ def test_accuracy_vs_lr_with_four_depths_is_a_readable_grid(tmp_path):
     cells = make_cells()
     paths = write_plots(cells, select_lr(cells, ["layer", "depth"]), tmp_path, dataset="digits", epochs="1")
     height, width = imread(tmp_path / "accuracy_vs_lr.png").shape[:2]
-    assert width / height <= 2.5 and 700 <= width <= 1400, (width, height)
+    assert width / height <= 2.5 and 6.3 <= width / DPI <= 12.8, (width, height)  # inches: a page's width
     assert all(p.stat().st_size > 0 for p in paths)
     assert grid(4) == (2, 2) and grid(3) == (2, 2) and grid(6) == (2, 3) and grid(1) == (1, 1)
 
@@ -145,3 +146,54 @@ def test_the_header_names_no_unset_value(write_suite):
     assert not any("=None" in line for line in lines), lines
     assert "clip_grad=off" in lines[2] and "lr=0.00316" in lines[2]
     assert "img_size" not in lines[1] and "root" not in lines[3]
+
+
+def test_every_figure_is_a_200_dpi_png_with_an_svg_twin(tmp_path):
+    from PIL import Image
+
+    cells = make_cells()
+    for path in write_plots(cells, select_lr(cells, ["layer", "depth"]), tmp_path, dataset="digits", epochs="1"):
+        assert round(Image.open(path).info["dpi"][0]) >= 200
+        twin = path.with_suffix(".svg")
+        assert twin.read_text().lstrip().startswith("<?xml") and "<svg" in twin.read_text()
+
+
+def test_accuracy_axes_fit_the_data_and_draw_chance_and_the_ceiling_as_references():
+    from normbench.report.plots import accuracy_limits
+
+    rows = pd.DataFrame({"mean": [82.0, 97.0], "low": [80.5, 95.0], "high": [84.0, 99.0]})
+    assert accuracy_limits([rows]) == (75.0, 100.0)  # rows of 80-99 on 75-100, not squeezed into 0-100
+    assert accuracy_limits([rows], {"chance": 10.0}) == (75.0, 100.0)  # chance far below: named, not drawn
+    assert accuracy_limits([rows.assign(low=[60.0, 95.0])], {"chance": 50.0}) == (45.0, 100.0)  # near: drawn
+    cells = make_cells(depths=(6, 12))
+    fig = depth_figure(cells, select_lr(cells, ["layer", "depth"]), dataset="digits", epochs="1",
+                       references={"chance": 10.0, "ceiling (MLP)": 97.8})
+    ax = fig.axes[0]
+    assert ax.get_ylim()[0] > 10  # fit to the data
+    assert any("ceiling (MLP) 97.8%" in t.get_text() for t in ax.texts)  # drawn: within the axis
+    assert "off the axis: chance 10.0%" in ax.get_title()  # named where the axis cannot show it
+
+
+def test_the_lr_figure_plots_val_the_quantity_that_chooses():
+    cells = make_cells(depths=(6,)).assign(select=lambda f: f["score"] - 30.0)  # val 30 points under test
+    fig = lr_figure(cells, dataset="digits", epochs="1")
+    means = fig.axes[0].containers[0].lines[0].get_ydata()
+    selected = cells[cells["layer"] == "layernorm"].groupby("lr")["select"].mean()  # the first, sorted
+    assert list(means) == pytest.approx(list(selected))
+
+
+def test_the_lr_vs_depth_table_and_figure_show_the_selected_lr_and_the_span_tried(tmp_path):
+    from normbench.report.plots import write_lr_vs_depth
+    from normbench.report.stats import selecting
+    from normbench.report.tables import lr_depth_table
+
+    cells = make_cells(depths=(6, 12))
+    selected = select_lr(cells, ["layer", "depth"])
+    tried = selecting(cells).groupby(["layer", "depth"])["lr"].agg(["min", "max"])
+    table = lr_depth_table(selected, tried, ["layer"]).set_index("layer")
+    best = selected.set_index(["layer", "depth"])["lr"]
+    assert table.loc["rezero", "depth 6"].startswith(lr_text(best[("rezero", 6)]))
+    assert table.loc["rezero", "depth 6"].endswith(f"({lr_text(LRS[0])}–{lr_text(LRS[-1])})")
+    path = write_lr_vs_depth(selected, cells, tmp_path, dataset="digits")
+    assert path is not None and path.is_file() and path.with_suffix(".svg").is_file()
+    assert write_lr_vs_depth(selected[selected["depth"] == 6], cells, tmp_path, dataset="digits") is None

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from normbench.cli import main
 from normbench.errors import SuiteError
-from normbench.spec.suite import load_suite
+from normbench.spec.suite import load_suite, parse_suite
 from tests.conftest import REPO
 
 
@@ -133,3 +134,11 @@ def test_a_negative_telemetry_or_aux_loss_setting_is_refused_naming_the_key(tmp_
                     "matrix: {depth: [1], layer: [layernorm], lr: [1.0e-3], seed: [0]}\n")
     with pytest.raises(SuiteError, match=f"train.{key}: must be 0"):
         load_suite(path)
+
+
+def test_a_claim_is_tested_against_its_claimed_margin_unless_by_says_otherwise():
+    base = {"name": "c", "dataset": {"name": "digits"},
+            "matrix": {"depth": [1], "layer": ["layernorm", "layerscale"], "lr": [1e-3]}}
+    claim = {"layer": "layerscale", "beats": "layernorm", "depth": 1, "claimed": 3.4}
+    assert parse_suite({**base, "claims": [claim]}, Path("c.yaml")).claims[0]["by"] == 3.4
+    assert parse_suite({**base, "claims": [{**claim, "by": 0}]}, Path("c.yaml")).claims[0]["by"] == 0.0

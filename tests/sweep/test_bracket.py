@@ -109,7 +109,7 @@ def test_a_seed_stalled_at_a_non_selected_lr_does_not_stop_the_search():
 
 
 def test_edge_reason_names_the_cap_or_bracketing_off():
-    from normbench.sweep.bracket import edge_reason
+    from normbench.spec.selection import edge_reason
 
     grid = [1e-3, 3e-3]
     assert edge_reason([3.3e-4, 1e-3, 3e-3], grid, "low", bracket=True, max_steps=1) == "cap reached"

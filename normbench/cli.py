@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from normbench import stopping
+from normbench import settings, stopping
 from normbench.errors import NormbenchError, Terminated
 from normbench.spec.names import OutputFolder
 
@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--workers {args.workers}: must be 1 or more (leave it out for one per GPU, 1 on CPU)")
     previous = stopping.install()
     try:
+        settings.check()  # every NORMBENCH_* value, before any folder or ledger exists
         _check_device_flag(args)
         code = COMMANDS[args.command](args)
         stopping.check()  # a SIGTERM that came after the last safe point still stops with 143
@@ -212,7 +213,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     summary = run_suite(suite, out, mode="tune", storage=args.storage, device=args.device, workers=args.workers,
                         quiet=args.quiet)
-    return 1 if summary.errors else 0
+    if summary.failed_for_good:  # as `run`: the search ends without them, and says so
+        print(f"normbench: {summary.failed_line()}", file=sys.stderr)
+    return 1 if summary.errors or summary.failed_for_good else 0
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

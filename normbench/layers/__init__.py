@@ -2,12 +2,14 @@
 
 One file per family, its modules beside its init rule: norms.py (layernorm, rmsnorm, learnable_scaler, dyt, none),
 layerscale.py, rezero.py (rezero, rezero_per_branch, skipinit), fixup.py (fixup_bias, fixup, fixup_official),
-tfixup.py, blocks.py (pre-norm, post_ln), deepnorm.py. registry.py holds the registry and imports no family;
-plugins.py loads layers from outside normbench and hands Python-registered ones to worker processes; compose.py
-turns a `layer` string into a LayerPlan, whose init_rules run on the built model; listing.py prints the registry.
+tfixup.py, blocks.py (pre-norm, post_ln), deepnorm.py. registry.py holds the registry and imports none of the
+others; plugins.py (imported here, which hooks it into every lookup) loads layers from outside normbench and hands
+Python-registered ones to worker processes; compose.py turns a `layer` string into a LayerPlan, whose init_rules run
+on the built model; listing.py prints the registry.
 """
 
-from normbench.layers import deepnorm, fixup, layerscale, norms, rezero, tfixup  # noqa: F401  (register on import)
+# imported to register: the families on import, plugins its loading hook
+from normbench.layers import deepnorm, fixup, layerscale, norms, plugins, rezero, tfixup  # noqa: F401
 from normbench.layers.blocks import PostNormBlock, PreNormBlock
 from normbench.layers.compose import LayerPlan, resolve_layer
 from normbench.layers.deepnorm import DeepNormBlock, deepnorm_init

@@ -110,6 +110,9 @@ def worker_environ(environ: Mapping[str, str]) -> dict[str, str]:
     return added
 
 
+registry.on_lookup(load, failed_note)
+
+
 def import_root(module: str) -> Path | None:
     """The sys.path folder `module` was imported from (for a worker's PYTHONPATH), or None when it has no file."""
     file = getattr(sys.modules.get(module), "__file__", None)

@@ -103,10 +103,21 @@ def _origin() -> str | None:
     return None if module.startswith(_BUILT_IN) else module
 
 
-def _load_plugins() -> None:
-    from normbench.layers import plugins
+# Plugin loading hooks in here (normbench.layers.plugins, imported by the package's __init__) instead of this module
+# importing it: the registry imports none of its users, so the layers package has no import circle.
+_before_lookup: list[Callable[[], None]] = []   # run before every lookup (plugins.load: once per process)
+_unknown_notes: list[Callable[[], str]] = []    # appended to an unknown-layer message (plugins.failed_note)
 
-    plugins.load()
+
+def on_lookup(before: Callable[[], None], note: Callable[[], str]) -> None:
+    """Run `before` ahead of every lookup, and add `note()` to an unknown-layer message."""
+    _before_lookup.append(before)
+    _unknown_notes.append(note)
+
+
+def _load_plugins() -> None:
+    for hook in _before_lookup:
+        hook()
 
 
 def get_spec(name: str) -> LayerSpec:
@@ -114,10 +125,9 @@ def get_spec(name: str) -> LayerSpec:
     try:
         return _REGISTRY[name]
     except KeyError:
-        from normbench.layers.plugins import failed_note
-
+        notes = "".join(note() for note in _unknown_notes)
         raise UnknownLayerError(f"unknown layer `{name}`{did_you_mean(name, _REGISTRY)}; "
-                                f"`normbench layers` lists them all{failed_note()}") from None
+                                f"`normbench layers` lists them all{notes}") from None
 
 
 def get_layer(name: str) -> type[nn.Module]:

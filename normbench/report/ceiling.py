@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from normbench import settings
 from normbench.spec.names import OutputFolder
 
 if TYPE_CHECKING:  # importing normbench.data imports torch; the split is loaded lazily, in flat_splits
@@ -115,7 +116,7 @@ def compute_ceiling(data: DataConfig) -> pd.DataFrame:
 
 def machine_cache(data: DataConfig) -> Path:
     """This machine's copy of the ceiling of `data`: `$NORMBENCH_CACHE/ceiling-<fingerprint>.csv`."""
-    root = Path(os.environ.get("NORMBENCH_CACHE") or Path.home() / ".cache" / "normbench")
+    root = settings.current().cache
     return root / f"ceiling-{fingerprint(data)}.csv"
 
 

@@ -6,13 +6,11 @@ suite that would train nonsense is refused before anything is created.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from normbench.data.config import DataConfig
 from normbench.errors import NormbenchError, SuiteError, did_you_mean
-
-if TYPE_CHECKING:
-    from normbench.spec.suite import Cell
+from normbench.spec.recipe import Cell
 
 # the bundled data sets' fixed train splits (normbench/data/digits.py, mnist5k.py): known without loading them;
 # cifar and imagefolder are only known once read from disk, so their batch size is checked when they load

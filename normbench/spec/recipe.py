@@ -69,3 +69,12 @@ class CellConfig:
             for key, value in asdict(getattr(self, section)).items():
                 out[f"{section}.{key}"] = value
         return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of a suite's matrix: its axis values, full recipe and stable id (spec/suite.py makes them)."""
+
+    axes: dict[str, Any]
+    config: CellConfig
+    cell_id: str

@@ -26,7 +26,7 @@ from typing import Any
 from normbench.data.config import DataConfig
 from normbench.errors import SuiteError, did_you_mean
 from normbench.spec.cell_checks import check_cell, check_dataset, check_device
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
+from normbench.spec.recipe import Cell, CellConfig, ModelConfig, TrainConfig
 from normbench.spec.suite_file import AXIS_SECTIONS, SECTIONS, TOP_LEVEL, apply_overrides, read_suite_file
 
 CLAIM_KEYS = ("layer", "beats", "depth", "by", "claimed")
@@ -40,15 +40,6 @@ class TuneConfig:
     sampler: str = "tpe"                         # tpe or random
     pruner: str = "median"                       # median or none
     startup_trials: int = 5                      # trials before TPE and the pruner act
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One point of the matrix: its axis values, full recipe and stable id."""
-
-    axes: dict[str, Any]
-    config: CellConfig
-    cell_id: str
 
 
 @dataclass

@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import datetime
 import os
-import socket
 import threading
 import time
 import warnings
@@ -30,6 +29,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
+from normbench import settings
 from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
 from normbench.spec.names import OutputFolder, StudyNames
 from normbench.spec.results import CellResult
@@ -49,7 +49,6 @@ FAILED_FOR_GOOD = "failed_for_good"  # user attr of the FAIL record that ends a 
 WORKER_EXIT = "worker_exit:"  # study user attr `worker_exit:<host>:<pid>`: how a local worker died, as its parent saw
 SUITE = "suite"  # study user attr: the suite whose workers may claim its cells (with "recipe", the recipe hash)
 RETRY_ROUND = "retry_round"  # user attr: how many times `--retry-failed` gave the cell another round
-DEFAULT_MAX_ATTEMPTS = 3
 # The private methods Optuna's _CachedStorage (the wrapper every Study puts around an RDBStorage) and
 # fail_stale_trials call on the storage: `study.get_trials` is `_get_trials`, so these need the retries as well
 RDB_PRIVATE = ("_get_trials", "_get_stale_trial_ids", "_get_best_trial_id", "_create_new_trial", "_set_trial_param")
@@ -64,21 +63,12 @@ warnings.filterwarnings("ignore", r"optuna\.storages\._heartbeat\.fail_stale_tri
 
 def worker_host() -> str:
     """This machine's name in the ledger; NORMBENCH_HOST overrides it (containers that share a hostname)."""
-    return os.environ.get("NORMBENCH_HOST") or socket.gethostname()
-
-
-def _env_seconds(name: str, default: int) -> int:
-    return int(os.environ.get(name, default))
+    return settings.current().host
 
 
 def max_attempts_from_env() -> int:
     """NORMBENCH_MAX_ATTEMPTS (default 3): attempts in a row a cell may lose its worker before it is failed for good."""
-    text = os.environ.get("NORMBENCH_MAX_ATTEMPTS", str(DEFAULT_MAX_ATTEMPTS))
-    if not text.strip().isdigit() or int(text) < 1:
-        raise NormbenchError(f"NORMBENCH_MAX_ATTEMPTS={text!r}: expected a whole number, 1 or more (attempts a cell "
-                             f"may lose its worker before it is failed for good); unset it for the default "
-                             f"{DEFAULT_MAX_ATTEMPTS}")
-    return int(text)
+    return settings.current().max_attempts
 
 
 def engine_kwargs(url: str, grace_period: int) -> dict[str, Any]:
@@ -100,8 +90,9 @@ class Ledger:
         worker silent for `grace_period` s (NORMBENCH_HEARTBEAT_GRACE, default 60) is taken for lost; a cell whose
         `max_attempts` attempts in a row (NORMBENCH_MAX_ATTEMPTS, default 3) lost their worker is failed for good.
         `self.url` names the ledger in messages: a database URL's password is masked there."""
-        heartbeat_interval = heartbeat_interval or _env_seconds("NORMBENCH_HEARTBEAT_INTERVAL", 10)
-        grace_period = grace_period or _env_seconds("NORMBENCH_HEARTBEAT_GRACE", 60)
+        configured = settings.current()
+        heartbeat_interval = heartbeat_interval or configured.heartbeat_interval
+        grace_period = grace_period or configured.heartbeat_grace
         self.url = redact(url) if url else str(OutputFolder(out_dir).ledger)
         self._owner: tuple[str, str] | None = None  # (suite, recipe hash) this process works for: `serve`
         self.heartbeat_interval, self.grace_period = heartbeat_interval, grace_period
@@ -270,7 +261,7 @@ class Ledger:
             else:  # a claim from before worker_lock (store/migrations.py, version 3)
                 verdict = legacy_claim_verdict(t, host, pid_alive, None if self.heartbeats else self.grace_period)
                 dead = verdict is not None
-            if dead or _never_owned(t):
+            if dead or _never_owned(t, self.grace_period):
                 if self._fail(t._trial_id):  # only the one process whose FAIL lands counts this attempt
                     self._count_lost_attempt(study, t, verdict if dead else "claimed, but its worker never signed "
                                              "it (killed between claiming and starting the cell)")
@@ -503,8 +494,10 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def _never_owned(trial: FrozenTrial, grace_seconds: float = 60.0) -> bool:
-    """A worker killed between claiming a trial and writing its pid leaves a RUNNING trial nobody owns."""
+def _never_owned(trial: FrozenTrial, grace_seconds: float) -> bool:
+    """A worker killed between claiming a trial and writing its pid leaves a RUNNING trial nobody owns: one unsigned
+    for longer than `grace_seconds`, the ledger's heartbeat grace (`Ledger.grace_period`, NORMBENCH_HEARTBEAT_GRACE):
+    the silence after which a worker is taken for lost. A live worker signs within a write of its claim."""
     if "worker_pid" in trial.user_attrs or trial.datetime_start is None:
         return False
     return (datetime.datetime.now() - trial.datetime_start).total_seconds() > grace_seconds

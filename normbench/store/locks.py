@@ -23,11 +23,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from normbench.errors import NormbenchError
+from normbench import settings
 from normbench.spec.names import OutputFolder
 
 LOCKS_DIR = OutputFolder.LOCKS
-JOURNAL_LOCK_GRACE = 30.0  # Optuna's grace period for its journal locks
 SAY_AFTER = 5.0  # a write takes milliseconds: a wait this long is worth a line
 
 
@@ -145,16 +144,7 @@ class JournalLock:
 def journal_lock_grace() -> float:
     """NORMBENCH_JOURNAL_LOCK_GRACE (default 30 s, Optuna's): how long a lock may stay without a change to the
     journal before it is taken for a dead holder's."""
-    text = os.environ.get("NORMBENCH_JOURNAL_LOCK_GRACE", "").strip()
-    try:
-        grace = float(text) if text else JOURNAL_LOCK_GRACE
-    except ValueError:
-        grace = -1.0
-    if grace <= 0:
-        raise NormbenchError(f"NORMBENCH_JOURNAL_LOCK_GRACE={text!r}: expected seconds, more than 0 (how long the "
-                             f"ledger's lock may stay unchanged before it is taken over); unset it for "
-                             f"{JOURNAL_LOCK_GRACE:.0f}")
-    return grace
+    return settings.current().journal_lock_grace
 
 
 def _mtime(link: str) -> float:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import random
 import re
 import sys
@@ -30,12 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from normbench import stopping
+from normbench import settings, stopping
 from normbench.errors import ServerUnreachableError
 
 T = TypeVar("T")
 
-DEFAULT_SECONDS = 300.0
 FIRST_WAIT, MAX_WAIT = 0.5, 10.0
 
 # Words in the message of an exception (or of one it wraps) that mean "the server is away", not "you asked wrong".
@@ -70,7 +68,7 @@ class Unsafe:
 
 def retry_seconds() -> float:
     """The outage budget: NORMBENCH_RETRY_SECONDS (default 300 s; 0 disables waiting)."""
-    return float(os.environ.get("NORMBENCH_RETRY_SECONDS", DEFAULT_SECONDS))
+    return settings.current().retry_seconds
 
 
 def is_transient(error: BaseException) -> bool:

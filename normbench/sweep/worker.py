@@ -14,7 +14,6 @@ NORMBENCH_MAX_ATTEMPTS such attempts, then failed for good: the loop ends withou
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from normbench import stopping
+from normbench import settings, stopping
 from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
 from normbench.spec.recipe import CellConfig
 from normbench.spec.results import EpochRecord
@@ -33,22 +32,10 @@ from normbench.tracking.tracker import Tracker, running_run_ids
 from normbench.train.distributed import Dist, broadcast
 from normbench.train.loop import CellAbandoned, train_cell
 
-POLL_SECONDS = 2.0  # default of NORMBENCH_POLL_SECONDS: how often an idle worker asks the ledger for work
-
 
 def poll_seconds() -> float:
     """NORMBENCH_POLL_SECONDS (default 2): an idle worker's turn. A large fleet raises it (README: load)."""
-    text = os.environ.get("NORMBENCH_POLL_SECONDS", "").strip()
-    if not text:
-        return POLL_SECONDS
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0:
-        raise NormbenchError(f"NORMBENCH_POLL_SECONDS={text!r}: expected seconds, more than 0 (how often an idle "
-                             f"worker polls the ledger); unset it for the default {POLL_SECONDS:g}")
-    return value
+    return settings.current().poll_seconds
 
 
 @dataclass

@@ -22,12 +22,13 @@ Numerics: the same model and recipe; losses agree with the plain path to float r
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 from timm.layers import Attention
 from timm.loss import LabelSmoothingCrossEntropy
 from torch import nn
+
+from normbench import settings
 
 ENV_SWITCH = "NORMBENCH_FASTPATH"  # "0" -> the plain path (timm defaults, torch's unfused AdamW on CPU)
 # Longest sequence for which the explicit attention is used on CPU: measured faster at 17 and 33 tokens, slower
@@ -37,7 +38,7 @@ CPU_EXPLICIT_MAX_TOKENS = 33
 
 def enabled() -> bool:
     """Whether the fast path is on (default) or `NORMBENCH_FASTPATH=0` asks for the plain one."""
-    return os.environ.get(ENV_SWITCH, "1") != "0"
+    return settings.current().fastpath
 
 
 @functools.cache

@@ -67,3 +67,16 @@ def test_tune_alone_writes_results_tables_and_figures_and_its_lines_show_the_sam
     assert "No finished cells yet" not in board
     row = next(line for line in board.splitlines() if line.startswith("| 1") and "| layernorm " in line)
     assert "| 2 report " in row  # the selection picked tune's lr, so the two re-runs on fresh seeds score it
+
+
+def test_tune_exits_1_and_names_the_cells_failed_for_good_like_run(monkeypatch, capsys):
+    from normbench.sweep import suite_run
+    from normbench.sweep.worker import WorkSummary
+
+    lost = WorkSummary(cells_run=3, failed_for_good={"depth=1,layer=poison_norm,lr=0.001,seed=0": 3})
+    monkeypatch.setattr(suite_run, "run_suite", lambda *args, **kwargs: lost)
+    for command in ("run", "tune"):
+        assert main([command, "suites/smoke.yaml", "--quiet"]) == 1, command
+        assert "failed for good" in capsys.readouterr().err
+    monkeypatch.setattr(suite_run, "run_suite", lambda *args, **kwargs: WorkSummary(cells_run=3))
+    assert main(["tune", "suites/smoke.yaml", "--quiet"]) == 0

@@ -57,6 +57,33 @@ shutdown(dist)
 """
 
 
+LOST_CLAIM_SCRIPT = """
+import json, sys
+from normbench.errors import ClaimLostError
+from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
+from normbench.train.distributed import from_env, shutdown
+from normbench.train.loop import CellAbandoned, train_cell
+
+dist = from_env()
+cell = CellConfig(model=ModelConfig(layer="layerscale", depth=1, embed_dim=16, num_heads=2, patch_size=4),
+                  train=TrainConfig(epochs=3, batch_size=256, warmup_epochs=0, lr=3e-3))
+
+def lose(record):  # rank 0's ledger says another worker took the cell over
+    raise ClaimLostError("taken over")
+
+try:
+    train_cell(cell, device="cpu", dist=dist, on_epoch=lose)
+    ended = "returned"
+except ClaimLostError:
+    ended = "ClaimLostError"
+except CellAbandoned:
+    ended = "CellAbandoned"
+after = train_cell(cell, device="cpu", dist=dist)  # the ranks are still in step: the next cell trains
+json.dump({"ended": ended, "after": after.epochs_run}, open(sys.argv[1] + f"/lost{dist.rank}.json", "w"))
+shutdown(dist)
+"""
+
+
 def torchrun(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
@@ -99,6 +126,16 @@ def test_two_ranks_follow_the_single_process_run(tmp_path, single_process_histor
     assert timeless[0] == timeless[1]
     assert ranks[0]["on_epoch_calls"] == [0, 1] and ranks[1]["on_epoch_calls"] == []
     assert ranks[0]["pruned"] == ranks[1]["pruned"] == ["pruned", 1]  # rank 0's decision reached rank 1
+
+
+def test_a_claim_lost_on_rank_0_mid_cell_ends_the_cell_on_every_rank_without_a_hang(tmp_path):
+    script = tmp_path / "lost.py"
+    script.write_text(LOST_CLAIM_SCRIPT)
+    done = torchrun(str(script), str(tmp_path), cwd=Path(__file__).resolve().parents[2])  # a hang: TimeoutExpired
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"lost{r}.json").read_text()) for r in (0, 1)]
+    assert [r["ended"] for r in ranks] == ["ClaimLostError", "CellAbandoned"]  # rank 0 told rank 1, then raised
+    assert [r["after"] for r in ranks] == [3, 3]
 
 
 def test_worker_under_torchrun_finishes_every_cell_once(write_suite, tmp_path):

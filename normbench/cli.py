@@ -25,6 +25,12 @@ def _suite_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
 
+def _mlflow_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tracking-uri", help="the MLflow store to bring up to date (default: MLFLOW_TRACKING_URI, else "
+                                          "OUT/mlflow.db)")
+    p.add_argument("--storage", help="ledger URL, if the suite ran on a shared database")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="normbench", description="Which normalization layer lets a deep ViT "
                                      "train best, at what learning rate, how often does it blow up, at what cost?")
@@ -64,8 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=("repair",), help="repair: keep every record before the first damaged line")
     p.add_argument("out", type=Path, help="a suite's output folder (or its ledger.journal)")
 
-    p = sub.add_parser("ui", help="start the MLflow UI on a suite's runs table, sorted by score")
+    p = sub.add_parser("sync", help="bring MLflow up to date from a suite's ledger (MLflow is a view of it)")
+    p.add_argument("out", type=Path, help="a suite's output folder, e.g. results/smoke")
+    _mlflow_args(p)
+
+    p = sub.add_parser("ui", help="sync, then start the MLflow UI on a suite's comparison, sorted by score")
     p.add_argument("out", type=Path, nargs="?", default=Path("results"), help="a suite's output folder")
+    _mlflow_args(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
     p.add_argument("--no-browser", action="store_true", help="print the URL only (default: also open it when "
@@ -244,6 +255,21 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     suite = load_suite(suite_file) if suite_file.exists() else None
     path = write_leaderboard(args.out, suite=suite, storage=args.storage, reference=args.reference)
     print(path)
+    try:  # MLflow's view of the ledger, its parent run holding the files just written
+        print(_sync(args.out, args.storage, None).line(), file=sys.stderr)
+    except NormbenchError as e:  # the leaderboard is written; MLflow can be synced later
+        print(f"normbench: warning: {e}", file=sys.stderr)
+    return 0
+
+
+def _sync(out: Path, storage: str | None, tracking_uri: str | None):  # type: ignore[no-untyped-def]
+    from normbench.tracking.sync import sync
+
+    return sync(out, storage, tracking_uri)
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    print(_sync(args.out, args.storage, args.tracking_uri).line())
     return 0
 
 
@@ -277,20 +303,18 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from normbench.tracking.tracker import tracking_uri
-
-    uri = tracking_uri(args.out)
-    if uri.startswith("sqlite:") and not OutputFolder(args.out).mlflow_db.exists():
-        raise NormbenchError(f"{args.out}: no mlflow.db here; run a suite first (`normbench run suites/smoke.yaml`) "
-                             "or pass its output folder")
+    from normbench.tracking.mlflow_store import tracking_uri
     from normbench.tracking.ui import check_port, prepare_experiment, run_ui, ui_url
 
+    uri = tracking_uri(args.out, args.tracking_uri)
+    if uri.startswith("sqlite:"):  # a busy port, before the sync's seconds
+        check_port(args.host, args.port)
+    print(_sync(args.out, args.storage, uri).line(), file=sys.stderr)  # every folder opens: its ledger is the truth
     if not uri.startswith("sqlite:"):
-        experiment_id = prepare_experiment(uri, args.out)
-        print(f"MLFLOW_TRACKING_URI is set: its server is the UI. The comparison: {uri.rstrip('/')}/#/experiments/"
+        experiment_id = prepare_experiment(uri, args.out)[0]
+        print(f"The tracking server is the UI. The comparison: {uri.rstrip('/')}/#/experiments/"
               f"{experiment_id}/runs?{ui_url('h', 0, experiment_id).split('?', 1)[1]}")
         return 0
-    check_port(args.host, args.port)
     has_display = sys.platform in ("darwin", "win32") or bool(os.environ.get("DISPLAY") or
                                                              os.environ.get("WAYLAND_DISPLAY"))
     return run_ui(uri, args.out, args.host, args.port, open_browser=has_display and not args.no_browser)
@@ -348,3 +372,4 @@ COMMANDS = {"run": cmd_run, "tune": cmd_tune, "worker": cmd_worker, "leaderboard
             "layers": cmd_layers, "bench": cmd_bench, "probe": cmd_probe}
 COMMANDS["ledger"] = cmd_ledger
 COMMANDS["compare"] = cmd_compare
+COMMANDS["sync"] = cmd_sync

@@ -1,11 +1,14 @@
-"""Copy the published results into README.md's "Results so far" tables: `python scripts/readme_results.py`.
+"""Copy the published results into docs/results.md's tables and README.md's headline table:
+`python scripts/readme_results.py`.
 
-The tables between the README's `<!-- results:begin -->` and `<!-- results:end -->` markers are cut from the
-published folders' own files (each leaderboard.md, and the regimes comparison `normbench compare` writes), cell for
-cell as those files print them: every number is rounded once, where the file rounded it from full precision, and the
-rows keep the files' order (by the full-precision score, so rank 1 is the true maximum). Nothing is computed here.
-`--check` exits 1 when the README differs from what the files say (tests/test_readme_results.py runs it), so the
-README cannot drift from a regenerated folder. The prose around the markers is written by hand from these tables.
+docs/results.md holds every table between its `<!-- results:begin -->` and `<!-- results:end -->` markers; README.md
+holds one, the largest budget's final accuracy at its deepest depth, between `<!-- headline:begin -->` and
+`<!-- headline:end -->`. Both are cut from the published folders' own files (each leaderboard.md, and the regimes
+comparison `normbench compare` writes), cell for cell as those files print them: every number is rounded once, where
+the file rounded it from full precision, and the rows keep the files' order (by the full-precision score, so rank 1
+is the true maximum). Nothing is computed here. `--check` exits 1 when either file differs from what the published
+files say (tests/test_readme_results.py runs it), so neither can drift from a regenerated folder. The prose around
+the markers is written by hand from these tables.
 """
 
 from __future__ import annotations
@@ -13,17 +16,29 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+HEADLINE_BEGIN, HEADLINE_END = "<!-- headline:begin -->", "<!-- headline:end -->"
+RESULTS_DOC = "docs/results.md"  # every table, relative to the checkout
+README = "README.md"  # the headline table
 # the published folders, the largest budget first: it is the answer a reader wants. Each is named by its own
 # budget ("40 epochs"), never by what it was meant to reach: its regime line says how many rows converged.
 REGIMES = ["depth-sweep-digits-converged", "depth-sweep-digits-early"]
 COMPARISON = "depth-sweep-digits-regimes.md"
-# the leaderboard's final-accuracy columns the README keeps (the rest stay in the leaderboard)
+# the leaderboard's final-accuracy columns the docs keep (the rest stay in the leaderboard)
 KEPT = ["rank", "layer", "test top-1 (%)", "95% CI", "n", "lr (val-selected)", "edge", "converged", "failed"]
 SENSITIVITY = "lr sensitivity (points)"
+
+
+def regenerate(source: Path) -> str:
+    """The command that rewrites a published file, for the messages that say it is missing or stale."""
+    if source.name == COMPARISON:
+        return (f"`normbench compare results/{REGIMES[1]} results/{REGIMES[0]} --out results/{COMPARISON}`, "
+                "then `python scripts/readme_results.py`")
+    return f"`normbench leaderboard results/{source.parent.name}`, then `python scripts/readme_results.py`"
 
 
 def sections(markdown: str) -> dict[str, list[str]]:
@@ -60,7 +75,20 @@ def parse_table(lines: list[str]) -> tuple[list[str], list[list[str]]]:
     """The first pipe table in `lines`: (header, rows), cells stripped."""
     rows = [line for line in lines if line.startswith("|")]
     cells = [[c.strip() for c in row.strip().strip("|").split("|")] for row in rows]
+    if not cells:
+        return [], []
     return cells[0], cells[2:]
+
+
+def column(header: list[str], name: str, source: Path | None) -> int:
+    """The index of column `name`, or a message naming the column and the command that writes it."""
+    if name in header:
+        return header.index(name)
+    where = f"{source}: " if source else ""
+    how = regenerate(source) if source else "`normbench leaderboard` / `normbench compare`"
+    raise SystemExit(f"readme_results: {where}a table lacks the column `{name}` (it has: {', '.join(header)}); "
+                     f"regenerate it with {how}, or update KEPT in scripts/readme_results.py if the column was "
+                     "renamed")
 
 
 def render(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -73,13 +101,14 @@ def header_item(parts: dict[str, list[str]], key: str, source: Path) -> str:
     for line in parts[""]:
         if line.startswith((f"- {key}: ", f"- {key} (")):
             return line[len(f"- {key}"):].lstrip(": ")
-    raise SystemExit(f"readme_results: {source}: no `- {key}:` line in its header")
+    raise SystemExit(f"readme_results: {source}: no `- {key}:` line in its header; regenerate it with "
+                     f"{regenerate(source)}")
 
 
-def accuracy_table(lines: list[str]) -> list[str]:
+def accuracy_table(lines: list[str], source: Path | None = None) -> list[str]:
     header, rows = parse_table(lines)
-    keep = [header.index(name) for name in KEPT]
-    score = header.index("test top-1 (%)")
+    keep = [column(header, name, source) for name in KEPT]
+    score = column(header, "test top-1 (%)", source)
     for row in rows:  # rows come sorted by the full-precision score: rank 1 holds the true maximum
         row[score] = f"**{row[score]}**" if row is rows[0] else row[score]
     return render(KEPT, [[row[i] for i in keep] for row in rows])
@@ -98,14 +127,14 @@ def regime_block(root: Path, name: str) -> list[str]:
     source = root / "results" / name / "leaderboard.md"
     parts = read(source)
     rel = f"results/{name}"
-    out = [f"#### {budget(parts, source)}", "",
+    out = [f"### {budget(parts, source)}", "",
            f"`{rel}/` ({header_item(parts, 'suite', source).split(' — ', 1)[-1]}). Regime: "
            f"{header_item(parts, 'regime', source).split('; ', 1)[-1]}. Seeds: {header_item(parts, 'seeds', source)}.",
            ""]
     for depth in depths(parts):
         _, lines = section(parts, f"## depth {depth}: final accuracy", source)
         out += [f"Depth {depth}, final accuracy (test top-1 %, the report seeds' mean and 95% t interval):", "",
-                *accuracy_table(lines), ""]
+                *accuracy_table(lines, source), ""]
         heading, lines = section(parts, f"## depth {depth}: learning speed", source)
         header, rows = parse_table(lines)
         out += [f"Depth {depth}, learning speed ({heading.split('(', 1)[1].rstrip(')')}):", "",
@@ -115,16 +144,20 @@ def regime_block(root: Path, name: str) -> list[str]:
 
 def sensitivity_block(root: Path) -> list[str]:
     """Each row's lr sensitivity, one column per regime and depth, in the converged deepest table's order."""
-    columns: list[tuple[str, dict[str, str]]] = []
+    columns: list[tuple[str, dict[str, str], str]] = []
     for name in REGIMES:
         source = root / "results" / name / "leaderboard.md"
         parts = read(source)
         title = budget(parts, source).split(" = ")[0]
         for depth in depths(parts):
             header, rows = parse_table(section(parts, f"## depth {depth}: final accuracy", source)[1])
-            layer, value = header.index("layer"), header.index(SENSITIVITY)
+            layer, value = column(header, "layer", source), column(header, SENSITIVITY, source)
             columns.append((f"{title}, depth {depth}", {row[layer]: row[value] for row in rows}, name))
     largest = [values for _, values, name in columns if name == REGIMES[0]][::-1]
+    if not largest:
+        source = root / "results" / REGIMES[0] / "leaderboard.md"
+        raise SystemExit(f"readme_results: {source}: no `## depth N: final accuracy` section; regenerate it with "
+                         f"{regenerate(source)}")
     order = sorted(largest[0], key=lambda layer: [float(values[layer]) for values in largest])
     return render(["layer", *(title for title, _, _ in columns)],
                   [[layer, *(values.get(layer, "—") for _, values, _ in columns)] for layer in order])
@@ -155,10 +188,11 @@ def ceiling_line(root: Path) -> str:
 
 
 def block(root: Path) -> str:
-    lines = [BEGIN, "", "### The tables", ""]
+    """docs/results.md's tables: both regimes, side by side, lr sensitivity, the data ceiling."""
+    lines = [BEGIN, "", "## The tables", ""]
     for name in REGIMES:
         lines += regime_block(root, name)
-    lines += ["#### Both regimes side by side", "", f"`results/{COMPARISON}` (`normbench compare "
+    lines += ["### Both regimes side by side", "", f"`results/{COMPARISON}` (`normbench compare "
               f"results/{REGIMES[1]} results/{REGIMES[0]} --out results/{COMPARISON}`).", "",
               *comparison_block(root),
               "lr sensitivity (points lost, on average over the lrs every row tried, by not being at the row's best "
@@ -168,32 +202,72 @@ def block(root: Path) -> str:
     return "\n".join(lines)
 
 
-def updated(readme: str, root: Path = REPO) -> str:
-    if BEGIN not in readme or END not in readme:
-        raise SystemExit(f"readme_results: README.md lacks the {BEGIN} ... {END} markers")
-    head, rest = readme.split(BEGIN, 1)
-    return head + block(root) + rest.split(END, 1)[1]
+def headline(root: Path) -> str:
+    """README.md's one table: the largest budget's final accuracy at its deepest depth, with its regime and seeds."""
+    name = REGIMES[0]
+    source = root / "results" / name / "leaderboard.md"
+    parts = read(source)
+    found = depths(parts)
+    if not found:
+        raise SystemExit(f"readme_results: {source}: no `## depth N: final accuracy` section; regenerate it with "
+                         f"{regenerate(source)}")
+    deepest = max(found, key=int)
+    _, lines = section(parts, f"## depth {deepest}: final accuracy", source)
+    regime = header_item(parts, "regime", source)
+    # '40 epochs = ... per cell; 12 of 12 rows converged (how it is judged): verdict' -> its first two clauses
+    steps, _, rest = regime.partition("; ")
+    converged = rest.split(" (", 1)[0]
+    seeds = header_item(parts, "seeds", source).split("; lrs tried", 1)[0]
+    rel = f"results/{name}/leaderboard.md"
+    return "\n".join([
+        HEADLINE_BEGIN, "",
+        f"Depth {deepest}, final accuracy (test top-1 %, mean and 95% t interval) after {steps}; {converged}. "
+        f"Seeds: {seeds}: the selection seeds chose each row's lr on val, the report seeds give the score. "
+        f"Copied from [`{rel}`]({rel}); the other depths, the early-training regime, learning speed, the paired "
+        f"comparisons and how to read every column: [docs/results.md]({RESULTS_DOC}).", "",
+        *accuracy_table(lines, source), "",
+        HEADLINE_END])
+
+
+def updated(text: str, new_block: str, begin: str = BEGIN, end: str = END, name: str = RESULTS_DOC) -> str:
+    """`text` with what lies between its `begin` and `end` markers (the markers included) replaced by `new_block`."""
+    if begin not in text or end not in text:
+        raise SystemExit(f"readme_results: {name} lacks the {begin} ... {end} markers")
+    head, rest = text.split(begin, 1)
+    return head + new_block + rest.split(end, 1)[1]
+
+
+def targets(root: Path) -> list[tuple[Path, str, str, Callable[[Path], str]]]:
+    """(file, begin marker, end marker, what writes its block) for each file the script keeps."""
+    return [(root / RESULTS_DOC, BEGIN, END, block), (root / README, HEADLINE_BEGIN, HEADLINE_END, headline)]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md differs from the files")
+    parser.add_argument("--check", action="store_true",
+                        help=f"exit 1 if {README} or {RESULTS_DOC} differs from the published files")
     parser.add_argument("--root", type=Path, default=REPO, help="the checkout (default: this script's)")
     args = parser.parse_args(argv)
-    readme = args.root / "README.md"
-    if not readme.is_file():
-        print(f"readme_results: {readme} not found; pass --root the checkout that holds README.md and results/",
-              file=sys.stderr)
-        return 2
-    text = readme.read_text()
-    new = updated(text, args.root)
-    if args.check:
-        if new != text:
-            print("readme_results: README.md's results tables differ from the published files; run "
-                  "`python scripts/readme_results.py`", file=sys.stderr)
-            return 1
-        return 0
-    readme.write_text(new)
+    files = targets(args.root)
+    for path, begin, end, _ in files:  # every file and its markers first: a message before any results are read
+        if not path.is_file():
+            print(f"readme_results: {path} not found; pass --root the checkout that holds {README}, "
+                  f"{RESULTS_DOC} and results/", file=sys.stderr)
+            return 2
+        updated(path.read_text(), "", begin, end, path.relative_to(args.root).as_posix())
+    stale: list[str] = []
+    for path, begin, end, write in files:
+        text = path.read_text()
+        new = updated(text, write(args.root), begin, end, path.relative_to(args.root).as_posix())
+        if new == text:
+            continue
+        stale.append(path.relative_to(args.root).as_posix())
+        if not args.check:
+            path.write_text(new)
+    if args.check and stale:
+        print(f"readme_results: {' and '.join(stale)}: the results tables differ from the published files; run "
+              "`python scripts/readme_results.py`", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,10 +1,11 @@
-"""README "Results so far" holds the published folders' own numbers: scripts/readme_results.py cuts its tables from
-each leaderboard.md and the regimes comparison, and the README must be what it writes (rounded once, bold only on
-the true maximum)."""
+"""docs/results.md's tables and README.md's headline table hold the published folders' own numbers:
+scripts/readme_results.py cuts them from each leaderboard.md and the regimes comparison, and both files must be
+what it writes (rounded once, bold only on the true maximum)."""
 
 from __future__ import annotations
 
 import importlib.util
+import shutil
 
 import pytest
 
@@ -20,8 +21,34 @@ FINAL = """| rank     | layer   | test top-1 (%)   | 95% CI         | n   | non-
 | 2        | b       | 95.69            | [89.29, 99.88] | 4   | 95.69 (4)         | 0.001               | edge   | no          | 1.25                      | 1/8 (12%) |"""  # noqa: E501
 
 
-def test_the_readme_tables_are_the_published_files():
-    assert readme_results.main(["--check"]) == 0, "run `python scripts/readme_results.py` and commit README.md"
+def checkout(tmp_path, readme: str = "<!-- headline:begin -->\n<!-- headline:end -->\n",
+             results: str = "<!-- results:begin -->\n<!-- results:end -->\n"):
+    """A checkout with the published folders, a README and docs/results.md (both with markers unless told)."""
+    shutil.copytree(REPO / "results", tmp_path / "results", ignore=shutil.ignore_patterns("*.journal", "*.db"))
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text(readme)
+    (tmp_path / "docs" / "results.md").write_text(results)
+    return tmp_path
+
+
+def test_the_readme_and_docs_tables_are_the_published_files():
+    assert readme_results.main(["--check"]) == 0, (
+        "run `python scripts/readme_results.py` and commit README.md and docs/results.md")
+
+
+def test_the_readme_gets_one_table_and_docs_every_table(tmp_path):
+    root = checkout(tmp_path)
+    assert readme_results.main(["--check", "--root", str(root)]) == 1  # the empty blocks are stale
+    assert readme_results.main(["--root", str(root)]) == 0
+    assert readme_results.main(["--check", "--root", str(root)]) == 0
+    readme, docs = (root / "README.md").read_text(), (root / "docs" / "results.md").read_text()
+    deepest = max(readme_results.depths(readme_results.read(
+        root / "results" / readme_results.REGIMES[0] / "leaderboard.md")), key=int)
+    assert readme.count("| rank |") == 1 and f"Depth {deepest}, final accuracy" in readme
+    assert "rows converged" in readme and "report [" in readme and "(docs/results.md)" in readme
+    assert docs.count("| rank |") > 1 and "lr sensitivity" in docs and "Both regimes side by side" in docs
+    (root / "docs" / "results.md").write_text(docs.replace("| rank |", "| rank! |", 1))  # a hand edit
+    assert readme_results.main(["--check", "--root", str(root)]) == 1
 
 
 def test_only_the_top_row_is_bold_even_when_rounding_ties_it_with_the_next():
@@ -31,18 +58,29 @@ def test_only_the_top_row_is_bold_even_when_rounding_ties_it_with_the_next():
     assert "non-failing" not in table[0] and "| 1/8 (12%) |" in table[3]
 
 
+def test_a_leaderboard_without_a_kept_column_names_the_column_and_the_command(tmp_path):
+    source = tmp_path / "results" / "some-folder" / "leaderboard.md"
+    lines = FINAL.replace("| converged   ", "| done        ").splitlines()
+    with pytest.raises(SystemExit, match=r"`converged`.*normbench leaderboard results/some-folder"):
+        readme_results.accuracy_table(lines, source)
+
+
 def test_a_leaderboard_without_the_expected_section_says_how_to_regenerate(tmp_path):
     board = tmp_path / "results" / readme_results.REGIMES[0]
     board.mkdir(parents=True)
     (board / "leaderboard.md").write_text("# normbench leaderboard: x\n\n- regime: 1 epoch; early\n")
     with pytest.raises(SystemExit, match="normbench leaderboard"):
         readme_results.sensitivity_block(tmp_path)
+    with pytest.raises(SystemExit, match="normbench leaderboard"):
+        readme_results.headline(tmp_path)
 
 
-def test_a_readme_without_markers_is_refused(tmp_path):
-    (tmp_path / "README.md").write_text("# no markers\n")
-    with pytest.raises(SystemExit, match="markers"):
-        readme_results.main(["--root", str(tmp_path)])
+@pytest.mark.parametrize("which", ["README.md", "docs/results.md"])
+def test_a_file_without_its_markers_is_refused(tmp_path, which):
+    root = checkout(tmp_path)
+    (root / which).write_text("# no markers\n")
+    with pytest.raises(SystemExit, match=f"{which} lacks the .* markers"):
+        readme_results.main(["--root", str(root)])
 
 
 def test_a_root_without_a_readme_names_the_flag(tmp_path, capsys):

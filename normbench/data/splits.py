@@ -1,6 +1,6 @@
 """In-memory train/val/test tensors, as the device-resident data sets load them, and the fixed split rule.
 
-The protocol (README "Protocol"): training fits on train, every choice (the lr, a tuned config) is made on val,
+The protocol (docs/protocol.md): training fits on train, every choice (the lr, a tuned config) is made on val,
 and the reported score is test top-1 at the final epoch. Splits never depend on the run seed.
 """
 

@@ -1,18 +1,39 @@
 """The registry of normalization and gating layers. Importing this package registers the built-in families.
 
-One file per family, its modules beside its init rule: norms.py (layernorm, rmsnorm, learnable_scaler, dyt, none),
-layerscale.py, rezero.py (rezero, rezero_per_branch, skipinit), fixup.py (fixup_bias, fixup, fixup_official),
-tfixup.py, blocks.py (pre-norm, post_ln), deepnorm.py. registry.py holds the registry and imports none of the
-others; plugins.py (imported here, which hooks it into every lookup) loads layers from outside normbench and hands
-Python-registered ones to worker processes; compose.py turns a `layer` string into a LayerPlan, whose init_rules run
-on the built model; listing.py prints the registry.
+One file per family, its modules beside its init rule: norms.py (layernorm, rmsnorm, learnable_scaler, dyt, derf,
+none), layerscale.py, rezero.py (rezero, rezero_per_branch, skipinit), fixup.py (fixup_bias, fixup, fixup_official),
+tfixup.py, blocks.py (pre-norm, post_ln), deepnorm.py, qk_norm.py (a modifier), res_post_norm.py (res_post_norm,
+res_post_norm_olmo2), peri_ln.py, lns.py, mix_ln.py, admin.py (its init profiles training images), depth_mup.py,
+scaled_init.py, normformer.py. registry.py holds the registry and imports none of the others; plugins.py (imported
+here, which hooks it into every lookup) loads layers from outside normbench and hands Python-registered ones to worker
+processes; compose.py turns a `layer` string into a LayerPlan, whose init_rules run on the built model; listing.py
+prints the registry.
 """
 
 # imported to register: the families on import, plugins its loading hook
-from normbench.layers import deepnorm, fixup, layerscale, norms, plugins, rezero, tfixup  # noqa: F401
+from normbench.layers import (  # noqa: F401
+    admin,
+    deepnorm,
+    depth_mup,
+    fixup,
+    layerscale,
+    lns,
+    mix_ln,
+    normformer,
+    norms,
+    peri_ln,
+    plugins,
+    qk_norm,
+    res_post_norm,
+    rezero,
+    scaled_init,
+    tfixup,
+)
+from normbench.layers.admin import AdminBlock, admin_init
 from normbench.layers.blocks import PostNormBlock, PreNormBlock
 from normbench.layers.compose import LayerPlan, resolve_layer
 from normbench.layers.deepnorm import DeepNormBlock, deepnorm_init
+from normbench.layers.depth_mup import DepthMuPScale, depth_mup_init
 from normbench.layers.fixup import (
     FixupBias,
     FixupGate,
@@ -22,7 +43,11 @@ from normbench.layers.fixup import (
     fixup_scalars,
 )
 from normbench.layers.layerscale import LayerScale, cait_init_values
+from normbench.layers.lns import LNSBlock, lns_scale
+from normbench.layers.mix_ln import MixLNBlock, post_ln_blocks
+from normbench.layers.normformer import HeadScale, NormFormerBlock
 from normbench.layers.norms import (
+    Derf,
     DyT,
     LayerNorm,
     LearnableScaler,
@@ -31,14 +56,21 @@ from normbench.layers.norms import (
     NoNorm,
     RMSNorm,
 )
-from normbench.layers.registry import LayerSpec, get_layer, get_spec, list_layers, register_layer
+from normbench.layers.peri_ln import PeriLNBlock
+from normbench.layers.qk_norm import QKNorm
+from normbench.layers.registry import LayerError, LayerSpec, get_layer, get_spec, list_layers, register_layer
+from normbench.layers.res_post_norm import OLMo2Block, ResPostNormBlock, swin_respostnorm_init
 from normbench.layers.rezero import ReZero, ReZeroShared, SkipInit
+from normbench.layers.scaled_init import ScaledInitBlock, gpt2_scaled_init, scaled_init_std
 from normbench.layers.tfixup import TFixupNoNorm, tfixup_init
 
 __all__ = [
-    "DeepNormBlock", "DyT", "FixupBias", "FixupGate", "FixupGateOfficial", "LayerNorm", "LayerPlan", "LayerScale",
-    "LayerSpec", "LearnableScaler", "LearnableScaler2d", "LearnableScalerOnes", "NoNorm", "PostNormBlock",
-    "PreNormBlock", "RMSNorm", "ReZero", "ReZeroShared", "SkipInit", "TFixupNoNorm", "cait_init_values",
-    "deepnorm_init", "fixup_init", "fixup_official_init", "fixup_scalars", "get_layer", "get_spec", "list_layers",
-    "register_layer", "resolve_layer", "tfixup_init",
+    "AdminBlock", "DeepNormBlock", "DepthMuPScale", "Derf", "DyT", "FixupBias", "FixupGate", "FixupGateOfficial",
+    "HeadScale", "LNSBlock", "LayerError", "LayerNorm", "LayerPlan", "LayerScale", "LayerSpec", "LearnableScaler",
+    "LearnableScaler2d", "LearnableScalerOnes", "MixLNBlock", "NoNorm", "NormFormerBlock", "OLMo2Block",
+    "PeriLNBlock", "PostNormBlock", "PreNormBlock", "QKNorm", "RMSNorm", "ReZero", "ReZeroShared", "ResPostNormBlock",
+    "ScaledInitBlock", "SkipInit", "TFixupNoNorm", "admin_init", "cait_init_values", "deepnorm_init",
+    "depth_mup_init", "fixup_init", "fixup_official_init", "fixup_scalars", "get_layer", "get_spec", "list_layers",
+    "gpt2_scaled_init", "lns_scale", "post_ln_blocks", "register_layer", "resolve_layer", "scaled_init_std",
+    "swin_respostnorm_init", "tfixup_init",
 ]

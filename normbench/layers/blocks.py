@@ -34,6 +34,10 @@ class PreNormBlock(nn.Module):
         drop_path: stochastic-depth rate of this block.
         mlp_norm_layer: hidden -> module for timm Mlp's inner norm slot (`mlp.norm`, before fc2), for methods that
             need one there (Fixup's shift); None: `nn.Identity()`.
+        qk_norm_layer: head_dim -> the norm of each head's q and k, built by timm's Attention itself
+            (`qk_norm=True, norm_layer=...`); None: no QK-norm (`nn.Identity()`, timm's default).
+        block_index: this block's 0-based place in the stack, for placements whose constants depend on it
+            (LayerNorm Scaling's 1/√ℓ, Mix-LN's post-LN share).
 
     A gate class with `shared_across_branches = True` (ReZero's one α per block) is tied: `ls2` uses `ls1`'s
     parameters, under its own state_dict names.
@@ -44,10 +48,13 @@ class PreNormBlock(nn.Module):
     def __init__(self, dim: int, num_heads: int, *, depth: int, norm_layer: ModuleFactory, gate_layer: ModuleFactory,
                  mlp_ratio: float = 4.0, qkv_bias: bool = True, proj_drop: float = 0.0, attn_drop: float = 0.0,
                  drop_path: float = 0.0, act_layer: type[nn.Module] = nn.GELU,
-                 mlp_norm_layer: ModuleFactory | None = None) -> None:
+                 mlp_norm_layer: ModuleFactory | None = None, qk_norm_layer: ModuleFactory | None = None,
+                 block_index: int = 0) -> None:
         super().__init__()
+        self.block_index = block_index
         self.norm1 = norm_layer(dim)
-        self.attn = Attention(dim, num_heads=num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop)
+        self.attn = Attention(dim, num_heads=num_heads, qkv_bias=qkv_bias, qk_norm=qk_norm_layer is not None,
+                              norm_layer=qk_norm_layer, attn_drop=attn_drop, proj_drop=proj_drop)
         self.ls1 = gate_layer(dim)
         self.drop_path1 = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
         self.norm2 = norm_layer(dim)

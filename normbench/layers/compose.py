@@ -1,7 +1,12 @@
-"""A suite's `layer` string -> which classes fill the norm slots, the gate slots and the block.
+"""A suite's `layer` string -> which classes fill the norm slots, the gate slots and the block, and what modifies it.
 
-`learnable_scaler+layerscale`: the named norm fills the norm slots, the gate the gate slots. A gate or placement
-brings its partner norm unless the combination names one (`layerscale` alone -> layernorm + layerscale).
+`learnable_scaler+layerscale`: the named norm fills the norm slots, the gate the gate slots. A gate, placement or
+modifier brings its partner norm unless the combination names one (`layerscale` alone -> layernorm + layerscale).
+Modifiers (`qk_norm`) add to any entry, each once; one without a partner cannot stand alone.
+
+Refused, with one line naming the fix (LayerError, exit 2): two of a kind, a modifier twice or alone, an entry with one
+it `refuses` (e.g. a gate on `peri_ln`, whose output norm already scales each branch), two init rules (the later would
+overwrite the weights the earlier set), two different modules before the MLP's fc2.
 """
 
 from __future__ import annotations
@@ -10,9 +15,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from normbench.errors import NormbenchError
 from normbench.layers.blocks import PreNormBlock
-from normbench.layers.registry import InitRule, LayerSpec, get_spec
+from normbench.layers.registry import DataInitRule, InitRule, LayerError, LayerSpec, get_spec
 
 
 @dataclass(frozen=True)
@@ -21,10 +25,11 @@ class LayerPlan:
     norm: LayerSpec
     gate: LayerSpec | None = None
     placement: LayerSpec | None = None
+    modifiers: tuple[LayerSpec, ...] = ()
 
     @property
     def specs(self) -> list[LayerSpec]:
-        return [s for s in (self.norm, self.gate, self.placement) if s is not None]
+        return [s for s in (self.norm, self.gate, self.placement, *self.modifiers) if s is not None]
 
     @property
     def block_cls(self) -> type[nn.Module]:
@@ -35,28 +40,68 @@ class LayerPlan:
         return [s.init_rule for s in self.specs if s.init_rule]
 
     @property
+    def data_init_rules(self) -> list[DataInitRule]:
+        """Init rules that need a batch of training images (Admin's profiling pass); they run after `init_rules`."""
+        return [s.data_init for s in self.specs if s.data_init]
+
+    @property
     def mlp_norm_layer(self) -> type[nn.Module] | None:
-        """The class for timm Mlp's inner norm slot, from the spec that declares one (at most one does)."""
-        return next((s.mlp_norm for s in self.specs if s.mlp_norm is not None), None)
+        """The class for timm Mlp's inner norm slot, from the spec that declares one (at most one does); "norm"
+        resolves to the combination's norm class."""
+        declared = next((s.mlp_norm for s in self.specs if s.mlp_norm is not None), None)
+        return self.norm.cls if declared == "norm" else declared  # type: ignore[return-value]
+
+    @property
+    def qk_norm_layer(self) -> type[nn.Module] | None:
+        """The class normalizing each head's q and k, or None: the combination's norm class when it normalizes
+        (`rmsnorm+qk_norm` -> RMSNorm, `dyt+qk_norm` -> DyT), else the modifier's own (`rezero+qk_norm` ->
+        LayerNorm, since `none` would leave q and k as they are)."""
+        spec = next((s for s in self.specs if s.qk_norm), None)
+        if spec is None:
+            return None
+        return self.norm.cls if getattr(self.norm.cls, "normalizes", True) else spec.cls
 
 
 def resolve_layer(layer: str) -> LayerPlan:
-    """Parse `name` or `name+name+...` (at most one norm, one gate, one placement) into a LayerPlan."""
+    """Parse `name` or `name+name+...` (at most one norm, one gate, one placement; modifiers once each)."""
     by_kind: dict[str, LayerSpec] = {}
+    modifiers: dict[str, LayerSpec] = {}
     for part in (p.strip() for p in layer.split("+")):
         spec = get_spec(part)
+        if spec.kind == "modifier":
+            if part in modifiers:
+                raise LayerError(f"layer `{layer}` names the modifier `{part}` twice; name it once")
+            modifiers[part] = spec
+            continue
         if spec.kind in by_kind:
-            raise NormbenchError(f"layer `{layer}` names two {spec.kind}s (`{by_kind[spec.kind].name}` and "
-                                 f"`{part}`); a combination takes at most one norm, one gate and one placement")
+            raise LayerError(f"layer `{layer}` names two {spec.kind}s (`{by_kind[spec.kind].name}` and "
+                             f"`{part}`); a combination takes at most one norm, one gate and one placement")
         by_kind[spec.kind] = spec
-    gate, placement = by_kind.get("gate"), by_kind.get("placement")
-    norm = by_kind.get("norm")
+    gate, placement, norm = by_kind.get("gate"), by_kind.get("placement"), by_kind.get("norm")
+    if not by_kind and not any(m.partner for m in modifiers.values()):
+        name = next(iter(modifiers))
+        raise LayerError(f"layer `{layer}`: `{name}` modifies another entry and cannot stand alone; combine it "
+                         f"with one, e.g. `layernorm+{name}` or `layerscale+{name}`")
     if norm is None:
-        partner = (placement and placement.partner) or (gate and gate.partner)
+        partner = ((placement and placement.partner) or (gate and gate.partner)
+                   or next((m.partner for m in modifiers.values() if m.partner), None))
         norm = get_spec(partner or "layernorm")
-    plan = LayerPlan(name=layer, norm=norm, gate=gate, placement=placement)
+    plan = LayerPlan(name=layer, norm=norm, gate=gate, placement=placement, modifiers=tuple(modifiers.values()))
+    _check_refusals(plan)
+    with_rules = [s.name for s in plan.specs if s.init_rule is not None]
+    if len(with_rules) > 1:
+        raise LayerError(f"layer `{layer}` combines {' and '.join(f'`{n}`' for n in with_rules)}, whose init rules "
+                         "each set the block's weights (the later would overwrite the earlier); use one of them")
     mlp_norms = {s.name: s.mlp_norm for s in plan.specs if s.mlp_norm is not None}
     if len(set(mlp_norms.values())) > 1:
-        raise NormbenchError(f"layer `{layer}` combines {' and '.join(f'`{n}`' for n in mlp_norms)}, which each "
-                             "need their own module before the MLP's fc2; a combination may bring at most one")
+        raise LayerError(f"layer `{layer}` combines {' and '.join(f'`{n}`' for n in mlp_norms)}, which each "
+                         "need their own module before the MLP's fc2; a combination may bring at most one")
     return plan
+
+
+def _check_refusals(plan: LayerPlan) -> None:
+    for spec in plan.specs:
+        for other in plan.specs:
+            if other is not spec and (other.kind in spec.refuses or other.name in spec.refuses):
+                raise LayerError(f"layer `{plan.name}`: `{spec.name}` takes no {other.kind} (`{other.name}`): "
+                                 f"{spec.refuses_why}; use `{spec.name}` without it")

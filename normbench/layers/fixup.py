@@ -104,6 +104,8 @@ class FixupBias(nn.Module):
     """Fixup's scalar shift `x - b` before a residual branch (the official `LayerShift`); it sits in the norm slot
     since Fixup has no norm, and in the MLP before fc2 where the Fixup gates declare it."""
 
+    normalizes = False
+
     def __init__(self, dim: int, eps: float = 1e-6, device=None, dtype=None) -> None:
         super().__init__()
         self.bias = nn.Parameter(torch.empty(1, device=device, dtype=dtype))

@@ -1,8 +1,12 @@
-"""Norm-slot families with no init rule of their own: LayerNorm, RMSNorm, LearnableScaler, DyT, none.
+"""Norm-slot families with no init rule of their own: LayerNorm, RMSNorm, LearnableScaler, DyT and Derf (point-wise
+squashing in place of a norm), none.
 
 Every class follows timm's norm-layer contract `(dim, eps=..., device=None, dtype=None)`, so any of them can also be
 passed as `norm_layer=` to timm's own models, and fills its values in `reset_parameters()`. Norms that come with an
 init rule live with it: `fixup_bias` in fixup.py, `tfixup` in tfixup.py.
+
+`normalizes = False` marks a class that does not bound its output's scale (an affine map, the identity): `qk_norm`
+then puts LayerNorm on q and k instead of it (compose.py). A class without the attribute normalizes.
 """
 
 # No `from __future__ import annotations`: torch.fx copies forward annotations into code TorchScript must resolve
@@ -36,7 +40,7 @@ class RMSNorm(nn.RMSNorm):
                 source="nghiemtuan/LearnableScaler, its README and timm/layers/norm.py: "
                        "`a = nn.init.normal_(torch.ones(C))`; the layer only, not its training recipe")
 class LearnableScaler(nn.Module):
-    """Per-channel affine map in place of a norm, channels last `(..., C)`.
+    """Per-channel affine map in place of a norm, channels last `(..., C)`. Not a normalization (`normalizes`).
 
     The source writes `nn.init.normal_(torch.ones(C))`, which overwrites the ones with draws from N(0, 1); that is the
     init its code runs, so it is the default here. `init="ones"` (registered as `learnable_scaler_ones`) is the
@@ -53,6 +57,8 @@ class LearnableScaler(nn.Module):
         eps: accepted for the norm-layer contract; unused (there is no division).
         init: "normal" (a ~ N(0, 1), the source's behaviour) or "ones" (a = 1).
     """
+
+    normalizes = False
 
     def __init__(self, dim: int, eps: float = 1e-6, device=None, dtype=None, init: str = "normal") -> None:
         super().__init__()
@@ -121,9 +127,44 @@ class DyT(nn.Module):
         return torch.addcmul(self.bias, torch.tanh(self.alpha * x), self.weight)
 
 
+@register_layer("derf", kind="norm", formula="γ ⊙ erf(α x + s) + β; scalars α = 0.5, s = 0; γ = 1, β = 0 per channel",
+                source="Chen et al. 2025, Stronger Normalization-Free Transformers (Derf), arXiv 2512.10938; "
+                       "zlab-princeton/Derf ViT/dynamic_erf.py (Dynamic_erf, alpha_init_value=0.5, "
+                       "shift_init_value=0.0)")
+class Derf(nn.Module):
+    """Dynamic erf: DyT's form with erf and a learned scalar shift inside it, both scalars learnable.
+
+    Args:
+        dim: channels C (γ and β are per channel).
+        alpha_init: α's init (the source's default 0.5, its ViT recipe's value).
+        shift_init: s's init (the source's default 0).
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6, device=None, dtype=None, alpha_init: float = 0.5,
+                 shift_init: float = 0.0) -> None:
+        super().__init__()
+        self.alpha_init, self.shift_init = alpha_init, shift_init
+        self.alpha = nn.Parameter(torch.empty(1, device=device, dtype=dtype))
+        self.shift = nn.Parameter(torch.empty(1, device=device, dtype=dtype))
+        self.weight = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.constant_(self.alpha, self.alpha_init)
+        nn.init.constant_(self.shift, self.shift_init)
+        nn.init.ones_(self.weight)
+        nn.init.zeros_(self.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., C) -> (..., C)
+        return torch.addcmul(self.bias, torch.erf(torch.addcmul(self.shift, self.alpha, x)), self.weight)
+
+
 @register_layer("none", kind="norm", formula="x (no normalization)", source="-")
 class NoNorm(nn.Identity):
     """Identity in the norm slot, with the norm-layer signature."""
+
+    normalizes = False
 
     def __init__(self, dim: int, eps: float = 1e-6, device=None, dtype=None) -> None:
         super().__init__()

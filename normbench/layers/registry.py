@@ -14,12 +14,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
 from torch import nn
 
-from normbench.errors import UnknownLayerError, did_you_mean
+from normbench.errors import NormbenchError, UnknownLayerError, did_you_mean
 
-Kind = Literal["norm", "gate", "placement"]
+Kind = Literal["norm", "gate", "placement", "modifier"]
+KINDS = ("norm", "gate", "placement", "modifier")
 InitRule = Callable[[nn.Module], None]
+DataInitRule = Callable[[nn.Module, torch.Tensor], None]  # (model, training images (B, C, H, W)) -> None
+
+
+class LayerError(NormbenchError):
+    """A layer string or build that cannot work as asked (a modifier alone, a combination that makes no sense, a
+    data-dependent init without data); the message names the fix. Exit code 2, like every NormbenchError."""
 
 
 @dataclass(frozen=True)
@@ -29,7 +37,9 @@ class LayerSpec:
     Attributes:
         name: registry key, as written in suites (`layerscale`).
         kind: `norm` fills the norm slots, `gate` the residual-branch gate slots, `placement` is a block class
-            that decides where the norm sits (post-LN, DeepNorm).
+            that decides where the norm sits (post-LN, DeepNorm); `modifier` adds to another entry without filling a
+            slot (QK-norm inside attention): any number per combination, each once, and one without a partner cannot
+            stand alone.
         cls: the module class. Norms take `(dim, eps=..., device=None, dtype=None)` like timm's norm layers;
             gates take `(dim, *, depth, init_values=None, device=None, dtype=None)`; both fill their values in
             `reset_parameters()` (timm style), so a model built on the meta device can be materialized. A gate class
@@ -45,6 +55,13 @@ class LayerSpec:
         origin: for a layer registered from Python outside normbench and its plugins, the module whose import
             registers it (`__main__` for a script or notebook): what a worker process imports to know the layer.
             None for built-in and plugin layers, which every process loads by itself.
+        data_init: a data-dependent init rule `(model, images)`, run after every `init_rule` on a batch of
+            training images the model is built with (`init_images=`; Admin's profiling pass). Building such a layer
+            without images is a LayerError.
+        qk_norm: the entry puts a norm on each head's q and k inside timm's Attention (`qk_norm=True`): the
+            combination's norm class when it normalizes (`normalizes`, see norms.py), else this spec's `cls`.
+        mlp_norm may also be "norm": the combination's norm class (NormFormer's norm after the MLP's activation).
+        refuses: kinds or names this entry does not combine with; `refuses_why` says why (one clause).
     """
 
     name: str
@@ -54,8 +71,12 @@ class LayerSpec:
     source: str
     partner: str | None = None
     init_rule: InitRule | None = None
-    mlp_norm: type[nn.Module] | None = None
+    mlp_norm: type[nn.Module] | Literal["norm"] | None = None
     origin: str | None = None
+    data_init: DataInitRule | None = None
+    qk_norm: bool = False
+    refuses: tuple[str, ...] = ()
+    refuses_why: str = ""
 
 
 _REGISTRY: dict[str, LayerSpec] = {}
@@ -71,11 +92,15 @@ def register_layer(
     source: str,
     partner: str | None = None,
     init_rule: InitRule | None = None,
-    mlp_norm: type[nn.Module] | None = None,
+    mlp_norm: type[nn.Module] | Literal["norm"] | None = None,
+    data_init: DataInitRule | None = None,
+    qk_norm: bool = False,
+    refuses: tuple[str, ...] = (),
+    refuses_why: str = "",
 ) -> Callable[[type[nn.Module]], type[nn.Module]]:
     """Class decorator: register `cls` under `name`. Re-registering a name warns and replaces it."""
-    if kind not in ("norm", "gate", "placement"):
-        raise ValueError(f"kind must be norm, gate or placement, not {kind!r}")
+    if kind not in KINDS:
+        raise ValueError(f"kind must be norm, gate, placement or modifier, not {kind!r}")
     if "+" in name:
         raise ValueError(f"layer name {name!r} may not contain '+': it joins names in a combination")
     origin = _origin()
@@ -84,7 +109,9 @@ def register_layer(
         if name in _REGISTRY:
             warnings.warn(f"normbench: overwriting layer {name!r} with {cls.__module__}.{cls.__qualname__}",
                           stacklevel=2)
-        _REGISTRY[name] = LayerSpec(name, kind, cls, formula, source, partner, init_rule, mlp_norm, origin)
+        _REGISTRY[name] = LayerSpec(name, kind, cls, formula, source, partner=partner, init_rule=init_rule,
+                                    mlp_norm=mlp_norm, origin=origin, data_init=data_init, qk_norm=qk_norm,
+                                    refuses=refuses, refuses_why=refuses_why)
         return cls
 
     return decorator

@@ -24,7 +24,7 @@ from timm.models._manipulate import checkpoint, named_apply
 from timm.models.vision_transformer import checkpoint_filter_fn, init_weights_vit_timm
 from torch import nn
 
-from normbench.layers import LayerPlan, resolve_layer
+from normbench.layers import LayerError, LayerPlan, PreNormBlock, resolve_layer
 
 GLOBAL_POOLS = ("", "token", "avg", "avgmax", "max")  # timm's ViT pools, less its attention pools (map, prr)
 
@@ -74,6 +74,10 @@ class NormbenchViT(nn.Module):
         grad_checkpointing: recompute each block's activations in the backward pass instead of storing them
             (timm's `checkpoint_seq`): same loss and gradients, less memory, one more pass of the blocks
             (default False).
+        init_images: training images (B, C_in, H, W) for a layer whose init depends on data (Admin profiles its ω
+            on them); required by such a layer, ignored by the others. Kept on the model (`init_images`, not in the
+            state_dict) so that `init_weights()` can re-run the init after a meta-device build (default None).
+        block_kwargs: extra arguments for every block, e.g. `{"post_ln_ratio": 0.25}` for Mix-LN (default None).
     """
 
     dynamic_img_size: Final[bool]
@@ -85,10 +89,12 @@ class NormbenchViT(nn.Module):
                  fc_norm: bool | None = None, dynamic_img_size: bool = False, dynamic_img_pad: bool = False,
                  drop_rate: float = 0.0, proj_drop_rate: float = 0.0, attn_drop_rate: float = 0.0,
                  drop_path_rate: float = 0.0, drop_path_mode: Literal["linear", "uniform"] = "linear",
-                 norm_kwargs: dict[str, Any] | None = None, grad_checkpointing: bool = False) -> None:
+                 norm_kwargs: dict[str, Any] | None = None, grad_checkpointing: bool = False,
+                 init_images: torch.Tensor | None = None, block_kwargs: dict[str, Any] | None = None) -> None:
         super().__init__()
         _check_pool(global_pool, class_token)
         self.plan: LayerPlan = resolve_layer(layer)
+        self.init_images = init_images
         self.layer, self.depth, self.num_classes, self.global_pool = layer, depth, num_classes, global_pool
         self.in_chans = in_chans
         self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
@@ -99,9 +105,16 @@ class NormbenchViT(nn.Module):
         norm_layer = partial(self.plan.norm.cls, **(norm_kwargs or {}))
         gate_cls = self.plan.gate.cls if self.plan.gate else None
         gate_layer = partial(gate_cls, depth=depth, init_values=init_values) if gate_cls else _identity
-        # modules a method needs beyond the norm and gate slots are built here, never added by its init rule
-        mlp_norm = self.plan.mlp_norm_layer
-        block_extras = dict(mlp_norm_layer=mlp_norm) if mlp_norm else {}  # absent: plugin blocks need not take it
+        # modules a method needs beyond the norm and gate slots are built here, never added by its init rule;
+        # each is passed only when used, so plugin blocks need not take it. The combination's own norm class comes
+        # with the suite's norm_kwargs.
+        block_extras: dict[str, Any] = dict(block_kwargs or {})
+        for key, cls in (("mlp_norm_layer", self.plan.mlp_norm_layer), ("qk_norm_layer", self.plan.qk_norm_layer)):
+            if cls is not None:
+                block_extras[key] = norm_layer if cls is self.plan.norm.cls else cls
+        block_cls = self.plan.block_cls
+        # the block's place in the stack, for placements whose constants depend on it (LNS, Mix-LN)
+        index_of = (lambda i: {"block_index": i}) if issubclass(block_cls, PreNormBlock) else (lambda i: {})
 
         # dynamic size: timm's PatchEmbed keeps the (B, H, W, C) grid so that pos_embed can be resampled to it
         embed_args = dict(strict_img_size=False, output_fmt="NHWC") if dynamic_img_size else {}
@@ -112,17 +125,17 @@ class NormbenchViT(nn.Module):
         self.pos_embed = nn.Parameter(torch.zeros(1, num_tokens, embed_dim))
         self.pos_drop = nn.Dropout(drop_rate)
         self.blocks = nn.Sequential(*[
-            self.plan.block_cls(embed_dim, num_heads, depth=depth, norm_layer=norm_layer, gate_layer=gate_layer,
-                                mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, proj_drop=proj_drop_rate,
-                                attn_drop=attn_drop_rate, drop_path=dpr, **block_extras)
-            for dpr in drop_path_rates(drop_path_rate, depth, drop_path_mode)
+            block_cls(embed_dim, num_heads, depth=depth, norm_layer=norm_layer, gate_layer=gate_layer,
+                      mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, proj_drop=proj_drop_rate, attn_drop=attn_drop_rate,
+                      drop_path=dpr, **index_of(i), **block_extras)
+            for i, dpr in enumerate(drop_path_rates(drop_path_rate, depth, drop_path_mode))
         ])
         reduction = self.patch_embed.feat_ratio()
         self.feature_info = [dict(module=f"blocks.{i}", num_chs=embed_dim, reduction=reduction) for i in range(depth)]
         # timm: token pooling normalizes all tokens (`norm`); avg pooling normalizes the pooled vector (`fc_norm`).
         # Post-norm blocks already end in a norm: like BERT and DeepNet, no second one on top.
         use_fc_norm = global_pool in ("avg", "avgmax", "max") if fc_norm is None else fc_norm
-        final_norm = not use_fc_norm and not self.plan.block_cls.output_is_normalized
+        final_norm = not use_fc_norm and not block_cls.output_is_normalized
         self.norm = norm_layer(embed_dim) if final_norm else nn.Identity()
         self.fc_norm = norm_layer(embed_dim) if use_fc_norm else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
@@ -133,18 +146,28 @@ class NormbenchViT(nn.Module):
 
     @torch.no_grad()
     def init_weights(self) -> None:
-        """timm's ViT init, then the layer's own init rule (Fixup, DeepNorm, T-Fixup), which must come last."""
+        """timm's ViT init, then the layer's own init rule (Fixup, DeepNorm, T-Fixup), which must come last, then
+        its data-dependent init on `init_images` (Admin), which measures the model as initialised."""
         trunc_normal_(self.pos_embed, std=0.02)
         if self.cls_token is not None:
             nn.init.normal_(self.cls_token, std=1e-6)
         named_apply(init_weights_vit_timm, self)
         for rule in self.plan.init_rules:
             rule(self)
+        data_rules = self.plan.data_init_rules
+        if data_rules and self.init_images is None:
+            raise LayerError(f"layer `{self.layer}` sets its init from a forward pass on training images and was "
+                             "given none: pass init_images=<a (B, C, H, W) batch of training images> to NormbenchViT "
+                             "or timm.create_model, or train it from a suite (the loop passes the first training "
+                             "images)")
+        for data_rule in data_rules:
+            data_rule(self, self.init_images.to(self.pos_embed))  # type: ignore[union-attr]
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
-        """Embeddings, every norm and gate parameter, and any parameter tagged `_no_weight_decay` (timm's hook)."""
-        slot_classes = tuple(s.cls for s in (self.plan.norm, self.plan.gate) if s is not None)
+        """Embeddings, every norm and gate parameter (q/k norms too), and any parameter tagged `_no_weight_decay`
+        (timm's hook)."""
+        slot_classes = tuple(s.cls for s in self.plan.specs if s.kind in ("norm", "gate", "modifier"))
         names = {"pos_embed", "cls_token"}
         for module_name, module in self.named_modules():
             if isinstance(module, slot_classes):

@@ -1,7 +1,7 @@
 """Ledger -> pandas -> results.csv, history.csv, leaderboard.md and figures. Regenerable any time with
 `normbench leaderboard`.
 
-The protocol (README "Protocol"): the selection seeds choose each row's lr on val (spec/selection.py), the report
+The protocol (docs/protocol.md): the selection seeds choose each row's lr on val (spec/selection.py), the report
 seeds score it on test; learning speed, convergence, lr sensitivity, failure rate and Holm-adjusted comparisons are
 reported beside the final accuracy (report/analysis.py computes them, header.py and sections.py format them). This
 module reads the ledger and writes the files.
@@ -34,9 +34,9 @@ UNWRITTEN = ["history", "telemetry"]  # per-epoch and per-block lists: history.c
 
 
 def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None = None,
-                      tracker: Any = None, reference: str | Path | None = None) -> Path:
-    """Write results.csv, history.csv, leaderboard.md and the figures into `out_dir`; log them to MLflow when a
-    tracker is given.
+                      reference: str | Path | None = None) -> Path:
+    """Write results.csv, history.csv, leaderboard.md and the figures into `out_dir` (MLflow's parent run gets them
+    from `normbench sync`, tracking/sync.py, which `run` and `leaderboard` call after this).
 
     `reference` (default: the suite's `reference:`) is another suite's output folder: the leaderboard then says
     whether its layer ranking holds here, and transfer.csv is written.
@@ -75,8 +75,6 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     lines += telemetry_section(cells, out_dir, order=suite.layers() if suite else None)
     path = folder.leaderboard
     path.write_text("\n".join(lines))
-    if tracker is not None:
-        tracker.log_artifacts(out_dir)
     return path
 
 

@@ -32,7 +32,8 @@ TITLES = {"stream_rms": "RMS of the residual stream entering each block",
           "mlp_ratio": "MLP branch RMS / stream RMS",
           "attn_entropy": "attention entropy (nats; mean over heads and queries)",
           "grad_norm": "gradient norm of the block's parameters (before clipping)",
-          "update_ratio": "update-to-weight ratio of the block's weight matrices"}
+          "update_ratio": "update-to-weight ratio of the block's weight matrices",
+          "attn_logit_max": "largest attention logit q·k/√d_h (after QK-norm; max over heads and tokens)"}
 # Why a heatmap cell is blank at step 0 only: said under the figure, not left for the reader to guess
 ZERO_INIT_UNDEFINED = "a ratio with a zero denominator: weights or gates initialised at zero, as in rezero and fixup"
 ZERO_INIT_ZERO = ("a gate initialised at zero, as in rezero and fixup, keeps its branch off; a log scale cannot "

@@ -1,17 +1,16 @@
 """The writes a retry must not replay blindly, and how to tell whether one landed (see normbench.store.retry).
 
 A request can reach the server, be committed, and lose its answer (a timeout, a reset, a proxy's 502). Replaying
-it would apply it twice: a second MLflow run for the cell, a second queued trial. So each such write carries a key
-and, after an ambiguous error, is looked up by it before it is sent again:
-- MlflowClient.create_run: the `run_key` tag (the caller's, e.g. the cell's study and trial, or a fresh one);
+it would apply it twice: a second queued trial. So each such write carries a key and, after an ambiguous error, is
+looked up by it before it is sent again. Only the ledger's writes are wrapped: MLflow is a view of the ledger that
+`normbench sync` rebuilds (tracking/sync.py), so its writes are never retried.
 - Optuna's RDBStorage.create_new_trial / _create_new_trial (queueing a cell): a `normbench_key` system attr. Optuna
   itself retries a trial's creation after an error of its commit (deadlocks), so the lookup also runs inside each
   of its tries, in the same transaction as the insert (under its lock of the study's row);
 - RDBStorage.set_trial_state_values: finishing a trial twice is refused by Optuna, so a lost answer is checked by
   reading the trial's state back. A claim (WAITING -> RUNNING) is a compare-and-set: replayed after it landed, it
   answers "taken by another worker"; that trial, never signed, is freed by the ledger without counting an attempt.
-Other writes are safe to repeat as they are: tags, params and attrs overwrite with the same value, MLflow drops a
-metric point equal to one it has (key, step, timestamp, value), closing a run twice closes it once.
+Other writes are safe to repeat as they are: attrs overwrite with the same value, a heartbeat is a heartbeat.
 """
 
 from __future__ import annotations
@@ -25,17 +24,13 @@ from typing import Any
 
 from normbench.store.retry import NOT_LANDED, Unsafe
 
-RUN_KEY = "run_key"  # MLflow tag: what a run is found by (one run per key)
 TRIAL_KEY = "normbench_key"  # Optuna system attr of a queued trial: what its creation is found by
 
 
 def unsafe_methods(obj: Any) -> dict[str, Unsafe]:
-    """The unsafe writes of `obj` (an MlflowClient or an Optuna RDBStorage), by method name; {} for others. An
-    RDBStorage's own retries of a trial's creation are made to find the trial a lost commit left (on `obj`)."""
-    kind = type(obj).__name__
-    if kind == "MlflowClient":
-        return {"create_run": _create_run(obj)}
-    if kind == "RDBStorage":
+    """The unsafe writes of `obj` (an Optuna RDBStorage), by method name; {} for others. An RDBStorage's own retries
+    of a trial's creation are made to find the trial a lost commit left (on `obj`)."""
+    if type(obj).__name__ == "RDBStorage":
         obj._get_prepared_new_trial = _find_or_prepare(obj._get_prepared_new_trial)
         return {"create_new_trial": _create_trial(obj, lambda t: t._trial_id),
                 "_create_new_trial": _create_trial(obj, lambda t: t),
@@ -52,31 +47,6 @@ def _binder(method: Callable[..., Any]) -> Callable[[tuple, dict], inspect.Bound
         return bound
 
     return bind
-
-
-def _create_run(client: Any) -> Unsafe:
-    bind = _binder(client.create_run)
-
-    def prepare(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        bound = bind(args, kwargs)
-        tags = dict(bound.arguments.get("tags") or {})
-        tags.setdefault(RUN_KEY, uuid.uuid4().hex)
-        bound.arguments["tags"] = tags
-        return bound.args, bound.kwargs
-
-    def landed(*args: Any, **kwargs: Any) -> Any:
-        bound = bind(args, kwargs)
-        key = bound.arguments["tags"][RUN_KEY]
-        return find_run(client, bound.arguments["experiment_id"], key) or NOT_LANDED
-
-    return Unsafe(landed=landed, prepare=prepare)
-
-
-def find_run(client: Any, experiment_id: str, key: str) -> Any:
-    """The run tagged `run_key = key` (the oldest, should a replay outside normbench's reach have made two)."""
-    runs = client.search_runs([experiment_id], f"tags.{RUN_KEY} = '{key}'", max_results=10,
-                              order_by=["attributes.start_time ASC"])
-    return runs[0] if runs else None
 
 
 def _create_trial(storage: Any, answer: Callable[[Any], Any]) -> Unsafe:

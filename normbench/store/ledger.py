@@ -217,8 +217,8 @@ class Ledger:
             raise NormbenchError(
                 f"the ledger {self.url}: study `{study.study_name}` belongs to suite `{theirs or '?'}` with recipe "
                 f"{attrs.get('recipe', '?')}, not to `{suite}` with recipe {recipe}; this worker claims nothing from "
-                "it. Check --storage (each team or suite family its own database: README, Running on many "
-                "machines), or give the suite another name.")
+                "it. Check --storage (each team or suite family its own database: docs/cluster.md), or give the "
+                "suite another name.")
 
     def _sign(self, trial: optuna.Trial) -> None:
         """Write who holds the trial, so peers can tell a dead holder from a live one."""

@@ -2,7 +2,8 @@
 progress line once, for `normbench run`, `tune` and `worker` alike.
 
     suite -> SuiteRun(mode) -> jobs (sweep/run.py or sweep/tune.py) -> worker loop (sweep/worker.py)
-          -> train_cell (train/) -> ledger (store/) + MLflow (tracking/) -> leaderboard (report/)
+          -> train_cell (train/) -> ledger (store/) + live MLflow runs (tracking/) -> leaderboard (report/)
+          -> MLflow synced from the ledger (tracking/sync.py)
 
 The parent (`run`, `tune`) owns the output folder: it checks it can write there, keeps a copy of the suite file,
 starts local worker processes when asked, and writes the leaderboard at the end. A worker joins the same studies.
@@ -26,11 +27,12 @@ from normbench.store.journal import ledger_identity, repair_tail
 from normbench.store.ledger import Ledger, max_attempts_from_env
 from normbench.store.locks import journal_lock_grace
 from normbench.sweep.launch import default_workers, start_workers, worker_command
+from normbench.sweep.progress import Progress
 from normbench.sweep.run import open_run
 from normbench.sweep.suite_snapshot import changed_since, take_snapshot
 from normbench.sweep.tune import open_tune
 from normbench.sweep.watch import WorkerWatch, wait_for_workers
-from normbench.sweep.worker import WorkSummary, close_lost, close_orphans, work
+from normbench.sweep.worker import WorkSummary, work
 from normbench.tracking.tracker import Tracker
 from normbench.train.distributed import Dist
 
@@ -54,7 +56,7 @@ class SuiteRun:
 
     `parent=True` (run, tune) also checks the output folder and saves the suite file there (the snapshot its
     workers load: sweep/suite_snapshot.py); a worker (`False`) joins a suite a parent owns. A ledger trained with
-    another recipe is refused before anything is written: no torn journal tail cut, no MLflow spool replayed.
+    another recipe is refused before anything is written: no torn journal tail cut, no MLflow store opened.
     """
 
     def __init__(self, suite: Suite, out_dir: Path, *, storage: str | None = None, mode: str = "run",
@@ -69,7 +71,7 @@ class SuiteRun:
         self.ledger = Ledger(storage, self.folder.path, max_attempts=max_attempts)
         check_folder_suite(suite, self.folder, self.ledger if storage is None else None)
         self.jobs, self.study_names, self.progress = MODES[mode](suite, self.ledger, self.folder.path, quiet=quiet)
-        # past the refusals (the recipe check is in MODES): repair and replay, which a refused run must not do
+        # past the refusals (the recipe check is in MODES): repair, which a refused run must not do
         repair_tail(self.ledger.storage)
         self.tracker = Tracker(self.folder.path, suite.name, parent_tags={
             "recipe": suite.recipe_hash(), "ledger": ledger_identity(self.ledger.storage)})
@@ -82,6 +84,12 @@ class SuiteRun:
         that is all the work; after workers it finishes whatever a dead worker left behind (usually nothing)."""
         workers = workers or default_workers(device)
         summary = WorkSummary()
+        try:
+            return self._work(device, workers, dist, summary)
+        finally:
+            self.tracker.finish()  # the live runs' last writes, before a sync (or the next run's) reads them
+
+    def _work(self, device: str, workers: int, dist: Dist | None, summary: WorkSummary) -> WorkSummary:
         if workers > 1:
             watch = WorkerWatch(self.suite, self.ledger, self.progress, self.study_names)
             assert self.snapshot is not None, "local workers are a parent's"
@@ -100,27 +108,38 @@ class SuiteRun:
         return summary
 
     def settle_claims(self) -> None:
-        """Reconcile this suite's studies (sweep/worker.py): a claim whose worker is gone is failed and queued again,
-        a run whose trial is finished is closed, so nothing stays RUNNING once `run` returns. Best effort on the
-        way out: what the ledger or MLflow cannot take now, the next run reconciles."""
+        """A claim whose worker is gone is failed and queued again (the ledger's reclaim), so no cell stays RUNNING
+        once `run` returns (its MLflow run: the next sync's). Best effort on the way out: what the ledger cannot
+        take now, the next run reclaims."""
         try:
-            names = [n for n in self.ledger.study_names() if n.split(":")[1:2] == [self.suite.name]]
-            studies = [self.ledger.study(name) for name in names]
-            for study in studies:
-                close_lost(self.ledger, study, self.tracker)
-            close_orphans(studies, self.tracker)
+            for name in self.ledger.study_names():
+                if name.split(":")[1:2] == [self.suite.name]:
+                    self.ledger.reclaim(self.ledger.study(name))
         except Exception as e:
-            print(f"normbench: warning: could not reconcile the ledger with MLflow on the way out ({e}); the next run "
+            print(f"normbench: warning: could not reclaim the workers' cells on the way out ({e}); the next run "
                   "does", file=sys.stderr)
 
     def finish(self, summary: WorkSummary) -> None:
-        """Write the leaderboard (and log it to MLflow) and say where it is."""
+        """Write the leaderboard, bring MLflow up to date from the ledger, and say where they are."""
         from normbench.report.leaderboard import write_leaderboard
 
-        write_leaderboard(self.folder.path, suite=self.suite, storage=self.storage, tracker=self.tracker)
+        write_leaderboard(self.folder.path, suite=self.suite, storage=self.storage)
+        synced(self.folder.path, self.storage, self.tracker.uri, self.progress)
         if summary.bookkeeping():
             self.progress.note(summary.bookkeeping())
         self.progress.note(f"leaderboard: {self.folder.leaderboard}")
+
+
+def synced(out_dir: Path, storage: str | None, uri: str, progress: Progress) -> None:
+    """Sync MLflow from the ledger (tracking/sync.py) and say how it went. A store that cannot take it is a warning
+    (said even with --quiet), never a failed run: the ledger has every result, and `normbench sync OUT` repairs
+    the view later."""
+    from normbench.tracking.sync import sync
+
+    try:
+        progress.note(sync(out_dir, storage, uri).line())
+    except NormbenchError as e:
+        print(f"normbench: warning: {e}", file=sys.stderr)
 
 
 def run_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | None = None,

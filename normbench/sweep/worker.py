@@ -1,13 +1,11 @@
 """The worker loop shared by `run`, `tune` and `worker`: claim a cell from the ledger, train it, log it, finish it.
 
-Order matters for exactly-once results: metrics go to MLflow first, then the ledger marks the cell COMPLETE, then
-the MLflow run is closed. A crash before COMPLETE re-runs the cell (its MLflow run is closed as FAILED); a crash
-after it only leaves a run to close, which `close_orphans` does on the next start. Reconciling every run costs a
-full search of the tracking server, so a worker does it once per study it meets; on every turn it closes only the
-runs of the trials the ledger reclaims (`close_lost`): 200 workers polling every 2 s must not search every run.
-A worker whose claim another took over (it stalled past the heartbeat grace) stops that cell and closes its run as
-KILLED; a tracking server that stays away past NORMBENCH_RETRY_SECONDS after training keeps the result in the
-ledger and spools the MLflow part. A cell that kills its worker is re-queued by the ledger until
+The ledger is the truth: a cell counts once the ledger marks it COMPLETE; a crash before that re-runs it. MLflow
+is a view of the ledger (tracking/sync.py rebuilds it), so the live logging here is best effort and never waits:
+the tracker queues each write (tracking/tracker.py), and a run left RUNNING by a crash, or missing because MLflow
+was away, is settled by the next `normbench sync` (every `normbench run` ends with one). The worker never searches
+MLflow. A worker whose claim another took over (it stalled past the heartbeat grace) stops that cell and closes its
+run as KILLED. A cell that kills its worker is re-queued by the ledger until
 NORMBENCH_MAX_ATTEMPTS such attempts, then failed for good: the loop ends without it and the summary names it
 (`failed_for_good`).
 """
@@ -23,18 +21,18 @@ import optuna
 from optuna.trial import TrialState
 
 from normbench import settings, stopping
-from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
+from normbench.errors import ClaimLostError, NormbenchError
 from normbench.spec.recipe import CellConfig
 from normbench.spec.results import EpochRecord
 from normbench.store.ledger import ATTEMPTS, Ledger, failed_for_good
 from normbench.sweep.progress import Progress
-from normbench.tracking.tracker import Tracker, running_run_ids
+from normbench.tracking.tracker import Tracker
 from normbench.train.distributed import Dist, broadcast
 from normbench.train.loop import CellAbandoned, train_cell
 
 
 def poll_seconds() -> float:
-    """NORMBENCH_POLL_SECONDS (default 2): an idle worker's turn. A large fleet raises it (README: load)."""
+    """NORMBENCH_POLL_SECONDS (default 2): an idle worker's turn. A large fleet raises it (docs/cluster.md: load)."""
     return settings.current().poll_seconds
 
 
@@ -118,16 +116,11 @@ def _work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, devic
     summary = WorkSummary()
     poll = poll_seconds()  # a bad setting is refused before the first claim, not when the queue runs dry
     current = jobs()
-    reconciled: set[str] = set()  # studies whose runs this worker has reconciled once (a full search)
     while max_cells is None or summary.cells_run < max_cells:
         stopping.check()  # between cells
         turn_started = time.perf_counter()
         for job in current:
-            close_lost(ledger, job.study, tracker)
-        new = [job.study for job in current if job.study.study_name not in reconciled]
-        if new:
-            close_orphans(new, tracker)
-            reconciled.update(study.study_name for study in new)
+            ledger.reclaim(job.study)  # dead workers' cells back to the queue (their runs: the next sync's)
         claimed = next(((job, t) for job in current if (t := ledger.claim(job.study)) is not None), None)
         if claimed is not None:
             ok, trained = run_cell(*claimed, ledger=ledger, tracker=tracker, device=device, progress=progress,
@@ -160,19 +153,11 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
     """Train one claimed cell. Returns (False, ...) if it raised (recorded as a failed trial, retried on the next
     run), and the seconds spent training, not counting the logging and pruning calls made between epochs."""
     cell_id, params, config = job.cell_for(trial)
-    try:
-        run_id = tracker.start(cell_id, params, tags={"suite": suite_name, "study": job.study.study_name,
-                                                      "trial": str(trial.number)})
-    except (KeyboardInterrupt, NormbenchError):  # the server went away as the run opened: give the cell back
-        try:
-            ledger.release(job.study, trial)
-        except Exception:
-            pass
-        raise
-    try:
-        with ledger.owned(trial):
-            trial.set_user_attr("mlflow_run_id", run_id)
-    except ClaimLostError:  # stalled between the claim and here: the cell is another worker's now
+    frozen = ledger.storage.get_trial(trial._trial_id)  # its attempt (a re-queued copy's run is named `#2`)
+    run_id = tracker.start(cell_id, params, tags={  # queued: never waits for MLflow
+        "suite": suite_name, "study": job.study.study_name, "trial": str(trial.number),
+        "attempt": str(1 + len(frozen.system_attrs.get("retry_history", [])))})
+    if not ledger.claim_held(trial, ask=True):  # stalled between the claim and here: another worker's cell now
         return _lost_claim(cell_id, run_id, tracker, progress), 0.0
     progress.start_cell(cell_id, config.train.epochs)
     between_epochs = 0.0
@@ -216,16 +201,10 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
     try:
         if not ledger.claim_held(trial, ask=True):
             raise ClaimLostError(f"trial {trial.number} was taken over")
-        try:
-            tracker.log_telemetry(run_id, result.telemetry)
-            tracker.summarize(run_id, result)
-        except ServerUnreachableError:  # spooled by summarize: keep the result, MLflow gets it on the next run
-            ledger.finish(job.study, trial, result)
-            progress.note(f"cell {cell_id} finished; its MLflow summary is spooled in {tracker.spool_dir} and "
-                          "logged on the next run")
-            raise
-        ledger.finish(job.study, trial, result)
-        tracker.close(run_id)
+        tracker.log_telemetry(run_id, result.telemetry)
+        tracker.summarize(run_id, result)
+        ledger.finish(job.study, trial, result)  # the cell counts from here
+        pass
     except ClaimLostError:
         return _lost_claim(cell_id, run_id, tracker, progress), trained
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the result is logged: no trial or run may stay RUNNING
@@ -235,9 +214,14 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
     return True, trained
 
 
+def _state(result: Any) -> str:
+    """The trial state the ledger records for `result` (the run's `ledger_state` tag)."""
+    return TrialState.PRUNED.name if result.status == "pruned" else TrialState.COMPLETE.name
+
+
 def release(job: Job, trial: optuna.Trial, run_id: str, ledger: Ledger, tracker: Tracker) -> None:
-    """Give a claimed cell back on the way out (Ctrl-C, SIGTERM, an outage past the budget): its run KILLED, its
-    trial queued again. Best effort: the server that stopped us may be the one we cannot tell."""
+    """Give a claimed cell back on the way out (Ctrl-C, SIGTERM, a ledger outage past the budget): its run KILLED,
+    its trial queued again. Best effort: the ledger that stopped us may be the one we cannot tell."""
     tracker.fail(run_id, "KILLED")
     try:
         ledger.release(job.study, trial)
@@ -249,16 +233,13 @@ def settle(job: Job, trial: optuna.Trial, run_id: str, ledger: Ledger, tracker: 
     """Stopped between training and closing the run: the run closed FINISHED if the ledger has recorded the cell,
     else the cell given back (`release`). Best effort, as `release`."""
     try:
-        recorded = ledger.storage.get_trial(trial._trial_id).state in (TrialState.COMPLETE, TrialState.PRUNED)
+        state = ledger.storage.get_trial(trial._trial_id).state
     except Exception:  # the ledger is away: give the cell back; it runs again if it was not recorded
-        recorded = False
-    if not recorded:
+        state = TrialState.RUNNING
+    if state in (TrialState.COMPLETE, TrialState.PRUNED):
+        tracker.close(run_id, state.name)
+    else:
         release(job, trial, run_id, ledger, tracker)
-        return
-    try:
-        tracker.close(run_id)
-    except Exception:  # the store is away: the next run closes it (close_orphans)
-        pass
 
 
 def _lost_claim(cell_id: str, run_id: str, tracker: Tracker, progress: Progress) -> bool:
@@ -267,29 +248,3 @@ def _lost_claim(cell_id: str, run_id: str, tracker: Tracker, progress: Progress)
                   "ledger; stopped it here (it is recorded once, by that worker)")
     return True
 
-
-def close_lost(ledger: Ledger, study: optuna.Study, tracker: Tracker) -> None:
-    """Every turn: fail and re-queue the trials of dead workers (the ledger's reclaim) and close their runs FAILED,
-    by the run id the trial names, else by a search for that one trial's RUNNING runs (a worker killed between
-    opening its run and naming it on the trial)."""
-    for failed in ledger.reclaim(study):
-        run_id = failed.user_attrs.get("mlflow_run_id")
-        for rid in [run_id] if run_id else running_run_ids(tracker, study=study.study_name, trial=failed.number):
-            tracker.fail(rid)
-
-
-def close_orphans(studies: list[optuna.Study], tracker: Tracker) -> None:
-    """Once per worker start (and per study it meets later), one search: no run of these studies stays RUNNING
-    once its trial is finished (e.g. its worker died between COMPLETE and closing the run) or failed."""
-    running = running_run_ids(tracker, with_trial=True)
-    if not running:
-        return
-    trials = {study.study_name: {t.number: t for t in study.get_trials(deepcopy=False)} for study in studies}
-    for run_id, (study_name, number) in running.items():
-        # found by the run's own study/trial tags: a worker killed between opening the run and writing its id to
-        # the trial leaves a run no trial names
-        t = trials.get(study_name, {}).get(number)
-        if t is None or t.state in (TrialState.RUNNING, TrialState.WAITING):
-            continue
-        done = t.state in (TrialState.COMPLETE, TrialState.PRUNED) and t.user_attrs.get("mlflow_run_id") == run_id
-        tracker.close(run_id) if done else tracker.fail(run_id)

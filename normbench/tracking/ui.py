@@ -1,4 +1,5 @@
-"""`normbench ui`: MLflow's UI opened on the suite's comparison, not on its GenAI overview, in seconds.
+"""`normbench ui`: MLflow's UI opened on the suite's comparison, not on its GenAI overview, in seconds. The CLI
+syncs the store from the ledger first (tracking/sync.py), so every output folder opens, a published one too.
 
 MLflow 3 opens an experiment on GenAI pages unless the experiment's kind (`mlflow.experimentKind`) and the UI's
 workflow (`?workflowType=machine_learning`) say model training. The table's columns, the grouping by layer and the
@@ -7,8 +8,9 @@ chart sections come from a shared view (tracking/view_state.py) that we store as
 The server is one process: uvicorn serving MLflow's own app (`mlflow.server.fastapi_app:app`), configured through
 the environment as `mlflow server` configures its workers. `mlflow ui` itself starts 15 processes (its CLI, a uvicorn
 supervisor with 4 workers, a job runner with 7 huey consumers), ~27 CPU-seconds before it answers against ~5 here;
-the job runner serves only GenAI jobs (judges, trace rollups), which a suite's runs never use. The server starts
-while the experiment is tagged, and its output (warnings, startup lines) goes to `<out>/mlflow-ui.log`.
+the job runner serves only GenAI jobs (judges, trace rollups), which a suite's runs never use. The app is MLflow's
+with the groups' colours added to its page (tracking/ui_app.py); its output (warnings, startup lines) goes to
+`<out>/mlflow-ui.log`.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ from typing import Any
 from normbench import stopping
 from normbench.errors import NormbenchError
 from normbench.spec.names import OutputFolder
-from normbench.tracking.view_state import SHARE_KEY, SHARE_TAG, view_state
+from normbench.tracking.mlflow_store import KIND, KIND_TAG, quiet_mlflow_logging
+from normbench.tracking.view_state import SHARE_KEY, SHARE_TAG, group_colours, view_state
 
-KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
 UI_LOG = "mlflow-ui.log"
-APP = "mlflow.server.fastapi_app:app"
+APP = "normbench.tracking.ui_app:app"  # MLflow's app, its page given the groups' colours
+COLOURS_ENV = "_NORMBENCH_UI_GROUP_COLOURS"  # JSON {group id: colour} for the app (internal to the server)
 # What `mlflow server` (mlflow/server/__init__.py _run_server, constants.py) puts in its workers' environment;
 # tests/tracking/test_ui_server.py checks the names against the installed MLflow.
 BACKEND_STORE_ENV, ARTIFACT_ROOT_ENV = "_MLFLOW_SERVER_FILE_STORE", "_MLFLOW_SERVER_ARTIFACT_ROOT"
@@ -67,21 +70,26 @@ def suite_axes(out: Path, params: list[dict[str, str]]) -> list[str]:
     return [a for a in ordered if a in logged] + [a for a in axes if a not in ordered]
 
 
-def prepare_experiment(uri: str, out: Path) -> str:
-    """Tag the suite's experiment with the model-training kind and the comparison view; returns its id."""
-    from mlflow.tracking import MlflowClient
+def _not_role(axes: list[str]) -> list[str]:
+    return [a for a in axes if a != "role"]  # a param too, but no axis: its tag filters the view
 
-    from normbench.tracking.tracker import quiet_mlflow_logging
+def prepare_experiment(uri: str, out: Path) -> tuple[str, dict[str, str]]:
+    """Tag the suite's experiment with the model-training kind and the comparison view; returns its id and its
+    groups' colours (view_state.group_colours)."""
+    from mlflow.tracking import MlflowClient
 
     quiet_mlflow_logging()
     client = MlflowClient(tracking_uri=uri)
     experiment = _suite_experiment(client, out)
-    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    runs = client.search_runs([experiment.experiment_id], max_results=50_000)
     metrics = {k for r in runs for k in r.data.metrics}
-    state = view_state(suite_axes(out, [r.data.params for r in runs]), metrics)
+    axes = _not_role(suite_axes(out, [r.data.params for r in runs]))
+    reports = any(r.data.tags.get("role") == "report" for r in runs)
+    colours = group_colours((r.data.params for r in runs), axes)
+    state = view_state(axes, metrics, reports, groups=colours)
     client.set_experiment_tag(experiment.experiment_id, KIND_TAG, KIND)
     client.set_experiment_tag(experiment.experiment_id, SHARE_TAG, json.dumps(state))
-    return experiment.experiment_id
+    return experiment.experiment_id, colours
 
 
 def _suite_experiment(client: Any, out: Path) -> Any:
@@ -94,7 +102,7 @@ def _suite_experiment(client: Any, out: Path) -> Any:
             return found
     experiments = [e for e in client.search_experiments() if e.name != "Default"]
     if not experiments:
-        raise NormbenchError(f"{out}: its mlflow.db holds no suite yet; run one first "
+        raise NormbenchError(f"{out}: its ledger holds no finished cell yet; run the suite first "
                              "(`normbench run suites/smoke.yaml`)")
     return max(experiments, key=lambda e: e.last_update_time or 0)
 
@@ -110,28 +118,29 @@ def check_port(host: str, port: int) -> None:
                                  f"`normbench ui ... --port {port + 1}`") from None
 
 
-def server_command(uri: str, out: Path, host: str, port: int) -> tuple[list[str], dict[str, str]]:
+def server_command(uri: str, out: Path, host: str, port: int,
+                   colours: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
     """The command and environment of the UI server: one uvicorn process (no worker pool) serving MLflow's app on
-    the store `uri`, without MLflow's job runner, without access-log lines."""
+    the store `uri` (its page given the groups' `colours`), without MLflow's job runner, without access-log lines."""
     cmd = [sys.executable, "-m", "uvicorn", APP, "--host", host, "--port", str(port), "--workers", "1",
            "--no-access-log", "--timeout-graceful-shutdown", "3"]
     env = {**os.environ, BACKEND_STORE_ENV: uri,
            ARTIFACT_ROOT_ENV: OutputFolder(Path(out).resolve()).mlflow_artifacts.as_uri(),
            NO_JOBS_ENV: "false", "_MLFLOW_SGI_NAME": "uvicorn", "_MLFLOW_IN_JOB_EXECUTOR": "false",
-           "_MLFLOW_SERVER_BOOT_ID": uuid.uuid4().hex}
+           "_MLFLOW_SERVER_BOOT_ID": uuid.uuid4().hex, COLOURS_ENV: json.dumps(colours or {})}
     env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     return cmd, env
 
 
 def run_ui(uri: str, out: Path, host: str, port: int, open_browser: bool) -> int:
-    """Start the server, tag the experiment meanwhile, print the URLs once the server answers (and open the table
-    with a display), then wait until it exits or Ctrl-C/SIGTERM."""
+    """Tag the experiment, start the server, print the URLs once it answers (and open the table with a display),
+    then wait until it exits or Ctrl-C/SIGTERM."""
     log_path = OutputFolder(out) / UI_LOG
-    cmd, env = server_command(uri, out, host, port)
+    experiment_id, colours = prepare_experiment(uri, out)
+    cmd, env = server_command(uri, out, host, port, colours)
     with open(log_path, "w") as log:
         server = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     try:
-        experiment_id = prepare_experiment(uri, out)
         local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         if not _wait_until_up(f"http://{local}:{port}/health", server):
             raise NormbenchError(f"the MLflow UI server exited with code {server.returncode} before answering; "

@@ -9,8 +9,14 @@ mlflow/server/js/build, MLflow 3.17; tests/tracking/test_view_state.py checks th
   runsExpanded and runsVisibilityMap are dropped from shared views).
 
 What we set, and why:
-- runs grouped by `layer` (`groupBy`): one row and one colour per layer, charts drawing each group's mean with a
-  min-max band; every run shown (`runsHiddenMode`), not MLflow's first 10.
+- runs grouped by `depth` and `layer` (`groupBy`): one row per (depth, layer), charts drawing each group's mean with
+  a min-max band; every run shown (`runsHiddenMode`), not MLflow's first 10. A group's colour is its layer's in the
+  leaderboard's figures (report/style.py): `group_colours` gives them, `normbench ui` puts them where MLflow's UI
+  keeps group colours (the browser's localStorage, tracking/ui_app.py); each run also carries its layer's colour as
+  its `mlflow.runColor` tag (tracking/run_record.py).
+- a suite with report seeds shows its report cells (`tags.role = 'report'`, finished): the runs the leaderboard
+  scores, at each row's chosen lr, so a group's mean `test_top1` is the leaderboard's score. Clearing the search
+  box shows every cell (selection seeds, bracketing, the 2x-epoch budget check).
 - the table's columns: the axes right after the pinned Run Name and Created (MLflow pins those two and keeps them
   first), then the score columns; Duration after them. The short run name (tracking/naming.py) repeats the axes.
 - best score first; sorting by a metric also lists the cells flat instead of nested under the `leaderboard` run.
@@ -29,15 +35,18 @@ from normbench.tracking.naming import POSITIONS, TELEMETRY_PREFIX
 
 SHARE_KEY = "normbench-comparison"
 SHARE_TAG = f"mlflow.sharedViewState.{SHARE_KEY}"
-SCORE_COLUMNS = ("score", "select", "diverged")  # metrics: test and val top-1 (spec.selection.cell_scores)
-GROUP_AXIS = "layer"
-# Model metrics' charts, in this order: per-epoch curves (step >= 1: lines) then the cell's summary (step 0: bars).
+# metrics: test top-1 (the leaderboard's score) and val top-1 (what selects), final epoch, 0 when diverged
+SCORE_COLUMNS = ("test_top1", "val_top1_final", "diverged")
+GROUP_AXES = ("depth", "layer")
+REPORT_FILTER = "tags.role = 'report' and attributes.status = 'FINISHED'"
+# Model metrics' charts, in this order: per-epoch curves (at step = optimizer steps: lines) then the cell's summary
+# (step 0: bars).
 LINES = ("val_top1", "train_loss", "scheduled_lr", "grad_norm", "images_per_sec")
-BARS = ("score", "select", "final_val_top1", "best_val_top1", "diverged", "epochs_run", "cell_seconds",
+BARS = ("test_top1", "val_top1_final", "best_val_top1", "diverged", "epochs_run", "cell_seconds",
         "images_per_sec_mean", "params")
 MODEL_SECTION, SYSTEM_SECTION = "Model metrics", "System metrics"  # MLflow's names for its unprefixed sections
 # two wide, tall charts a row (MLflow: 3 a row, 360 px): a legend line per layer fits under the curves
-MODEL_LAYOUT = {"columns": 2, "cardHeight": 480}
+MODEL_LAYOUT = {"columns": 2, "cardHeight": 640}  # room for a legend line per (depth, layer) under the curves
 RUN_NAME, CREATED, DURATION = "attributes.`Run Name`", "runDateAndNestInfo", "duration"  # the table's column ids
 
 
@@ -46,26 +55,43 @@ def column(kind: str, name: str) -> str:
     return f"{kind}.`{name}`"
 
 
-def view_state(axes: list[str], metric_keys: Iterable[str] = ()) -> dict[str, Any]:
+def view_state(axes: list[str], metric_keys: Iterable[str] = (), reports: bool = False,
+               groups: Iterable[str] = ()) -> dict[str, Any]:
     """The shared view for a suite with these axes (params) whose runs logged `metric_keys` (all of LINES and BARS
-    when not given): runs table, grouping, and chart sections, best score first."""
+    when not given): runs table, grouping, and chart sections, best score first; with `reports` (the suite has
+    report cells) only those; the `groups` (MLflow's group ids, `group_colours`' keys) collapsed: a row each."""
     params = [column("params", a) for a in axes]
     scores = [column("metrics", m) for m in SCORE_COLUMNS]
+    grouped = [a for a in GROUP_AXES if a in axes]
     return {
-        "orderByKey": column("metrics", SCORE_COLUMNS[0]), "orderByAsc": False, "searchFilter": "",
+        "orderByKey": column("metrics", SCORE_COLUMNS[0]), "orderByAsc": False,
+        "searchFilter": REPORT_FILTER if reports else "",
         "lifecycleFilter": "Active", "startTime": "ALL",
         "selectedColumns": [RUN_NAME, *params, *scores],
         "columnOrder": [RUN_NAME, CREATED, *params, *scores, DURATION],
-        # narrow enough that the score columns fit beside the axes even with MLflow's assistant panel open
-        "columnWidths": {RUN_NAME: 230, CREATED: 135, **{m: 90 for m in scores},
-                         **{p: 140 if p == column("params", GROUP_AXIS) else 65 for p in params}},
+        # wide enough for a group's name (`Group: depth: 36, layer: layerscale`) and a mean (`96.5975 (average)`)
+        "columnWidths": {RUN_NAME: 330, CREATED: 135, **{m: 140 for m in scores},
+                         **{p: {"layer": 140, "lr": 90}.get(a, 65) for a, p in zip(axes, params, strict=True)}},
         "runsHiddenMode": "SHOW_ALL",
-        "groupBy": ({"aggregateFunction": "average", "groupByKeys": [{"mode": "param", "groupByData": GROUP_AXIS}]}
-                    if GROUP_AXIS in axes else None),
-        "groupsExpanded": {}, "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
+        "groupBy": ({"aggregateFunction": "average",
+                     "groupByKeys": [{"mode": "param", "groupByData": a} for a in grouped]} if grouped else None),
+        "groupsExpanded": dict.fromkeys(groups, False), "useGroupedValuesInCharts": True, "hideEmptyCharts": True,
         **charts(metric_keys),
         "viewMaximized": False, "runListHidden": False,
     }
+
+
+def group_colours(runs_params: Iterable[dict[str, str]], axes: list[str]) -> dict[str, str]:
+    """MLflow UI's group id (`param.depth.12,param.layer.rezero`, as its runs table builds it from `groupBy`) ->
+    the layer's colour in the leaderboard's figures, for every group these runs' params make."""
+    from normbench.report.style import layer_colour
+
+    grouped = [a for a in GROUP_AXES if a in axes]
+    colours = {}
+    for params in runs_params:
+        if "layer" in grouped and all(a in params for a in grouped):
+            colours[",".join(f"param.{a}.{params[a]}" for a in grouped)] = layer_colour(params["layer"])
+    return colours
 
 
 def charts(metric_keys: Iterable[str] = ()) -> dict[str, Any]:

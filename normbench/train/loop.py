@@ -24,6 +24,7 @@ from torch import nn
 from normbench import stopping
 from normbench.data import DataBundle, build_data
 from normbench.errors import SuiteError
+from normbench.model.init_images import init_images_for
 from normbench.model.vit import NormbenchViT
 from normbench.spec.recipe import CellConfig, TrainConfig
 from normbench.spec.results import CellResult, EpochRecord, Status
@@ -41,7 +42,8 @@ EpochCallback = Callable[[EpochRecord], bool | None]  # gets the epoch's record;
 def build_model(cell: CellConfig, data: DataBundle) -> NormbenchViT:
     m = asdict(cell.model)
     m.pop("img_size")
-    return NormbenchViT(img_size=data.img_size, in_chans=data.in_chans, num_classes=data.num_classes, **m)
+    return NormbenchViT(img_size=data.img_size, in_chans=data.in_chans, num_classes=data.num_classes,
+                        init_images=init_images_for(cell.model.layer, data), **m)
 
 
 def mixup_on(tc: TrainConfig) -> bool:

@@ -14,6 +14,8 @@ Quantities, per block and observed step (the forward ones averaged over the step
     mlp_rms       RMS of the MLP branch's output after its gate
     mlp_ratio     mlp_rms / stream_rms
     attn_entropy  entropy of the attention rows in nats, mean over heads and queries (ln N for uniform attention)
+    attn_logit_max  the largest attention logit q·k/√d_h, after QK-norm where present: max over batch, heads,
+                  queries and keys (and micro-batches); what QK-norm exists to bound (ViT-22B's logit growth)
     grad_norm     L2 norm of the gradient of all the block's parameters, before clipping
     update_ratio  ||W_after - W_before|| / ||W_before|| over the block's weight matrices (ndim >= 2), one step
 
@@ -33,8 +35,9 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 QUANTITIES = ("stream_rms", "stream_max", "attn_rms", "attn_ratio", "mlp_rms", "mlp_ratio", "attn_entropy",
-              "grad_norm", "update_ratio")
-_FORWARD = ("stream_rms", "stream_max", "attn_rms", "mlp_rms", "attn_entropy")  # filled by the hooks
+              "attn_logit_max", "grad_norm", "update_ratio")
+_FORWARD = ("stream_rms", "stream_max", "attn_rms", "mlp_rms", "attn_entropy", "attn_logit_max")  # from the hooks
+_MAXIMA = ("stream_max", "attn_logit_max")  # reduced by max over micro-batches, not averaged
 MAX_SAMPLES = 12  # observed steps kept in a cell's result (evenly spaced, first and last kept): bounds its size
 
 
@@ -43,21 +46,30 @@ def rms(x: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(x.detach(), dtype=torch.float32) / math.sqrt(max(1, x.numel()))
 
 
-def attention_entropy(attn: nn.Module, qkv: torch.Tensor) -> torch.Tensor:
-    """Mean entropy (nats) of the attention rows of timm's `Attention`, rebuilt from its qkv Linear's output.
+def attention_logits(attn: nn.Module, qkv: torch.Tensor) -> torch.Tensor:
+    """The attention logits q·kᵀ/√d_h of timm's `Attention`, rebuilt from its qkv Linear's output.
 
-    timm runs fused SDPA, which never materializes the probabilities; this recomputes them as timm's non-fused path
-    does (q_norm, k_norm, scale, softmax), without mask or dropout.
+    timm runs fused SDPA, which never materializes them; this recomputes them as timm's non-fused path does (q_norm,
+    k_norm, scale), without mask, on the observed steps only.
 
     Args:
         attn: the timm Attention module (num_heads, head_dim, scale, q_norm, k_norm).
         qkv: its qkv projection's output, (B, N, 3 * num_heads * head_dim).
     Returns:
-        0-d float32 tensor: mean over batch, heads and queries of -sum_k p log p.
+        (B, H, N, N) float32.
     """
     B, N, _ = qkv.shape
     q, k, _ = qkv.detach().float().reshape(B, N, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-    logits = (attn.q_norm(q) * attn.scale) @ attn.k_norm(k).transpose(-2, -1)  # (B, H, N, N)
+    return (attn.q_norm(q) * attn.scale) @ attn.k_norm(k).transpose(-2, -1)
+
+
+def attention_entropy(attn: nn.Module, qkv: torch.Tensor) -> torch.Tensor:
+    """Mean entropy (nats) of the attention rows (softmax of `attention_logits`, no dropout), as a 0-d float32
+    tensor: mean over batch, heads and queries of -sum_k p log p."""
+    return _entropy(attention_logits(attn, qkv))
+
+
+def _entropy(logits: torch.Tensor) -> torch.Tensor:
     logp = logits.log_softmax(dim=-1)
     return -(logp.exp() * logp).sum(dim=-1).mean()
 
@@ -144,8 +156,11 @@ class BlockTelemetry:
 
     def _qkv_hook(self, i: int, attn: nn.Module):
         def hook(module: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> None:
-            with torch.no_grad():
-                self._add(i, "attn_entropy", attention_entropy(attn, output))
+            # in float32 even under bf16 autocast: the max logit is read to a few digits
+            with torch.no_grad(), torch.autocast(output.device.type, enabled=False):
+                logits = attention_logits(attn, output)  # one (B, H, N, N) tensor for both quantities
+                self._add(i, "attn_entropy", _entropy(logits))
+                self._add(i, "attn_logit_max", logits.amax(), reduce="max")
         return hook
 
     @torch.no_grad()
@@ -164,7 +179,7 @@ class BlockTelemetry:
         for i, block in enumerate(self.blocks):
             sums, calls = self._sums[i] if self._sums else {}, self._calls[i] if self._calls else {}
             nan = _nan(block)
-            forward = {q: sums[q] / calls[q] if q != "stream_max" else sums[q] for q in _FORWARD if q in sums}
+            forward = {q: sums[q] / calls[q] if q not in _MAXIMA else sums[q] for q in _FORWARD if q in sums}
             values = {q: forward.get(q, nan) for q in _FORWARD}
             values["attn_ratio"] = values["attn_rms"] / values["stream_rms"]
             values["mlp_ratio"] = values["mlp_rms"] / values["stream_rms"]

@@ -5,12 +5,14 @@ import torch
 
 from normbench.data import DataConfig, build_data
 from normbench.data.mnist5k import MNIST5K_MEAN, MNIST5K_STD, load_mnist5k_splits, mnist5k_split_indices
+from tests.data.test_data_digits import split_digest
 
 
 def test_fixed_stratified_three_way_split() -> None:
     train_idx, val_idx, test_idx = mnist5k_split_indices()
     assert (len(train_idx), len(val_idx), len(test_idx)) == (3000, 1000, 1000)
     assert len(np.union1d(np.union1d(train_idx, val_idx), test_idx)) == 5000  # disjoint and complete
+    assert split_digest((train_idx, val_idx, test_idx)) == "775937292fa2e59a"  # fixed: as the published results'
     splits = load_mnist5k_splits()
     for labels in (splits.train_y, splits.val_y, splits.test_y):
         counts = np.bincount(labels.numpy(), minlength=10)

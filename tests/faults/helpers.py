@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import socket
 import subprocess
@@ -19,6 +21,40 @@ from tests.conftest import REPO
 
 # Short heartbeats so a lost or stalled worker is noticed in seconds, not a minute.
 FAST_HEARTBEAT = {"NORMBENCH_HEARTBEAT_INTERVAL": "1", "NORMBENCH_HEARTBEAT_GRACE": "6"}
+
+
+# mount(2) flags (linux/mount.h) and umount2's MNT_DETACH: a tmpfs is mounted through the system call, so a machine
+# without the `mount` binary (a slim container) runs the tests that need one all the same
+_MS_RDONLY, _MS_REMOUNT, _MNT_DETACH = 1, 32, 2
+
+
+def _libc_call(name: str, *args) -> str | None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    encoded = [a.encode() if isinstance(a, str) else a for a in args]
+    if getattr(libc, name)(*encoded) == 0:
+        return None
+    code = ctypes.get_errno()
+    return f"{name}(2) failed: {errno.errorcode.get(code, code)} ({os.strerror(code)})"
+
+
+def mount_tmpfs(path: Path, size: str) -> str | None:
+    """Mount a tmpfs of `size` (e.g. "4m") at `path`, made if missing. Returns None once mounted, else why it could
+    not be (for a skip reason: -ra prints it), e.g. not root, or a container without CAP_SYS_ADMIN."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        return f"mounting a tmpfs needs root; this test runs as uid {os.geteuid()} (CI runs it as root)"
+    why = _libc_call("mount", "tmpfs", str(path), "tmpfs", ctypes.c_ulong(0), f"size={size}")
+    return None if why is None else f"{why} mounting a tmpfs at {path} as root (a container without CAP_SYS_ADMIN?)"
+
+
+def remount_read_only(path: Path, size: str) -> None:
+    why = _libc_call("mount", "tmpfs", str(path), "tmpfs", ctypes.c_ulong(_MS_REMOUNT | _MS_RDONLY), f"size={size}")
+    assert why is None, why
+
+
+def unmount(path: Path) -> None:
+    """Detach the mount at `path` (lazily, as `umount -l`: a file still open in it does not keep it)."""
+    _libc_call("umount2", str(path), ctypes.c_int(_MNT_DETACH))
 
 
 def free_port() -> int:
@@ -82,6 +118,6 @@ def assert_invariants(out: Path, suite: str, cells: list[str], *, storage: str |
     assert all(r.data.tags.get("status") == "ok" for r in runs if r.info.status == "FINISHED")
     assert not [r for r in runs if r.info.status == "RUNNING"]
     assert not [r for r in runs if r.info.status != "FINISHED" and r.data.tags.get("status") == "ok"]
-    finished_ids = {r.info.run_id for r in runs if r.info.status == "FINISHED"}
-    assert {t.user_attrs["mlflow_run_id"] for t in ts if t.state == TrialState.COMPLETE
-            and t.user_attrs["cell_id"] in tracked} == finished_ids
+    finished = {(r.data.tags["study"], int(r.data.tags["trial"])) for r in runs if r.info.status == "FINISHED"}
+    assert {(f"run:{suite}", t.number) for t in ts if t.state == TrialState.COMPLETE  # each run is its trial's
+            and t.user_attrs["cell_id"] in tracked} == finished

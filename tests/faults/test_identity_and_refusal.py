@@ -13,6 +13,9 @@ CELLS = ["depth=1,layer=layernorm,lr=0.001,seed=0", "depth=1,layer=layerscale,lr
 
 def test_cell_id_sorts_its_axes():
     assert cell_id({"seed": 0, "layer": "rezero", "depth": 2}) == cell_id({"depth": 2, "layer": "rezero", "seed": 0})
+    # sorted by name, as every ledger's ids are written (an order of its own, applied alike to both, is not enough)
+    assert cell_id({"seed": 0, "layer": "rezero", "depth": 2}) == "depth=2,layer=rezero,seed=0"
+    assert cell_id({"lr": 1e-3, "depth": 12}) == "depth=12,lr=0.001"
 
 
 def test_reordering_the_matrix_keys_runs_nothing_again(write_suite, tmp_path, capsys, one_torch_thread):

@@ -4,14 +4,19 @@ finished suite, never a traceback, and leaves the folder usable by the next comm
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
 import time
+from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy
+from sqlalchemy.engine import make_url
 
 from normbench.cli import main
-from tests.faults.helpers import assert_invariants, finish, normbench, running, trials, wait_for
+from tests.faults.helpers import assert_invariants, finish, normbench, trials, wait_for
 from tests.faults.test_postgres_faults import SLOW, Postgres, own_database  # noqa: F401  (fixture)
 
 CELLS = ["depth=1,layer=layernorm,lr=0.001,seed=0", "depth=1,layer=layerscale,lr=0.001,seed=0"]
@@ -32,6 +37,36 @@ def _snapshot(folder) -> dict:
 # ------------------------------------------------------------------------- 1. a blip while a worker polls
 
 
+def _last_queries(url: str, pid: int) -> set[datetime.datetime]:
+    """When the ledger sessions of process `pid` (its TCP connections to the server, matched by their local ports)
+    started their latest query, as pg_stat_activity shows them."""
+    server_port = make_url(url).port
+    sockets = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            link = os.readlink(fd)
+        except OSError:  # closed meanwhile
+            continue
+        if link.startswith("socket:["):
+            sockets.add(link[len("socket:["):-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            local, remote, inode = line.split()[1], line.split()[2], line.split()[9]
+            if inode in sockets and int(remote.rsplit(":", 1)[1], 16) == server_port:
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+    if not ports:
+        return set()
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return {row[0] for row in connection.execute(sqlalchemy.text(
+                "SELECT query_start FROM pg_stat_activity WHERE client_port = ANY(:ports) AND query_start IS NOT NULL"),
+                {"ports": sorted(ports)})}
+    finally:
+        engine.dispose()
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("seconds", [3, 10])
 def test_a_postgres_blip_while_a_worker_idles_and_polls_is_ridden_out(write_suite, tmp_path, postgres_url, request,
@@ -44,8 +79,17 @@ def test_a_postgres_blip_while_a_worker_idles_and_polls_is_ridden_out(write_suit
                                                                "seed": [0]})
     server = Postgres(postgres_url)
     procs = [normbench("worker", path, "--out", out, "--storage", url, "--quiet") for _ in range(2)]
-    wait_for(lambda: running(out, "tiny", url), what="the cell in flight")
-    time.sleep(6)  # the worker without a cell is past its start (it found nothing to claim) and polling
+    wait_for(lambda: any("worker_pid" in t.user_attrs for t in trials(out, "tiny", url)), what="the cell in flight")
+    [busy] = [t.user_attrs["worker_pid"] for t in trials(out, "tiny", url)]
+    [idle] = [p for p in procs if p.pid != busy]
+    queries: set[datetime.datetime] = set()  # when the idle worker's sessions last sent the ledger a query
+
+    def polling() -> bool:
+        queries.update(_last_queries(url, idle.pid))
+        # past its start (it found nothing to claim) and asking again: queries more than a poll (2 s) apart
+        return bool(queries) and max(queries) - min(queries) > datetime.timedelta(seconds=3)
+
+    wait_for(polling, timeout=240, step=0.5, what="the worker without a cell polling the ledger")
     assert all(p.poll() is None for p in procs), "both workers still running before the blip"
     server.stop()
     try:

@@ -47,5 +47,7 @@ def test_a_new_ledger_on_a_shared_tracking_store_gets_a_parent_of_its_own(write_
         assert not [r.info.run_name for r in mine if "#" in r.info.run_name]
     embed = {p.info.run_id: {r.data.params["model.embed_dim"] for r in children[p.info.run_id]} for p in parents}
     assert [embed[p.info.run_id] for p in parents] == [{"16"}, {"32"}, {"32"}]  # no recipes mixed under one parent
-    newest = {r.info.run_id for r in children[parents[-1].info.run_id]}
-    assert {t.user_attrs["mlflow_run_id"] for t in trials(out, "tiny")} == newest
+    newest = {(r.data.tags["study"], int(r.data.tags["trial"])) for r in children[parents[-1].info.run_id]}
+    assert {("run:tiny", t.number) for t in trials(out, "tiny")} == newest  # each run is its trial's (by its key)
+    assert main(["sync", str(out)]) == 0  # and a sync of the newest folder adds nothing, leaves the others alone
+    assert len(client.search_runs([client.get_experiment_by_name("tiny").experiment_id], max_results=1000)) == len(runs)

@@ -1,36 +1,85 @@
-"""A summary the tracking server could not take within the budget is spooled and logged by the next Tracker."""
+"""What replaced the spool: nothing waits for MLflow and nothing is kept aside for it. The live logger queues its
+writes to a background thread, so a store that refuses them or answers slowly never holds training up; a run it
+could not finish is left for `normbench sync`, which completes it from the ledger."""
 
 from __future__ import annotations
 
+import threading
 import time
 
-import pytest
 from mlflow.tracking import MlflowClient
 
-from normbench.errors import ServerUnreachableError
 from normbench.spec.results import CellResult
+from normbench.store.journal import ledger_identity
+from normbench.store.ledger import Ledger
+from normbench.tracking import tracker as tracker_module
+from normbench.tracking.sync import sync
 from normbench.tracking.tracker import Tracker
+from tests.tracking.ledgers import history, result, write_ledger
 
-RESULT = CellResult.from_summary({"best_val_top1": 0.8, "final_val_top1": 0.75, "status": "ok", "epochs_run": 2,
-                                  "images_per_sec": 100.0, "params": 1234, "seconds": 1.5})
+PARAMS = {"depth": 1, "layer": "layernorm", "lr": 1e-3, "seed": 0, "role": "select"}
+TAGS = {"suite": "tiny", "study": "run:tiny", "trial": "0"}
 
 
-def test_a_spooled_summary_is_logged_and_the_run_closed_by_the_next_tracker(tmp_path, monkeypatch):
-    tracker = Tracker(tmp_path, "spool")
-    run_id = tracker.start("depth=1,layer=layernorm", {"depth": 1}, tags={})
-    tracker._last_flush[run_id] = time.monotonic()  # the epoch stays buffered: it goes with the summary
-    tracker.log_epoch(run_id, {"epoch": 0, "val_top1": 0.5, "train_loss": 1.0})
+def _tracker(out) -> Tracker:
+    return Tracker(out, "tiny", parent_tags={"recipe": "r", "ledger": ledger_identity(Ledger(None, out).storage)})
 
-    def away(*args, **kwargs):
-        raise ServerUnreachableError("the MLflow tracking store is unreachable")
 
-    monkeypatch.setattr(tracker.client, "log_batch", away)
-    with pytest.raises(ServerUnreachableError):
-        tracker.summarize(run_id, RESULT)
-    assert [p.name for p in (tmp_path / "mlflow-spool").iterdir()] == [f"{run_id}.json"]
+def _a_cell(tracker: Tracker, cell: str) -> float:
+    """What the worker sends for one cell of 3 epochs; the seconds those calls took."""
+    started = time.perf_counter()
+    run = tracker.start(cell, PARAMS, TAGS)
+    for record in history(3):
+        tracker.log_epoch(run, record)
+    tracker.summarize(run, CellResult.from_summary(result(3), history(3)))
+    tracker.close(run)
+    return time.perf_counter() - started
 
-    Tracker(tmp_path, "spool")  # the next run: the server is back
-    run = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(run_id)
-    assert run.info.status == "FINISHED" and run.data.tags["status"] == "ok"
-    assert run.data.metrics["best_val_top1"] == 0.8 and run.data.metrics["val_top1"] == 0.5  # the buffered epoch too
-    assert not list((tmp_path / "mlflow-spool").glob("*.json"))
+
+def test_a_store_that_refuses_every_write_costs_one_warning_and_no_time(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    [cell, _] = write_ledger(out)
+    refused = []
+
+    def broken(*args, **kwargs):
+        refused.append(threading.current_thread().name)
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(tracker_module.mlflow_store, "open_client", broken)
+    tracker = _tracker(out)
+    assert _a_cell(tracker, cell) < 0.5 and _a_cell(tracker, cell) < 0.5
+    tracker.finish()
+    assert refused and set(refused) == {"normbench-mlflow"}  # tried, off the training thread
+    err = capsys.readouterr().err
+    assert err.count("normbench: warning:") == 1 and "Read-only file system" in err and "normbench sync" in err
+    assert not list(out.glob("mlflow-spool*"))  # nothing kept aside: the ledger has it
+
+    monkeypatch.undo()
+    assert sync(out).added == 2  # the next sync: every cell
+
+
+def test_a_slow_store_never_holds_training_up_and_sync_completes_what_it_missed(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    [cell, _] = write_ledger(out)
+    log = Tracker._log
+
+    def slow(self, *args):  # a server that answers every batch in 2 s
+        time.sleep(2)
+        return log(self, *args)
+
+    monkeypatch.setattr(Tracker, "_log", slow)
+    tracker = _tracker(out)
+    assert _a_cell(tracker, cell) < 0.5  # 5 batches of 2 s queued, none waited for
+    started = time.perf_counter()
+    tracker.finish(timeout=1.0)
+    assert time.perf_counter() - started < 2.5
+    assert "did not take the last writes within 1 s" in capsys.readouterr().err
+
+    monkeypatch.undo()
+    time.sleep(2.5)  # the batch in flight lands; the thread then writes nothing more
+    summary = sync(out)
+    assert (summary.added, summary.completed) == (1, 1), summary.line()
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    run = client.search_runs([client.get_experiment_by_name("tiny").experiment_id], "tags.trial = '0'")[0]
+    assert run.info.status == "FINISHED" and run.data.metrics["test_top1"] == 38.5
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "val_top1")) == [4, 8, 12]

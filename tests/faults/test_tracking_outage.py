@@ -1,5 +1,6 @@
-"""The MLflow tracking server stopped mid-cell: waited for, and nothing trained is dropped; past
-NORMBENCH_RETRY_SECONDS the run exits 3 naming the URL, and the next run (server back) finishes every cell once."""
+"""The MLflow tracking server stopped mid-cell is no outage of the run: every cell trains into the ledger and the run
+exits 0 with one warning. Back before the run ends, the run's own sync fills MLflow in; back later, `normbench sync`
+does. Either way every cell is in MLflow once, FINISHED, nothing left RUNNING."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests.faults.helpers import assert_invariants, finish, free_port, normbench, running, wait_for
@@ -56,29 +58,39 @@ def server(tmp_path):
     s.stop()
 
 
-def test_a_tracking_server_restart_mid_cell_is_waited_out(write_suite, tmp_path, server):
-    path, out = write_suite(train=SLOW, matrix=MATRIX), tmp_path / "out"
+def _warnings(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("normbench: warning:")]
+
+
+def test_a_tracking_server_restart_mid_cell_costs_one_warning_and_the_runs_sync_repairs_it(write_suite, tmp_path,
+                                                                                          server):
+    # cells long enough that the run outlives the server's restart (a minute on a loaded machine)
+    path, out = write_suite(train={**SLOW, "epochs": 300}, matrix=MATRIX), tmp_path / "out"
     proc = normbench("run", path, "--out", out, "--quiet", env={"MLFLOW_TRACKING_URI": server.url})
     wait_for(lambda: running(out, "tiny"), what="a cell in flight")
     server.stop()
     time.sleep(4)
     server.start()
-    code, err = finish(proc)
+    assert proc.poll() is None, "the run ended before the server was back: make its cells longer"
+    code, err = finish(proc, timeout=900)
     assert code == 0, err
-    assert f"the MLflow tracking store {server.url} is unreachable" in err  # said once, while it waited
-    assert_invariants(out, "tiny", CELLS, tracking_uri=server.url)
+    assert len(_warnings(err)) <= 1 and "unreachable" not in err  # never waited for; said at most once
+    assert_invariants(out, "tiny", CELLS, tracking_uri=server.url)  # the run's own sync, at its end
 
 
-def test_past_the_retry_budget_exit_3_then_the_next_run_finishes_every_cell_once(write_suite, tmp_path, server):
+def test_a_server_down_for_the_rest_of_the_run_stops_nothing_and_the_next_sync_shows_every_cell(write_suite,
+                                                                                             tmp_path, server):
     path, out = write_suite(train=SLOW, matrix=MATRIX), tmp_path / "out"
-    env = {"MLFLOW_TRACKING_URI": server.url, "NORMBENCH_RETRY_SECONDS": "3"}
+    env = {"MLFLOW_TRACKING_URI": server.url}
     proc = normbench("run", path, "--out", out, "--quiet", env=env)
     wait_for(lambda: running(out, "tiny"), what="a cell in flight")
     server.stop()
     code, err = finish(proc)
-    assert code == 3 and server.url in err and "unreachable" in err
+    assert code == 0, err  # every cell trained, into the ledger
+    warned = _warnings(err)
+    assert len(warned) == 2 and all(server.url in w for w in warned), err  # live logging's, then the end sync's
+    assert sorted(pd.read_csv(out / "results.csv")["cell_id"]) == CELLS
     server.start()
-    code, err = finish(normbench("run", path, "--out", out, "--quiet", env=env))
-    assert code == 0, err
+    code, err = finish(normbench("sync", out, env=env))
+    assert code == 0 and "Traceback" not in err, err
     assert_invariants(out, "tiny", CELLS, tracking_uri=server.url)
-    assert not list((out / "mlflow-spool").glob("*.json"))  # a spooled summary was replayed, not left behind

@@ -11,9 +11,11 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 import normbench
-from tests.layers._cases import ALL_LAYERS, GATES, NORMS, NUM_CLASSES, PLACEMENTS, images, tiny_vit
+from normbench.layers import get_spec
+from tests.layers._cases import ALL_LAYERS, GATES, MODIFIERS, NORMS, NUM_CLASSES, PLACEMENTS, images, tiny_vit
 
 DIM = 32
+QK_NORMS = [n for n in MODIFIERS if get_spec(n).qk_norm]  # their class is the norm q and k get: a norm contract
 
 
 @pytest.mark.parametrize("layer", ALL_LAYERS)
@@ -24,7 +26,7 @@ def test_model_output_has_the_class_shape_and_is_finite(layer):
     assert torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("name", NORMS)
+@pytest.mark.parametrize("name", NORMS + QK_NORMS)
 def test_norm_keeps_the_input_shape(name):
     norm = normbench.get_layer(name)(DIM)
     for shape in [(2, 7, DIM), (2, 4, 4, DIM)]:
@@ -68,7 +70,7 @@ def test_gradients_reach_every_parameter(layer):
         assert p.grad.abs().sum() > 0, f"{name} has an all-zero gradient"
 
 
-@pytest.mark.parametrize("name", NORMS)
+@pytest.mark.parametrize("name", NORMS + QK_NORMS)
 def test_norm_follows_timms_norm_layer_contract(name):
     cls = normbench.get_layer(name)
     norm = cls(DIM, eps=1e-5, device="cpu", dtype=torch.float64)

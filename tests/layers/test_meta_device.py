@@ -12,7 +12,7 @@ from torch import nn
 
 import normbench
 from normbench.layers import get_spec
-from tests.layers._cases import ALL_LAYERS, GATES, NORMS, TINY
+from tests.layers._cases import ALL_LAYERS, GATES, NORMS, TINY, data_kwargs
 
 DIM = 32
 _TAGS = ("_no_weight_decay", "_lr_scale", "_force_weight_decay")
@@ -96,8 +96,13 @@ def test_layer_fills_its_values_in_reset_parameters(name):
 
 
 def _meta_model(layer: str, **overrides) -> nn.Module:
+    images = data_kwargs(layer)  # made on the CPU: they stay there, and init_weights() profiles them again
     with torch.device("meta"):
-        return timm.create_model("normbench_vit", layer=layer, **{**TINY, **overrides})
+        return timm.create_model("normbench_vit", layer=layer, **{**TINY, **images, **overrides})
+
+
+def _normal_model(layer: str) -> nn.Module:
+    return timm.create_model("normbench_vit", layer=layer, **TINY, **data_kwargs(layer))
 
 
 @pytest.mark.parametrize("layer", ALL_LAYERS)
@@ -107,7 +112,7 @@ def test_model_built_on_meta_materializes_to_the_normal_build(layer):
     _materialize(model, seed=0)
     model.init_weights()  # the model's own reset: timm's ViT init, then the layer's init rule
     torch.manual_seed(0)
-    normal = timm.create_model("normbench_vit", layer=layer, **TINY)
+    normal = _normal_model(layer)
     assert model.state_dict().keys() == normal.state_dict().keys()
     _assert_same_values(model, normal)
     assert model.no_weight_decay() == normal.no_weight_decay()
@@ -124,4 +129,4 @@ def test_model_init_weights_alone_fills_every_value_after_to_empty(layer):
     model.init_weights()
     for name, t in _state(model).items():
         assert torch.isfinite(t).all(), f"{name} is not set by init_weights"
-    assert _ties(model) == _ties(timm.create_model("normbench_vit", layer=layer, **TINY))
+    assert _ties(model) == _ties(_normal_model(layer))

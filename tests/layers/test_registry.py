@@ -23,7 +23,7 @@ from normbench.layers import (
     resolve_layer,
 )
 from normbench.layers.fixup import fixup_init
-from tests.layers._cases import ALL_LAYERS, GATES, NORMS, PLACEMENTS, tiny_vit
+from tests.layers._cases import ALL_LAYERS, GATES, MODIFIERS, NORMS, PLACEMENTS, tiny_vit
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def test_get_layer_returns_the_registered_class(name):
     assert normbench.get_layer(name) is spec.cls
     assert spec.name == name
     assert isinstance(spec.cls, type) and issubclass(spec.cls, nn.Module)
-    assert spec.kind in ("norm", "gate", "placement")
+    assert spec.kind in ("norm", "gate", "placement", "modifier")
     assert spec.formula.strip() and spec.source.strip()
     assert "+" not in name
     if spec.partner is not None:
@@ -51,7 +51,8 @@ def test_get_layer_returns_the_registered_class(name):
 
 def test_builtin_families_are_registered():
     for name in ("layernorm", "rmsnorm", "dyt", "learnable_scaler", "none", "layerscale", "rezero", "skipinit",
-                 "fixup", "tfixup", "post_ln", "deepnorm"):
+                 "fixup", "tfixup", "post_ln", "deepnorm", "qk_norm", "res_post_norm", "res_post_norm_olmo2", "derf",
+                 "peri_ln", "lns", "mix_ln", "admin", "depth_mup", "scaled_init", "normformer"):
         assert name in normbench.list_layers()
 
 
@@ -68,7 +69,7 @@ def test_list_layers_wildcard_examples():
     assert normbench.list_layers("nothing-matches-*") == []
 
 
-@pytest.mark.parametrize("kind", ["norm", "gate", "placement"])
+@pytest.mark.parametrize("kind", ["norm", "gate", "placement", "modifier"])
 def test_list_layers_filters_by_kind(kind):
     names = normbench.list_layers(kind=kind)
     assert names
@@ -77,7 +78,7 @@ def test_list_layers_filters_by_kind(kind):
 
 
 def test_kinds_partition_the_registry():
-    assert sorted(NORMS + GATES + PLACEMENTS) == normbench.list_layers()
+    assert sorted(NORMS + GATES + PLACEMENTS + MODIFIERS) == normbench.list_layers()
     assert normbench.list_layers("layer*", kind="gate") == ["layerscale"]
 
 
@@ -152,29 +153,31 @@ class _FakeEntryPoint:
 
 
 @pytest.mark.parametrize("target", ["function", "module"])
-def test_entry_point_plugin_adds_a_layer(target, monkeypatch, scratch_registry):
+def test_entry_point_plugin_adds_a_layer_for_as_long_as_it_is_installed(target):
     groups = []
 
     def fake_entry_points(*, group):
         groups.append(group)
         return [_FakeEntryPoint(target)]
 
-    monkeypatch.setattr(plugins, "entry_points", fake_entry_points)
-    monkeypatch.setattr(plugins, "_loaded", False)
-    assert "toy_plugin_norm" in normbench.list_layers()
-    assert groups == ["normbench.layers"]
-    assert normbench.get_layer("toy_plugin_norm") is _ToyNorm
-    assert get_spec("toy_plugin_norm").source == "a plugin"
-    normbench.list_layers()
-    assert groups == ["normbench.layers"], "plugins load once"
-    # a plugin layer is a first-class layer: it builds, combines, and trains like a built-in one
-    model = tiny_vit("toy_plugin_norm+layerscale", depth=1)
-    assert isinstance(model.blocks[0].norm1, _ToyNorm) and isinstance(model.blocks[0].ls1, LayerScale)
-    assert model(torch.randn(2, 3, 16, 16)).shape == (2, 5)
-
-
-def test_plugin_layer_is_gone_after_cleanup():
+    with pytest.MonkeyPatch.context() as mp:  # the plugin installed, in a scratch registry (as `scratch_registry`)
+        mp.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+        mp.setattr(plugins, "entry_points", fake_entry_points)
+        mp.setattr(plugins, "_loaded", False)
+        assert "toy_plugin_norm" in normbench.list_layers()
+        assert groups == ["normbench.layers"]
+        assert normbench.get_layer("toy_plugin_norm") is _ToyNorm
+        assert get_spec("toy_plugin_norm").source == "a plugin"
+        normbench.list_layers()
+        assert groups == ["normbench.layers"], "plugins load once"
+        # a plugin layer is a first-class layer: it builds, combines, and trains like a built-in one
+        model = tiny_vit("toy_plugin_norm+layerscale", depth=1)
+        assert isinstance(model.blocks[0].norm1, _ToyNorm) and isinstance(model.blocks[0].ls1, LayerScale)
+        assert model(torch.randn(2, 3, 16, 16)).shape == (2, 5)
+    # uninstalled: the layer is gone, and the installed plugins (loaded again if they were not) do not bring it back
     assert "toy_plugin_norm" not in normbench.list_layers()
+    with pytest.raises(UnknownLayerError):
+        normbench.get_layer("toy_plugin_norm")
 
 
 # --- CLI ------------------------------------------------------------------------------------------------------------
@@ -238,7 +241,7 @@ def test_a_gate_or_placement_alone_brings_its_partner_norm(name):
 @pytest.mark.parametrize("name", ALL_LAYERS)
 def test_plan_collects_every_init_rule(name):
     plan = resolve_layer(name)
-    specs = [s for s in (plan.norm, plan.gate, plan.placement) if s is not None]
+    specs = [s for s in (plan.norm, plan.gate, plan.placement, *plan.modifiers) if s is not None]
     assert plan.init_rules == [s.init_rule for s in specs if s.init_rule is not None]
 
 
@@ -282,16 +285,25 @@ def _structure(model: nn.Module) -> tuple[list, list]:
     return modules, params
 
 
-@pytest.mark.parametrize("name", ALL_LAYERS)
+WITH_INIT_RULES = [name for name in ALL_LAYERS if resolve_layer(name).init_rules]
+
+
+def test_the_layers_whose_papers_give_an_init_rule_have_one():
+    assert {"deepnorm", "fixup", "fixup_official", "tfixup"} <= set(WITH_INIT_RULES)  # the test below runs on them
+
+
+@pytest.mark.parametrize("name", WITH_INIT_RULES)
 def test_init_rules_change_values_not_the_architecture(name, monkeypatch):
     plan = resolve_layer(name)
     with monkeypatch.context() as mp:
         mp.setattr(type(plan), "init_rules", property(lambda self: []))
         model = tiny_vit(name)
-    before = _structure(model)
+    before, values = _structure(model), {n: t.clone() for n, t in model.state_dict().items()}
     for rule in plan.init_rules:
         rule(model)
     assert _structure(model) == before, "an init rule added, removed or re-tied a module or parameter"
+    changed = [n for n, t in model.state_dict().items() if not torch.equal(t, values[n])]
+    assert changed, "the init rule set no value"
 
 
 def test_fixup_declares_the_shift_before_fc2_and_the_block_builds_it():

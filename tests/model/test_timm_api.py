@@ -19,8 +19,9 @@ import normbench
 from normbench.layers import get_spec
 from normbench.model.vit import NormbenchViT
 from normbench.spec.recipe import CellConfig
+from tests.layers._cases import SINGLE, data_kwargs
 
-LAYERS = [*normbench.list_layers(), "learnable_scaler+layerscale"]
+LAYERS = [*SINGLE, "learnable_scaler+layerscale", "layerscale+qk_norm"]
 IMG, PATCH, DIM = 16, 4, 32
 GRID = IMG // PATCH
 TINY = dict(img_size=IMG, patch_size=PATCH, embed_dim=DIM, num_heads=2, depth=2)
@@ -29,8 +30,10 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def create(layer: str, seed: int = 0, **kwargs) -> NormbenchViT:
+    kwargs = {**TINY, "num_classes": 5, **kwargs}
     torch.manual_seed(seed)
-    return timm.create_model("normbench_vit", layer=layer, **{**TINY, "num_classes": 5, **kwargs})
+    return timm.create_model("normbench_vit", layer=layer,
+                             **data_kwargs(layer, kwargs["img_size"], kwargs.get("in_chans", 3)), **kwargs)
 
 
 def images(batch: int = 2, size: int = IMG, chans: int = 3) -> torch.Tensor:
@@ -373,6 +376,8 @@ def test_each_layer_module_traces_and_scripts_alone(name):
         module = spec.cls(DIM)
     elif spec.kind == "gate":
         module = spec.cls(DIM, depth=2)
+    elif spec.kind == "modifier":  # qk_norm's class is the norm q and k get
+        module = spec.cls(DIM)
     else:
         module = spec.cls(DIM, 2, depth=2, norm_layer=normbench.get_layer("layernorm"), gate_layer=nn.Identity)
     randomize_(module).eval()

@@ -4,6 +4,10 @@ within 0-100, diverged seeds drawn apart from the means, lrs with 3 significant 
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+import zlib
 
 import pandas as pd
 import pytest
@@ -16,6 +20,7 @@ from normbench.report.style import (
     CANONICAL,
     DIVERGED_LABEL,
     DPI,
+    EXTRA_COLOURS,
     grid,
     layer_colour,
     layer_order,
@@ -70,7 +75,12 @@ def test_every_layer_has_one_colour_and_the_built_ins_are_all_distinct():
 
     assert set(CANONICAL) == set(list_layers())  # a new built-in layer gets its fixed place here
     assert len({layer_colour(layer) for layer in CANONICAL}) == len(CANONICAL)
-    assert layer_colour("rmsnorm+layerscale") == layer_colour("rmsnorm+layerscale")  # stable, not Python's hash
+    # a combination's colour is a crc32 of its name, the same in every process (Python's hash() is salted per run)
+    code = "from normbench.report.style import layer_colour; print(layer_colour('rmsnorm+layerscale'))"
+    colours = {subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed},
+                              capture_output=True, text=True, check=True).stdout.strip() for seed in ("0", "1")}
+    expected = EXTRA_COLOURS[zlib.crc32(b"rmsnorm+layerscale") % len(EXTRA_COLOURS)]
+    assert colours == {layer_colour("rmsnorm+layerscale")} == {expected}
     assert layer_order(["rezero", "layernorm", "dyt"], ["rezero", "layernorm"]) == ["rezero", "layernorm", "dyt"]
     assert layer_order(["rezero", "layernorm"]) == ["layernorm", "rezero"]
 

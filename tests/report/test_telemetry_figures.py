@@ -127,7 +127,8 @@ def test_section_writes_a_figure_per_quantity(tmp_path):
 def test_a_cells_telemetry_stays_small_at_depth_36():
     samples = [(s, [[math.pi * 10 ** (-b % 7)] * len(QUANTITIES) for b in range(36)]) for s in range(MAX_SAMPLES)]
     size = len(json.dumps(to_records(samples)))
-    assert size < 100_000, size  # stored with the cell in the ledger (an Optuna user attr)
+    # stored with the cell in the ledger (an Optuna user attr): ~11 KB per quantity at depth 36, ten quantities
+    assert size < 12_000 * len(QUANTITIES), size
 
 
 def test_the_leaderboard_of_a_real_suite_shows_telemetry(write_suite, tmp_path):

@@ -113,9 +113,12 @@ def test_a_shared_database_ledger_takes_the_axes_too(tmp_path: Path, grow: bool)
         train_all(ledger, GROWN)
     study = ledger.study("run:grow")
     trials = study.get_trials(deepcopy=False)
+    assert sorted(t.user_attrs["cell_id"] for t in trials) == sorted(cells(GROWN if grow else FIRST))
     assert all(t.state.name == "COMPLETE" for t in trials)
     first = [t for t in trials if t.user_attrs["cell_id"] in cells(FIRST)]
-    assert all(t.params == t.user_attrs["axes"] for t in first)
+    assert len(first) == len(cells(FIRST)) and all(t.params == t.user_attrs["axes"] for t in first)
+    grown = [t for t in trials if t.user_attrs["cell_id"] not in cells(FIRST)]
+    assert all("layer" not in t.params for t in grown)  # its choices grew: left out there, kept in the user attrs
     for t in trials:  # numeric axes always, text axes unless their choices grew
         assert {k: t.user_attrs["axes"][k] for k in ("depth", "lr", "seed")} == {k: t.params[k] for k in
                                                                                  ("depth", "lr", "seed")}

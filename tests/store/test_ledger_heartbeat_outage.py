@@ -25,22 +25,26 @@ def _ledger_with_a_claim(tmp_path, grace=2):
 
 
 def _beat_through_an_outage(ledger, trial, monkeypatch, failures=2):
-    """Run the heartbeat while its first `failures` beats hit a server that is away, until a beat lands again."""
+    """Run the heartbeat while its first `failures` beats hit a server that is away, until a beat lands again.
+    Returns each call's (start, end) monotonic times, the last one's end once it has landed."""
     real = ledger.storage._normbench_raw["record_heartbeat"]
     calls = []
 
     def flaky(trial_id):
-        calls.append(trial_id)
-        if len(calls) <= failures:
-            raise optuna.exceptions.StorageInternalError("could not connect to server: Connection refused")
-        return real(trial_id)
+        calls.append([time.monotonic(), None])
+        try:
+            if len(calls) <= failures:
+                raise optuna.exceptions.StorageInternalError("could not connect to server: Connection refused")
+            return real(trial_id)
+        finally:
+            calls[-1][1] = time.monotonic()
 
     monkeypatch.setitem(ledger.storage._normbench_raw, "record_heartbeat", flaky)
     with ledger.heartbeat(trial):
         deadline = time.monotonic() + 10
         while len(calls) <= failures and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(0.2)  # the beat after the outage has landed
+    # leaving the block stops the heartbeat and waits for its thread: the beat under way has landed
     return calls
 
 
@@ -48,9 +52,13 @@ def test_a_beat_that_lands_after_failed_ones_marks_the_server_back(tmp_path, mon
     ledger, _, trial = _ledger_with_a_claim(tmp_path)
     assert not ledger.outage.back_within(60)
     calls = _beat_through_an_outage(ledger, trial, monkeypatch)
+    left = time.monotonic()
     assert len(calls) > 2
     assert ledger.outage.back_within(60)
-    assert 0.5 <= ledger.outage.down_for < 5  # two failed beats, 0.5 s apart, then one that landed
+    # the outage as measured: from the first failed beat (noted after it failed, before the next one started) to
+    # the beat that landed (noted after it landed, before the heartbeat stopped)
+    first_end, second_start, landed = calls[0][1], calls[1][0], calls[2][1]
+    assert landed - second_start <= ledger.outage.down_for <= left - first_end
 
 
 def test_beats_that_never_failed_leave_the_server_as_it_was(tmp_path):

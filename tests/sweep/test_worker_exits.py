@@ -9,8 +9,11 @@ import signal
 import sys
 import textwrap
 
+import optuna
+from optuna.trial import TrialState
+
 from normbench.spec.suite import load_suite
-from normbench.store.ledger import ATTEMPTS, Ledger, failed_for_good, worker_host
+from normbench.store.ledger import ATTEMPTS, WORKER_EXIT, Ledger, failed_for_good, worker_host
 from normbench.sweep.dry_run import dry_run_report
 from normbench.sweep.worker_exits import WorkerProcess, after_exit, died, exit_words
 
@@ -59,10 +62,16 @@ def test_a_worker_that_dies_holding_a_cell_is_noted_on_its_attempts_and_replaced
 
 
 def test_a_worker_stopped_by_us_or_ending_on_its_own_is_not_a_death(tmp_path):
+    ledger = Ledger(None, tmp_path)
+    study = ledger.study("run:tiny")
+    ledger.enqueue(study, {"depth=2": {**AXES, "depth": 2}})  # a cell left: a death would get a replacement
     for code in (0, 1, 2, 3, 128 + signal.SIGINT, 128 + signal.SIGTERM):
         proc = WorkerProcess([sys.executable, "-c", f"import sys; sys.exit({code})"], env=None)
         proc.wait(timeout=60)
-        assert not died(proc) and after_exit(proc, Ledger(None, tmp_path), ["run:tiny"]) is None
+        study.add_trial(optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs={  # the cell it held
+            "cell_id": CELL, "axes": AXES, "worker_host": worker_host(), "worker_pid": proc.pid}))
+        assert not died(proc) and after_exit(proc, ledger, ["run:tiny"]) is None
+    assert not [key for key in study.user_attrs if key.startswith(WORKER_EXIT)]  # no exit noted as a death
 
 
 def test_dry_run_shows_a_cell_failed_for_good(write_suite, tmp_path):

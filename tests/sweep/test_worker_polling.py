@@ -1,5 +1,6 @@
-"""Polling that scales: a worker reconciles every MLflow run with the ledger once (one full search when it starts),
-then on each turn closes only the runs of the trials the ledger reclaims, found by that trial alone."""
+"""Polling that scales: a worker never searches MLflow (its runs are keyed by their study and trial; settling them is
+`normbench sync`'s, tracking/sync.py), whatever the number of turns; a dead worker's cell goes back to the queue by
+the ledger alone, and the next sync closes its run FAILED."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from normbench.store.ledger import Ledger
 from normbench.sweep import worker
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import open_run_study, run_jobs
+from normbench.tracking.sync import sync
 from normbench.tracking.tracker import Tracker
 
-FULL = "attributes.status = 'RUNNING'"
 LAYERS = ["layernorm", "layerscale", "rezero"]
 
 
@@ -31,45 +32,54 @@ def no_op_cell(config, device, on_epoch=None, dist=None):
                       epochs_run=1, images_per_sec=1.0, params=1, seconds=0.0, history=[record])
 
 
-def searches(tracker: Tracker) -> list[str]:
-    """Record the filter of every search_runs the tracker's client makes."""
+def searches(monkeypatch) -> list[str]:
+    """Record the filter of every search_runs any MlflowClient makes."""
     seen: list[str] = []
-    search = tracker.client.search_runs
+    search = MlflowClient.search_runs
 
-    def spy(experiment_ids, filter_string="", *args, **kwargs):
+    def spy(self, experiment_ids, filter_string="", *args, **kwargs):
         seen.append(filter_string)
-        return search(experiment_ids, filter_string, *args, **kwargs)
+        return search(self, experiment_ids, filter_string, *args, **kwargs)
 
-    tracker.client.search_runs = spy
+    monkeypatch.setattr(MlflowClient, "search_runs", spy)
     return seen
 
 
-def test_a_worker_searches_every_run_once_not_on_every_turn(write_suite, tmp_path, monkeypatch):
+def test_a_worker_never_searches_its_runs(write_suite, tmp_path, monkeypatch):
     monkeypatch.setattr(worker, "train_cell", no_op_cell)
     suite = load_suite(write_suite(matrix={"depth": [1], "layer": LAYERS, "lr": [1e-3], "seed": [0]}))
     ledger, tracker = Ledger(None, tmp_path), Tracker(tmp_path, suite.name)
     study = open_run_study(ledger, suite)
     ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
-    seen = searches(tracker)
+    seen = searches(monkeypatch)
     summary = worker.work(run_jobs(suite, study, ledger), ledger, tracker, "cpu", Progress(total=3, quiet=True),
                           suite.name)
+    tracker.finish()
     assert summary.cells_run == 3
-    assert seen.count(FULL) == 1, seen  # 4 turns (3 cells, then none left): it was one full search per turn
+    # only its suite's parent run, looked up once per process (and again after creating it, in case of a race)
+    assert set(seen) == {"tags.kind = 'leaderboard'"} and len(seen) <= 2, seen
 
 
-def test_a_reclaimed_trial_whose_worker_died_before_naming_its_run_gets_that_run_closed(write_suite, tmp_path):
+def test_a_dead_workers_cell_is_requeued_by_the_ledger_and_its_run_closed_by_the_next_sync(write_suite, tmp_path):
     suite = load_suite(write_suite())
-    ledger, tracker = Ledger(None, tmp_path), Tracker(tmp_path, suite.name)
+    ledger = Ledger(None, tmp_path)
     study = open_run_study(ledger, suite)
     ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
-    dead = Ledger(None, tmp_path)  # a worker that claims, opens its run, and is killed before naming it
+    dead = Ledger(None, tmp_path)  # a worker that claims, opens its run, reports an epoch and is killed
     trial = dead.claim(dead.study(study.study_name))
-    run_id = tracker.start("a cell", {}, tags={"study": study.study_name, "trial": str(trial.number)})
+    trial.report(12.5, 4)
+    tracker = Tracker(tmp_path, suite.name)
+    tracker.start(trial.user_attrs["cell_id"], dict(trial.user_attrs["axes"]),
+                  {"suite": suite.name, "study": study.study_name, "trial": str(trial.number)})
+    tracker.finish()
     dead.close()  # its OS lock freed, as the kernel frees it when the process is killed
-    seen = searches(tracker)
-    worker.close_lost(ledger, study, tracker)
-    assert MlflowClient(tracker.uri).get_run(run_id).info.status == "FAILED"
-    assert seen == [f"{FULL} and tags.study = '{study.study_name}' and tags.trial = '{trial.number}'"]
+    [failed] = ledger.reclaim(study)  # what the worker loop does on every turn
+    assert failed.number == trial.number
+    sync(tmp_path)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    [run] = client.search_runs([client.get_experiment_by_name(suite.name).experiment_id],
+                               f"tags.trial = '{trial.number}'")
+    assert run.info.status == "FAILED" and run.data.tags["ledger_state"] == "FAIL"
 
 
 def test_the_poll_interval_is_set_by_the_environment_and_a_bad_one_is_refused(monkeypatch):

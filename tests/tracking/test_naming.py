@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from normbench.spec.suite import cell_id
 from normbench.tracking.naming import logged_blocks, run_name, short_number, telemetry_metric
@@ -49,14 +50,17 @@ def test_the_tracker_logs_three_blocks_by_position_whatever_the_depth(tmp_path: 
         records = [{"step": s, "block": b, **{q: float(b) for q in QUANTITIES}, "attn_entropy": None}
                    for s in (0, 5) for b in range(depth)]
         tracker.log_telemetry(runs[depth], records)
-        tracker.log_epoch(runs[depth], {"epoch": 0, "val_top1": 50.0, "train_loss": 1.0, "lr": 1e-3})
-        tracker.flush(runs[depth])
+        tracker.log_epoch(runs[depth], {"epoch": 0, "val_top1": 50.0, "train_loss": 1.0, "lr": 1e-3, "step": 5})
+    tracker.finish()  # the background thread's writes, done
+    client = MlflowClient(tracker.uri)
+    ids = {depth: client.search_runs([client.get_experiment_by_name("names").experiment_id],
+                                     f"tags.trial = '{depth}'")[0].info.run_id for depth in runs}
     expected = {f"telemetry/{p}/{q}" for p in ("first", "middle", "last") for q in QUANTITIES if q != "attn_entropy"}
-    for depth, run in runs.items():
-        metrics = tracker.client.get_run(run).data.metrics
+    for depth, run in ids.items():
+        metrics = client.get_run(run).data.metrics
         assert {k for k in metrics if k.startswith("telemetry/")} == expected
         assert {"val_top1", "train_loss", "scheduled_lr"} <= set(metrics)
         assert not [k for k in metrics if "/" in k and not k.startswith("telemetry/")]
         assert metrics["telemetry/last/grad_norm"] == depth - 1 and metrics["telemetry/middle/grad_norm"] == depth // 2
-        assert tracker.client.get_run(run).info.run_name == f"d{depth} a"
-    assert [m.step for m in tracker.client.get_metric_history(runs[8], "telemetry/last/grad_norm")] == [0, 5]
+        assert client.get_run(run).info.run_name == f"d{depth} a"
+    assert [m.step for m in client.get_metric_history(ids[8], "telemetry/last/grad_norm")] == [0, 5]

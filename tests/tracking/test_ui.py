@@ -1,6 +1,7 @@
 """`normbench ui` and what MLflow holds for it: the comparison view (model-training kind, axes and score as columns,
 best score first), cells nested under the `leaderboard` run, one param per axis, attempt-numbered run names, and a
-busy port that fails with its number. (test_view_state.py: the view's contents; test_ui_server.py: the server.)"""
+busy port that fails with its number. (test_view_state.py: the view's contents; test_ui_server.py: the server;
+test_sync.py: how the runs get there.)"""
 
 from __future__ import annotations
 
@@ -10,21 +11,26 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
 
 from normbench.cli import main
 from normbench.spec.selection import cell_scores
-from normbench.tracking.tracker import Tracker, one_param_per_axis
+from normbench.store.ledger import Ledger
+from normbench.tracking.run_record import final_points, one_param_per_axis
+from normbench.tracking.sync import sync
 from normbench.tracking.ui import KIND, KIND_TAG, suite_axes, ui_url
 from normbench.tracking.view_state import SHARE_KEY, SHARE_TAG, view_state
+from tests.tracking.ledgers import fail_trial, history, result, write_ledger
 
 
 def test_view_state_shows_the_axes_and_the_score_sorted_best_first() -> None:
     state = view_state(["depth", "layer", "lr", "seed"])
-    assert state["orderByKey"] == "metrics.`score`" and state["orderByAsc"] is False
+    assert state["orderByKey"] == "metrics.`test_top1`" and state["orderByAsc"] is False
     assert state["selectedColumns"][1:5] == ["params.`depth`", "params.`layer`", "params.`lr`", "params.`seed`"]
-    assert "metrics.`score`" in state["selectedColumns"]
+    assert "metrics.`test_top1`" in state["selectedColumns"] and "metrics.`val_top1_final`" in state["selectedColumns"]
 
 
 def test_url_opens_the_runs_table_in_the_model_training_workflow_with_the_view() -> None:
@@ -46,8 +52,8 @@ def test_axes_follow_the_suite_order_and_include_tuned_keys(tmp_path: Path) -> N
 def test_one_param_per_axis() -> None:
     params = {"layer": "rezero", "lr": 0.001, "model.layer": "rezero", "train.lr": 0.001, "model.depth": 2,
               "data.name": "digits", "data.train_size": 1077}
-    assert one_param_per_axis(params) == {"layer": "rezero", "lr": 0.001, "model.depth": 2, "data.name": "digits",
-                                          "data.train_size": 1077}
+    assert one_param_per_axis(params) == {"layer": "rezero", "lr": "0.001", "model.depth": "2", "data.name": "digits",
+                                          "data.train_size": "1077"}
 
 
 def test_the_score_columns_are_the_leaderboards() -> None:
@@ -56,20 +62,31 @@ def test_the_score_columns_are_the_leaderboards() -> None:
     assert cell_scores(ok) == {"score": 79.88, "select": 81.23}
     assert cell_scores({**ok, "status": "diverged"}) == {"score": 0.0, "select": 0.0}
     assert cell_scores({**ok, "status": "pruned", "test_top1": float("nan")}) == {}
+    logged = {k: v for k, v, _, step in final_points(ok, 0)}  # MLflow's names say what they are
+    assert (logged["test_top1"], logged["val_top1_final"], logged["diverged"]) == (79.88, 81.23, 0.0)
+    logged = {k: v for k, v, _, step in final_points({**ok, "status": "diverged"}, 0)}
+    assert (logged["test_top1"], logged["val_top1_final"], logged["diverged"]) == (0.0, 0.0, 1.0)
 
 
 def test_a_rerun_is_named_apart_from_the_run_it_replaces(tmp_path: Path) -> None:
-    tracker = Tracker(tmp_path, "names")
-    first = tracker.start("layer=a", {"layer": "a"}, {"study": "run:names"})
-    tracker.fail(first, "KILLED")
-    second = tracker.start("layer=a", {"layer": "a"}, {"study": "run:names"})
-    other = tracker.start("layer=a", {"layer": "a"}, {"study": "tuned:names"})  # another study: its own count
-    names = {r: tracker.client.get_run(r).info.run_name for r in (first, second, other)}
-    assert names == {first: "a", second: "a #2", other: "a"}  # tracking/naming.py: a layer shows as its name
-    parent = tracker.client.get_run(first).data.tags["mlflow.parentRunId"]
-    assert tracker.client.get_run(parent).info.run_name == "leaderboard"
-    assert {tracker.client.get_run(r).data.tags["mlflow.parentRunId"] for r in names} == {parent}
-    assert Tracker(tmp_path, "names").parent_run_id() == parent  # a second process finds the same parent
+    """The ledger re-queues a cell whose worker died as a new trial (retry_history names the one it replaces): its
+    run is `... #2`, the killed attempt's run FAILED beside it, both under the one `leaderboard` parent."""
+    write_ledger(tmp_path, layers=("layernorm",))
+    first = fail_trial(tmp_path, "rezero")
+    axes = {"depth": 1, "layer": "rezero", "lr": 1e-3, "seed": 0}
+    Ledger(None, tmp_path).study("run:tiny").add_trial(optuna.trial.create_trial(
+        state=TrialState.COMPLETE, value=40.0, system_attrs={"retry_history": [first]},
+        user_attrs={"cell_id": "depth=1,layer=rezero,lr=0.001,seed=0", "axes": axes, "result": result(3),
+                    "history": history(3)}))
+    sync(tmp_path)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    named = sorted((r.info.run_name, r.info.status) for r in runs)
+    assert named == [("d1 layernorm lr1e-3 s0", "FINISHED"), ("d1 rezero lr1e-3 s0", "FAILED"),
+                     ("d1 rezero lr1e-3 s0 #2", "FINISHED"), ("leaderboard", "FINISHED")]
+    parent = next(r.info.run_id for r in runs if r.info.run_name == "leaderboard")
+    assert {r.data.tags.get("mlflow.parentRunId") for r in runs if r.info.run_id != parent} == {parent}
+    assert sync(tmp_path).present == 3  # a second sync finds the same parent and every run
 
 
 SERVED = """
@@ -79,7 +96,7 @@ from mlflow.server import app
 client = app.test_client()
 experiment = client.get("/ajax-api/2.0/mlflow/experiments/get-by-name", query_string={"experiment_name": "tiny"}).json
 runs = client.post("/ajax-api/2.0/mlflow/runs/search", json={
-    "experiment_ids": [experiment["experiment"]["experiment_id"]], "order_by": ["metrics.`score` DESC"]}).json
+    "experiment_ids": [experiment["experiment"]["experiment_id"]], "order_by": ["metrics.`test_top1` DESC"]}).json
 print(json.dumps({"experiment": experiment["experiment"], "runs": runs["runs"]}))
 """
 
@@ -89,7 +106,7 @@ def test_the_served_api_has_the_view_the_nesting_and_the_columns(write_suite, tm
     assert main(["run", str(write_suite()), "--out", str(out), "--quiet"]) == 0
     from normbench.tracking.ui import prepare_experiment
 
-    prepare_experiment(f"sqlite:///{out / 'mlflow.db'}", out)
+    prepare_experiment(f"sqlite:///{out / 'mlflow.db'}", out)  # `run` synced the store at its end
     served = subprocess.run([sys.executable, "-c", SERVED, f"sqlite:///{out / 'mlflow.db'}"], capture_output=True,
                             text=True, timeout=120, check=True)
     body = json.loads(served.stdout.strip().splitlines()[-1])
@@ -113,8 +130,8 @@ def test_the_served_api_has_the_view_the_nesting_and_the_columns(write_suite, tm
         assert {"depth", "layer", "lr", "seed"} <= params
         assert not {"model.layer", "model.depth", "train.lr", "train.seed"} & params
         assert {"data.train_size", "data.val_size"} <= params  # the true split sizes (runner.cell_params)
-        assert "lr" not in metrics and "score" in metrics and "scheduled_lr" in metrics
-        scores.append(metrics["score"])
+        assert "lr" not in metrics and "test_top1" in metrics and "scheduled_lr" in metrics
+        scores.append(metrics["test_top1"])
     assert scores == sorted(scores, reverse=True)
 
 
@@ -138,7 +155,8 @@ def test_workers_below_one_exit_2(workers: str, capsys) -> None:
 
 
 def test_a_new_store_starts_without_mlflow_info_lines(tmp_path: Path) -> None:
-    code = f"from normbench.tracking.tracker import Tracker; Tracker({str(tmp_path)!r}, 'quiet')"
-    started = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    write_ledger(tmp_path, layers=("layernorm",))
+    code = f"from normbench.tracking.sync import sync; sync({str(tmp_path)!r})"
+    started = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert (tmp_path / "mlflow.db").exists()
     assert "Creating initial MLflow database tables" not in started.stderr and " INFO " not in started.stderr

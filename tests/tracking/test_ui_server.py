@@ -1,5 +1,6 @@
-"""`normbench ui`'s server: one uvicorn process serving MLflow's app, no job runner, MLflow's output in a log file
-in the output folder; a real start prints the URL (and nothing else) once the server answers."""
+"""`normbench ui`'s server: one uvicorn process serving MLflow's app (its page given the groups' colours), no job
+runner, MLflow's output in a log file in the output folder; a real start syncs the folder from its ledger and prints
+the URL (and nothing else) once the server answers."""
 
 from __future__ import annotations
 
@@ -24,17 +25,19 @@ from mlflow.environment_variables import (
 from mlflow.server.constants import ARTIFACT_ROOT_ENV_VAR, BACKEND_STORE_URI_ENV_VAR
 
 from normbench.errors import NormbenchError
+from normbench.report.style import layer_colour
 from normbench.tracking import ui
-from normbench.tracking.tracker import Tracker
 from normbench.tracking.view_state import SHARE_TAG
+from tests.tracking.ledgers import write_ledger
 
 STARTUP_BOUND_S = 180  # generous: a loaded CI machine; on 2 idle cores it is ~4 s (README, `normbench ui`)
 
 
 def test_the_server_is_one_uvicorn_process_serving_mlflows_app_without_its_job_runner(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cmd, env = ui.server_command(uri, tmp_path, "127.0.0.1", 5123)
-    assert cmd[:4] == [sys.executable, "-m", "uvicorn", "mlflow.server.fastapi_app:app"]
+    cmd, env = ui.server_command(uri, tmp_path, "127.0.0.1", 5123, {"param.layer.a": "#123456"})
+    assert cmd[:4] == [sys.executable, "-m", "uvicorn", "normbench.tracking.ui_app:app"]  # MLflow's app, wrapped
+    assert json.loads(env[ui.COLOURS_ENV]) == {"param.layer.a": "#123456"}
     assert cmd[cmd.index("--workers") + 1] == "1"  # uvicorn runs one worker in its own process: no supervisor
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("--port") + 1] == "5123"
     assert "--no-access-log" in cmd
@@ -49,7 +52,7 @@ def test_the_server_is_one_uvicorn_process_serving_mlflows_app_without_its_job_r
 def test_a_server_that_dies_is_reported_with_its_log(tmp_path: Path, monkeypatch) -> None:
     dying = [sys.executable, "-c", "import sys; print('no such store: boom'); sys.exit(3)"]
     monkeypatch.setattr(ui, "server_command", lambda *a: (dying, {}))
-    monkeypatch.setattr(ui, "prepare_experiment", lambda uri, out: "1")
+    monkeypatch.setattr(ui, "prepare_experiment", lambda uri, out: ("1", {}))
     with pytest.raises(NormbenchError) as error:
         ui.run_ui("sqlite:///x.db", tmp_path, "127.0.0.1", 1, open_browser=False)
     message = str(error.value)
@@ -91,12 +94,7 @@ def _read_until(proc: subprocess.Popen, end: bytes, timeout: float) -> str:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="counts processes through /proc (Linux)")
 def test_normbench_ui_answers_with_one_server_process_and_keeps_mlflow_out_of_stdout(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    tracker = Tracker(out, "tiny")
-    run = tracker.start("depth=1,layer=a", {"depth": 1, "layer": "a"}, {"study": "run:tiny", "trial": "0"})
-    tracker.log_epoch(run, {"epoch": 1, "val_top1": 50.0, "train_loss": 1.0})
-    tracker.flush(run)
-    tracker.close(run)
-    (out / "suite.yaml").write_text("name: tiny\nmatrix: {depth: [1], layer: [a]}\n")
+    write_ledger(out)  # a ledger and no MLflow store: `ui` syncs one
     port, server = _free_port(), 0
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "normbench", "ui", str(out), "--port", str(port), "--no-browser"],
@@ -114,9 +112,15 @@ def test_normbench_ui_answers_with_one_server_process_and_keeps_mlflow_out_of_st
         api = f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/experiments/get?experiment_id={experiment_id}"
         with urllib.request.urlopen(api, timeout=30) as answer:
             tags = {t["key"]: t["value"] for t in json.load(answer)["experiment"]["tags"]}
-        assert json.loads(tags[SHARE_TAG])["groupBy"]["groupByKeys"] == [{"mode": "param", "groupByData": "layer"}]
+        assert json.loads(tags[SHARE_TAG])["groupBy"]["groupByKeys"] == [
+            {"mode": "param", "groupByData": "depth"}, {"mode": "param", "groupByData": "layer"}]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as page:
-            assert b"<html" in page.read().lower()  # the UI itself, not only the API
+            html = page.read()
+        assert b"<html" in html.lower()  # the UI itself, not only the API
+        colours = html.split(b"Object.assign(c,", 1)[1].split(b")", 1)[0]  # the groups' colours, ahead of MLflow's
+        assert json.loads(colours) == {"param.depth.1,param.layer.layernorm": layer_colour("layernorm"),
+                                       "param.depth.1,param.layer.layerscale": layer_colour("layerscale")}
+        assert html.index(b"experimentRunColors") < html.index(b"static/js/main.")  # before MLflow's bundle runs
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -1,5 +1,6 @@
-"""The shared view `normbench ui` stores: every key one the installed MLflow UI applies, runs grouped by layer and
-all shown, the axes right after the pinned columns, Model metrics first in the charts (val_top1, train_loss)."""
+"""The shared view `normbench ui` stores: every key one the installed MLflow UI applies, runs grouped by depth and
+layer (a collapsed row each, in the layer's colour of the leaderboard's figures) and all shown, the report cells
+when there are, the axes right after the pinned columns, Model metrics first in the charts (val_top1, train_loss)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from pathlib import Path
 
 import mlflow
 
+from normbench.report.style import layer_colour
 from normbench.tracking.naming import telemetry_metric
-from normbench.tracking.view_state import CREATED, RUN_NAME, view_state
+from normbench.tracking.view_state import CREATED, REPORT_FILTER, RUN_NAME, group_colours, view_state
 from normbench.train.telemetry import QUANTITIES
 
 AXES = ["depth", "layer", "lr", "seed"]
-METRICS = {"val_top1", "train_loss", "scheduled_lr", "grad_norm", "images_per_sec", "score", "select", "diverged",
+METRICS = {"val_top1", "train_loss", "scheduled_lr", "grad_norm", "images_per_sec", "test_top1", "val_top1_final",
+           "diverged",
            *(telemetry_metric(p, q) for p in ("last", "first", "middle") for q in QUANTITIES)}
 
 
@@ -51,12 +54,30 @@ def test_every_key_is_one_the_installed_mlflow_ui_applies_from_a_shared_view() -
         assert literal in bundle(), literal
 
 
-def test_runs_are_grouped_by_layer_and_all_shown() -> None:
-    state = view_state(AXES, METRICS)
-    assert state["groupBy"] == {"aggregateFunction": "average",
-                                "groupByKeys": [{"mode": "param", "groupByData": "layer"}]}
+def test_runs_are_grouped_by_depth_and_layer_a_collapsed_row_each_and_all_shown() -> None:
+    groups = ["param.depth.12,param.layer.rezero", "param.depth.36,param.layer.rezero"]
+    state = view_state(AXES, METRICS, groups=groups)
+    assert state["groupBy"] == {"aggregateFunction": "average", "groupByKeys": [
+        {"mode": "param", "groupByData": "depth"}, {"mode": "param", "groupByData": "layer"}]}
+    assert state["groupsExpanded"] == dict.fromkeys(groups, False)
     assert state["runsHiddenMode"] == "SHOW_ALL" and state["useGroupedValuesInCharts"] is True
-    assert view_state(["depth", "lr"], METRICS)["groupBy"] is None  # no layer axis: nothing to group by
+    assert view_state(["lr", "seed"], METRICS)["groupBy"] is None  # neither depth nor layer: nothing to group by
+    assert 'groupByData:e,mode:t,value:n})=>`${t}.${e}.${n||null}`' in bundle()  # MLflow's group id, as built here
+    assert '.map(p).join(",")' in bundle()
+
+
+def test_each_group_has_its_layers_colour_from_the_leaderboards_figures() -> None:
+    runs = [{"depth": "12", "layer": "rezero", "lr": "0.01"}, {"depth": "36", "layer": "rezero"},
+            {"depth": "12", "layer": "layerscale"}, {}]  # the last: the `leaderboard` parent, no group
+    assert group_colours(runs, AXES) == {"param.depth.12,param.layer.rezero": layer_colour("rezero"),
+                                         "param.depth.36,param.layer.rezero": layer_colour("rezero"),
+                                         "param.depth.12,param.layer.layerscale": layer_colour("layerscale")}
+    assert '"experimentRunColors"' in bundle()  # where MLflow's UI keeps group colours (tracking/ui_app.py)
+
+
+def test_a_suite_with_report_cells_shows_them_the_runs_the_leaderboard_scores() -> None:
+    assert view_state(AXES, METRICS, reports=True)["searchFilter"] == REPORT_FILTER
+    assert view_state(AXES, METRICS)["searchFilter"] == ""
 
 
 def test_the_axes_come_right_after_the_pinned_name_and_created_columns_best_score_first() -> None:
@@ -64,9 +85,9 @@ def test_the_axes_come_right_after_the_pinned_name_and_created_columns_best_scor
     params = ["params.`depth`", "params.`layer`", "params.`lr`", "params.`seed`"]
     assert state["columnOrder"][:6] == [RUN_NAME, CREATED, *params]
     assert state["columnOrder"][-1] == "duration"
-    assert state["selectedColumns"] == [RUN_NAME, *params, "metrics.`score`", "metrics.`select`",
+    assert state["selectedColumns"] == [RUN_NAME, *params, "metrics.`test_top1`", "metrics.`val_top1_final`",
                                         "metrics.`diverged`"]
-    assert state["orderByKey"] == "metrics.`score`" and state["orderByAsc"] is False
+    assert state["orderByKey"] == "metrics.`test_top1`" and state["orderByAsc"] is False
 
 
 def test_model_metrics_come_first_in_the_charts_val_top1_and_train_loss_leading() -> None:
@@ -80,10 +101,10 @@ def test_model_metrics_come_first_in_the_charts_val_top1_and_train_loss_leading(
     assert [c["metricKey"] for c in charts[:2]] == ["val_top1", "train_loss"]
     assert {c["metricSectionId"] for c in charts} == {sections[0]["uuid"]}
     assert {c["type"] for c in charts if c["metricKey"] in ("val_top1", "train_loss")} == {"LINE"}
-    assert next(c for c in charts if c["metricKey"] == "score")["type"] == "BAR"
+    assert next(c for c in charts if c["metricKey"] == "test_top1")["type"] == "BAR"
     assert len({c["uuid"] for c in charts}) == len(charts)
 
 
 def test_charts_are_listed_only_for_metrics_the_runs_have() -> None:
-    charts = view_state(AXES, {"val_top1", "score"})["compareRunCharts"]
-    assert [c["metricKey"] for c in charts] == ["val_top1", "score"]
+    charts = view_state(AXES, {"val_top1", "test_top1"})["compareRunCharts"]
+    assert [c["metricKey"] for c in charts] == ["val_top1", "test_top1"]

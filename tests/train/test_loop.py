@@ -60,16 +60,25 @@ def test_warmup_cosine_schedule():
     assert torch.is_tensor(torch.tensor(warmup_cosine(3, **kw)))
 
 
-def test_compile_and_bf16_cell_runs_on_cpu(one_torch_thread):
+def test_compile_and_bf16_cell_runs_on_cpu(one_torch_thread, monkeypatch):
     # the path CUDA takes (torch.compile through inductor's C++ backend, bf16 autocast), minus CUDA, so a break in it
     # fails CI; needs a C++ compiler, which scripts/setup-env.sh installs where it is missing
     from torch._dynamo.utils import counters
 
+    autocasts, autocast = [], torch.autocast
+
+    def spy(device_type, *args, **kwargs):
+        autocasts.append((device_type, kwargs.get("dtype")))
+        return autocast(device_type, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "autocast", spy)
     config = CellConfig(model=ModelConfig(layer="layerscale", depth=1, embed_dim=16, num_heads=2, patch_size=4),
                         train=TrainConfig(epochs=1, batch_size=256, warmup_epochs=0, compile="on", amp="bf16"))
+    graphs = counters["stats"]["unique_graphs"]  # dynamo's counters live for the process: other tests compile too
     result = train_cell(config, device="cpu")
     assert result.status == "ok" and 0 < result.train_loss < 10
-    assert counters["stats"]["unique_graphs"] >= 1  # dynamo traced the model rather than falling back to eager
+    assert counters["stats"]["unique_graphs"] > graphs  # dynamo traced this cell's model rather than running eagerly
+    assert ("cpu", torch.bfloat16) in autocasts  # its steps ran under bf16 autocast (torch's own calls are not)
 
 
 def test_grad_accumulation_never_carries_gradients_into_the_next_epoch(monkeypatch):

@@ -98,10 +98,64 @@ def test_attention_entropy_matches_timms_own_probabilities():
         b.attn.fused_attn = False
         b.attn.attn_drop.register_forward_hook(lambda m, a, out: probs.append(out.detach()))
     telemetry = observe_step(model)
+    assert len(probs) == 2, "timm's non-fused attention did not run: nothing to compare with"  # one per block
     for i, p in enumerate(probs):
         expected = -(p * p.clamp_min(1e-30).log()).sum(-1).mean().item()
         assert values(telemetry, i)["attn_entropy"] == pytest.approx(expected, rel=1e-4)
         assert 0 < expected < math.log(17)
+
+
+def direct_max_logits(model: NormbenchViT, batches: list[torch.Tensor]) -> list[float]:
+    """Each block's largest q·k/√d_h over the batches, from its attention's input, by hand (after QK-norm)."""
+    inputs: dict[int, list[torch.Tensor]] = {}
+    handles = [b.attn.register_forward_pre_hook(lambda m, a, i=i: inputs.setdefault(i, []).append(a[0].detach()))
+               for i, b in enumerate(model.blocks)]
+    with torch.no_grad():
+        for x in batches:
+            model(x)
+    for h in handles:
+        h.remove()
+    out = []
+    for i, b in enumerate(model.blocks):
+        best = -math.inf
+        for h in inputs[i]:
+            B, N, C = h.shape
+            q, k, _ = b.attn.qkv(h).reshape(B, N, 3, 4, C // 4).permute(2, 0, 3, 1, 4)
+            q, k = b.attn.q_norm(q), b.attn.k_norm(k)
+            best = max(best, ((q @ k.transpose(-2, -1)) / math.sqrt(C // 4)).max().item())
+        out.append(best)
+    return out
+
+
+@pytest.mark.parametrize("layer", ["layerscale", "layerscale+qk_norm", "rmsnorm+qk_norm"])
+def test_max_attention_logit_matches_a_direct_computation(layer):
+    model = tiny(layer)
+    with torch.no_grad():  # non-trivial q/k norms: a telemetry that skipped them would show
+        for b in model.blocks:
+            for p in (*b.attn.q_norm.parameters(), *b.attn.k_norm.parameters()):
+                p.copy_(1 + torch.rand_like(p))
+    assert all(b.attn.fused_attn for b in model.blocks), "timm's SDPA path: the logits are never materialized"
+    gen = torch.Generator().manual_seed(1)
+    batches = []
+    for _ in range(2):  # observe_step's micro-batches
+        batches.append(torch.randn(8, 1, 8, 8, generator=gen))
+        torch.randint(0, 10, (8,), generator=gen)
+    expected = direct_max_logits(model, batches)
+    telemetry = observe_step(model, batches=2)
+    for i, want in enumerate(expected):
+        assert values(telemetry, i)["attn_logit_max"] == pytest.approx(want, rel=1e-3)
+
+
+def test_qk_norm_bounds_the_max_logit_that_grows_without_it():
+    got = {}
+    for layer in ("layerscale", "layerscale+qk_norm"):
+        model = tiny(layer)
+        with torch.no_grad():
+            for b in model.blocks:
+                b.attn.qkv.weight.mul_(30.0)
+        got[layer] = values(observe_step(model), 0)["attn_logit_max"]
+    assert got["layerscale"] > 10 * math.sqrt(8)
+    assert got["layerscale+qk_norm"] <= math.sqrt(8) * 1.001  # |LN(q)·LN(k)|/√d_h <= √d_h with γ = 1, β = 0
 
 
 @pytest.mark.parametrize("layer", ["rezero", "skipinit"])
@@ -130,9 +184,17 @@ def test_grad_norm_is_before_clipping_and_update_ratio_is_sgds_step():
 
 
 def test_micro_batches_are_averaged_and_the_max_is_the_max():
-    one, two = observe_step(tiny(), batches=1), observe_step(tiny(), batches=2)
-    assert values(two, 0)["stream_rms"] != values(one, 0)["stream_rms"]
-    assert values(two, 0)["stream_max"] >= values(one, 0)["stream_max"]  # the first batch is the same
+    two = observe_step(tiny(), batches=2)
+    model, gen = tiny(), torch.Generator().manual_seed(1)  # the two micro-batches observe_step draws, by hand
+    streams = []
+    for _ in range(2):
+        x, _ = torch.randn(8, 1, 8, 8, generator=gen), torch.randint(0, 10, (8,), generator=gen)
+        with torch.no_grad():
+            streams.append(streams_and_branches(model, x)[0]["stream"])  # entering block 0, before any update
+    rms = [s.pow(2).mean().sqrt().item() for s in streams]
+    assert rms[0] != pytest.approx(rms[1], rel=1e-2)  # two different batches: an average differs from either
+    assert values(two, 0)["stream_rms"] == pytest.approx((rms[0] + rms[1]) / 2, rel=1e-3)
+    assert values(two, 0)["stream_max"] == pytest.approx(max(s.abs().max().item() for s in streams), rel=1e-3)
 
 
 def test_a_gate_shared_by_both_branches_is_counted_once_per_branch():
@@ -210,7 +272,8 @@ def test_hooks_under_torch_compile_add_no_recompiles():
         model(x)
     compiled(x)
     assert len(compiles) == graphs
-    assert telemetry._calls[0] == {"stream_rms": 1, "stream_max": 1, "attn_rms": 1, "mlp_rms": 1, "attn_entropy": 1}
+    assert telemetry._calls[0] == {"stream_rms": 1, "stream_max": 1, "attn_rms": 1, "mlp_rms": 1, "attn_entropy": 1,
+                                   "attn_logit_max": 1}
     torch._dynamo.reset()
 
 

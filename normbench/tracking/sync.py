@@ -1,0 +1,270 @@
+"""`normbench sync`: bring an MLflow store up to date from a ledger. The ledger is the truth; MLflow is a view of it.
+
+One experiment per suite, a `leaderboard` parent run holding the folder's leaderboard files, one nested run per
+finished trial (COMPLETE, PRUNED, and a FAIL that trained or crashed), keyed by the tags `study` and `trial`
+(tracking/run_record.py). Existing runs are found with one search per experiment, so a second sync adds nothing: a
+run already complete is left alone, one logged live but cut short (MLflow away mid-cell, a worker killed) is
+completed in place, one of an older layout is replaced. Deleting the store and syncing again rebuilds it whole.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from normbench.errors import NormbenchError
+from normbench.spec.names import TUNE, OutputFolder
+from normbench.store.journal import ledger_identity
+from normbench.store.ledger import Ledger
+from normbench.store.migrations import trial_axes, trial_cell_id
+from normbench.store.retry import redact
+from normbench.tracking import mlflow_store
+from normbench.tracking.naming import run_name
+from normbench.tracking.recipe_params import RecipeParams
+from normbench.tracking.run_record import (
+    LAYOUT,
+    LAYOUT_TAG,
+    STATE_TAG,
+    TUNE_LABEL,
+    Point,
+    epoch_points,
+    final_points,
+    kind_and_role,
+    one_param_per_axis,
+    run_tags,
+    status_of,
+    telemetry_points,
+)
+
+SYNCED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+RUN_STATUS = {TrialState.COMPLETE: "FINISHED", TrialState.PRUNED: "FINISHED", TrialState.FAIL: "FAILED"}
+ARTIFACTS = ("leaderboard.md", "*.csv", "*.png", "*.svg")  # the parent run's files, from the output folder
+
+
+@dataclass
+class SyncSummary:
+    uri: str
+    added: int = 0      # runs created from the ledger
+    completed: int = 0  # runs that existed (logged live) and lacked something
+    present: int = 0    # runs already complete
+    replaced: int = 0   # runs of an older layout or of a ledger the folder no longer has, deleted
+    artifacts: int = 0
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        replaced = f", {self.replaced} replaced" if self.replaced else ""
+        return (f"MLflow {redact(self.uri)}: {self.added} runs added, {self.completed} completed, {self.present} "
+                f"already there{replaced}; {self.artifacts} leaderboard files ({self.seconds:.1f} s)")
+
+
+@dataclass
+class RunContent:
+    """A trial as a run: everything sync writes."""
+
+    name: str
+    tags: dict[str, str]
+    params: dict[str, str]
+    points: list[Point]
+    status: str
+    start: int
+    end: int
+
+
+def sync(out_dir: Path, storage: str | None = None, tracking_uri: str | None = None) -> SyncSummary:
+    """Bring the MLflow store (`tracking_uri`, else MLFLOW_TRACKING_URI, else OUT/mlflow.db) up to date with the
+    ledger of `out_dir` (or `storage`). Raises NormbenchError (one line, exit 2) for a folder without a ledger or a
+    store that cannot be written."""
+    started = time.perf_counter()
+    folder = OutputFolder(out_dir)
+    if storage is None and not folder.ledger.exists():  # opening it would leave an empty ledger.journal behind
+        raise NormbenchError(f"{folder.path}: no ledger here ({folder.LEDGER}); pass a suite's output folder "
+                             "(`normbench run SUITE.yaml --out FOLDER` makes one), and --storage URL if it ran on a "
+                             "shared database")
+    ledger = Ledger(storage, folder.path)
+    uri = mlflow_store.tracking_uri(folder.path, tracking_uri)
+    summary = SyncSummary(uri)
+    studies = suite_studies(ledger.study_names(), RecipeParams(folder).suite_name)
+    try:
+        client = mlflow_store.open_client(uri, folder.path)
+        for suite, names in studies.items():
+            _sync_suite(client, uri, folder, ledger, suite, names, summary)
+    except (NormbenchError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # MLflow's, SQLAlchemy's and requests' errors all mean: this store cannot be written
+        raise NormbenchError(f"cannot bring the MLflow store {redact(uri)} up to date "
+                             f"({mlflow_store.describe_error(e)}); "
+                             "check the URI (--tracking-uri, MLFLOW_TRACKING_URI) and that its server is up. The "
+                             "ledger is unchanged: sync again once it is.") from None
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def suite_studies(names: list[str], only: str | None = None) -> dict[str, list[str]]:
+    """The ledger's studies by suite (`kind:<suite>[:...]`), only `only`'s when the folder's suite.yaml names one the
+    ledger has."""
+    by_suite: dict[str, list[str]] = {}
+    for name in sorted(names):
+        if kind_and_role(name)[0] and ":" in name:
+            by_suite.setdefault(name.split(":")[1], []).append(name)
+    return {only: by_suite[only]} if only in by_suite else by_suite
+
+
+def _sync_suite(client: Any, uri: str, folder: OutputFolder, ledger: Ledger, suite: str, names: list[str],
+                summary: SyncSummary) -> None:
+    experiment = mlflow_store.experiment_id(client, suite, uri, folder.path)
+    studies = {name: ledger.study(name) for name in names}
+    recipe = next((s.user_attrs["recipe"] for s in studies.values() if "recipe" in s.user_attrs), "")
+    parent = mlflow_store.parent_run(client, experiment, {k: v for k, v in {
+        "recipe": recipe, "ledger": ledger_identity(ledger.storage)}.items() if v})
+    existing: dict[tuple[str, int], Any] = {}
+    own = mlflow_store.own_store(uri, folder.path)  # nothing but this folder's runs belongs there
+    for run in _all_runs(client, experiment):  # the one search
+        tags, key = run.data.tags, (run.data.tags.get("study"), run.data.tags.get("trial", ""))
+        mine = tags.get("mlflow.parentRunId") == parent
+        if mine and key[1].isdigit() and tags.get(LAYOUT_TAG) == LAYOUT:
+            if (twin := existing.get((key[0], int(key[1])))) is not None:  # two syncs raced to create it: keep one,
+                keep, drop = sorted((twin, run), key=lambda r: STATE_TAG not in r.data.tags)  # a complete one
+                client.delete_run(drop.info.run_id)
+                summary.replaced += 1
+                run = keep
+            existing[(key[0], int(key[1]))] = run
+        elif run.info.run_id != parent and ("study" in tags and (mine or own)
+                                            or own and tags.get("kind") == mlflow_store.PARENT_RUN):
+            client.delete_run(run.info.run_id)  # an older layout; in the folder's own store, a replaced ledger's too
+            summary.replaced += 1
+    recipes = RecipeParams(folder)
+    for name, study in studies.items():
+        for trial in study.get_trials(deepcopy=False, states=SYNCED):
+            run = existing.get((name, trial.number))
+            if run is None and not _worth_a_run(trial):
+                continue
+            if run is not None and run.data.tags.get(STATE_TAG) == trial.state.name \
+                    and run.info.status == RUN_STATUS[trial.state]:
+                summary.present += 1
+            elif run is None:
+                _create(client, experiment, parent, trial_run(name, trial, recipes))
+                summary.added += 1
+            else:
+                _complete(client, run, trial_run(name, trial, recipes))
+                summary.completed += 1
+    summary.artifacts = _log_artifacts(client, parent, folder)
+
+
+def _worth_a_run(trial: FrozenTrial) -> bool:
+    """A FAIL trial gets a run when it trained (its epochs are its intermediate values) or crashed; not the records
+    of the ledger's bookkeeping (a duplicate claim, a cell failed for good)."""
+    return trial.state != TrialState.FAIL or bool(trial.intermediate_values) or "error" in trial.user_attrs
+
+
+def _all_runs(client: Any, experiment: str) -> Iterator[Any]:
+    token = None
+    while True:
+        page = client.search_runs([experiment], max_results=50_000, page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+def trial_run(study: str, trial: FrozenTrial, recipes: RecipeParams) -> RunContent:
+    """A trial of `study` as an MLflow run (see tracking/run_record.py)."""
+    kind, role = kind_and_role(study)
+    attrs = trial.user_attrs
+    axes = trial_axes(trial) if kind != TUNE else {**_point_axes(study), **trial.params}
+    cell_id = attrs.get(TUNE_LABEL) or trial_cell_id(trial) or f"trial {trial.number}"
+    attempt = 1 + len(trial.system_attrs.get("retry_history", []))
+    result = attrs.get("result") if trial.state != TrialState.FAIL else None
+    start = _ms(trial.datetime_start) or _ms(trial.datetime_complete) or int(time.time() * 1000)
+    end = max(start, _ms(trial.datetime_complete) or start)
+    history = attrs.get("history") or []
+    points = [p for i, record in enumerate(history)
+              for p in epoch_points(record, start + (end - start) * (i + 1) // len(history))]
+    if not history:  # a FAIL trial: its epochs' val top-1, as it reported them (step = optimizer steps)
+        points = [("val_top1", float(v), end, int(step)) for step, v in sorted(trial.intermediate_values.items())
+                  if v is not None and math.isfinite(v)]
+    if result:
+        points += telemetry_points(result.get("telemetry") or [], end) + final_points(result, end)
+    params = {**axes, **(recipes.flat(axes, attrs.get("overrides")) if kind != TUNE else {})}
+    if result:  # the data set's true split sizes, as the live run logs them (sweep/cells.py cell_params)
+        params.update({f"data.{k}": result[k] for k in ("train_size", "val_size", "test_size") if result.get(k)})
+    if kind not in (TUNE, "tuned"):
+        params["role"] = role
+    tags = {**run_tags(cell_id, axes, study, trial.number, attempt), "status": status_of(result),
+            STATE_TAG: trial.state.name}
+    if attrs.get("worker_host"):
+        tags["host"] = str(attrs["worker_host"])
+    if attrs.get("error"):
+        tags["error"] = str(attrs["error"])[:5000]
+    return RunContent(run_name(cell_id, attempt), tags, one_param_per_axis(params), points, RUN_STATUS[trial.state],
+                      start, end)
+
+
+def _point_axes(study: str) -> dict[str, Any]:
+    """`tune:<suite>:depth=12,layer=x` -> {depth: 12, layer: x} (numbers as numbers)."""
+    point = study.split(":", 2)[2] if study.count(":") >= 2 else ""
+    pairs = (p.split("=", 1) for p in point.split(",") if "=" in p)
+    return {k: _number(v) for k, v in pairs}
+
+
+def _number(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _ms(when: Any) -> int:
+    return int(when.timestamp() * 1000) if when is not None else 0
+
+
+def _create(client: Any, experiment: str, parent: str, content: RunContent) -> None:
+    run = client.create_run(experiment, start_time=content.start, run_name=content.name,
+                            tags={**content.tags, "mlflow.parentRunId": parent})
+    _log(client, run.info.run_id, content.params, content.points)
+    client.set_terminated(run.info.run_id, content.status, end_time=content.end)
+
+
+def _complete(client: Any, run: Any, content: RunContent) -> None:
+    """Add what a run logged live lacks: params it has not (MLflow refuses to change one), each metric's missing
+    steps (a metric it has, from its history: these are the few runs cut short), the tags, the final status."""
+    from mlflow.entities import RunTag
+
+    run_id, data = run.info.run_id, run.data
+    params = {k: v for k, v in content.params.items() if k not in data.params}
+    have: dict[str, set[int]] = {}
+    for key in {p[0] for p in content.points} & set(data.metrics):
+        have[key] = {m.step for m in client.get_metric_history(run_id, key)}
+    points = [p for p in content.points if p[3] not in have.get(p[0], ())]
+    tags = {k: v for k, v in content.tags.items() if k != STATE_TAG}
+    client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()][:100])
+    _log(client, run_id, params, points)
+    client.log_batch(run_id, tags=[RunTag(STATE_TAG, content.tags[STATE_TAG])])  # last: the run is complete now
+    client.set_terminated(run_id, content.status, end_time=content.end)
+
+
+def _log(client: Any, run_id: str, params: dict[str, str], points: list[Point]) -> None:
+    """Params and metrics in as few log_batch calls as MLflow's caps allow (100 params, 1000 entities a batch)."""
+    from mlflow.entities import Metric, Param
+
+    params_left = [Param(k, v) for k, v in params.items()]
+    metrics_left = [Metric(*p) for p in points]
+    while params_left or metrics_left:
+        ps, params_left = params_left[:100], params_left[100:]
+        ms, metrics_left = metrics_left[:1000 - len(ps)], metrics_left[1000 - len(ps):]
+        client.log_batch(run_id, metrics=ms, params=ps)
+
+
+def _log_artifacts(client: Any, parent: str, folder: OutputFolder) -> int:
+    """The leaderboard's files as the parent run's artifacts (logged again: a regenerated leaderboard replaces them)."""
+    files = sorted({p for pattern in ARTIFACTS for p in folder.path.glob(pattern) if p.is_file()})
+    for path in files:
+        client.log_artifact(parent, str(path))
+    return len(files)

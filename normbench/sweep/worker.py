@@ -204,7 +204,7 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
         tracker.log_telemetry(run_id, result.telemetry)
         tracker.summarize(run_id, result)
         ledger.finish(job.study, trial, result)  # the cell counts from here
-        pass
+        tracker.close(run_id, _state(result))
     except ClaimLostError:
         return _lost_claim(cell_id, run_id, tracker, progress), trained
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the result is logged: no trial or run may stay RUNNING

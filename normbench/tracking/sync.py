@@ -19,7 +19,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from normbench.errors import NormbenchError
-from normbench.spec.names import TUNE, OutputFolder
+from normbench.spec.names import TUNE, TUNED, OutputFolder
 from normbench.store.journal import ledger_identity
 from normbench.store.ledger import Ledger
 from normbench.store.migrations import trial_axes, trial_cell_id
@@ -193,7 +193,7 @@ def trial_run(study: str, trial: FrozenTrial, recipes: RecipeParams) -> RunConte
     params = {**axes, **(recipes.flat(axes, attrs.get("overrides")) if kind != TUNE else {})}
     if result:  # the data set's true split sizes, as the live run logs them (sweep/cells.py cell_params)
         params.update({f"data.{k}": result[k] for k in ("train_size", "val_size", "test_size") if result.get(k)})
-    if kind not in (TUNE, "tuned"):
+    if kind not in (TUNE, TUNED):  # a tuning study's cells take no `role` param (sweep/tune.py's cell_for)
         params["role"] = role
     tags = {**run_tags(cell_id, axes, study, trial.number, attempt), "status": status_of(result),
             STATE_TAG: trial.state.name}

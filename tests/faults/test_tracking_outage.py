@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from mlflow.tracking import MlflowClient
 
 from tests.faults.helpers import assert_invariants, finish, free_port, normbench, running, wait_for
 
@@ -58,6 +59,15 @@ def server(tmp_path):
     s.stop()
 
 
+def _live_epoch(url: str) -> bool:
+    """A run still RUNNING on the server with an epoch logged."""
+    client = MlflowClient(url)
+    experiment = client.get_experiment_by_name("tiny")
+    return experiment is not None and any(
+        "train_loss" in r.data.metrics
+        for r in client.search_runs([experiment.experiment_id], "attributes.status = 'RUNNING'"))
+
+
 def _warnings(err: str) -> list[str]:
     return [line for line in err.splitlines() if line.startswith("normbench: warning:")]
 
@@ -67,8 +77,8 @@ def test_a_tracking_server_restart_mid_cell_costs_one_warning_and_the_runs_sync_
     # cells long enough that the run outlives the server's restart (a minute on a loaded machine)
     path, out = write_suite(train={**SLOW, "epochs": 300}, matrix=MATRIX), tmp_path / "out"
     proc = normbench("run", path, "--out", out, "--quiet", env={"MLFLOW_TRACKING_URI": server.url})
-    wait_for(lambda: running(out, "tiny"), what="a cell in flight")
-    server.stop()
+    wait_for(lambda: running(out, "tiny") and _live_epoch(server.url), what="a cell in flight, logged live")
+    server.stop()  # its live run is cut short: the run's sync must complete it, not add a second one
     time.sleep(4)
     server.start()
     assert proc.poll() is None, "the run ended before the server was back: make its cells longer"

@@ -20,9 +20,20 @@ import inspect
 import json
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from normbench.store.retry import NOT_LANDED, Unsafe
+NOT_LANDED = object()  # what an Unsafe.landed check answers when the write is not on the server
+
+
+@dataclass(frozen=True)
+class Unsafe:
+    """A write that must not be replayed blindly. `prepare(args, kwargs) -> (args, kwargs)` runs once before the
+    first try (it gives the write a key); `landed(*args, **kwargs)` (with the prepared arguments) returns what the
+    call would have returned if the write is on the server, else NOT_LANDED (normbench.store.retry uses both)."""
+
+    landed: Callable[..., Any] | None = None
+    prepare: Callable[[tuple, dict], tuple[tuple, dict]] | None = None
 
 TRIAL_KEY = "normbench_key"  # Optuna system attr of a queued trial: what its creation is found by
 

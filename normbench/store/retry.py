@@ -26,11 +26,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from normbench import settings, stopping
 from normbench.errors import ServerUnreachableError
+from normbench.store.idempotent import NOT_LANDED, Unsafe, unsafe_methods
 
 T = TypeVar("T")
 
@@ -53,17 +53,6 @@ _UNDELIVERED_TEXT = re.compile(
     r"no route to host|network is unreachable|could not translate host name|the database system is starting up",
     re.IGNORECASE)
 _UNDELIVERED_TYPES = ("ConnectionRefusedError", "NewConnectionError", "ConnectTimeout", "ConnectTimeoutError")
-NOT_LANDED = object()  # what an Unsafe.landed check answers when the write is not on the server
-
-
-@dataclass(frozen=True)
-class Unsafe:
-    """A write that must not be replayed blindly. `prepare(args, kwargs) -> (args, kwargs)` runs once before the
-    first try (it gives the write a key); `landed(*args, **kwargs)` (with the prepared arguments) returns what the
-    call would have returned if the write is on the server, else NOT_LANDED."""
-
-    landed: Callable[..., Any] | None = None
-    prepare: Callable[[tuple, dict], tuple[tuple, dict]] | None = None
 
 
 def retry_seconds() -> float:
@@ -212,7 +201,6 @@ def retrying(obj: T, what: str, *, seconds: float | None = None, outage: Outage 
     list for `obj`'s type). The original methods stay reachable as `obj._normbench_raw[name]`."""
     outage = outage or Outage(what, seconds)
     if unsafe is None:
-        from normbench.store.idempotent import unsafe_methods
 
         unsafe = unsafe_methods(obj)
     raw: dict[str, Callable[..., Any]] = {}

@@ -92,7 +92,8 @@ def test_a_flat_row_above_chance_is_still_extended_and_the_leaderboard_flags_it(
                           for a, r in cells])
     selected = select_lr(add_scores(frame), ["layer", "depth"])
     assert selected["signal"].tolist() == [FLAT]
-    assert layer_table(selected, ["layer"])["edge"].tolist() == ["no signal across lrs (flat within the seeds' spread)"]
+    assert layer_table(selected, ["layer"])["edge"].tolist() == [
+        "no signal across lrs (flat within the seeds' spread); edge (lowest lr)"]  # a label beside the edge
 
 
 def test_a_seed_stalled_at_a_non_selected_lr_does_not_stop_the_search():

@@ -28,7 +28,8 @@ def test_a_run_reports_its_bookkeeping_share(write_suite, tmp_path, capsys):
     line = re.search(r"ledger \+ MLflow: ([\d.]+) s of ([\d.]+) s \(([\d.]+)%\)", capsys.readouterr().err)
     assert line is not None
     spent, busy, share = map(float, line.groups())
-    assert 0 < spent <= busy and 0 < share < 100  # shown to 0.1 s, so no closer check on tiny cells
+    # shown to 0.1 s: a tiny cell's ledger writes (MLflow is logged off the training thread) may round to 0.0
+    assert 0 <= spent <= busy and 0 < busy and 0 <= share < 100
 
 
 class _TakenOverAtStart:

@@ -42,9 +42,11 @@ def test_run_cells_report_each_epochs_val_to_their_trial(write_suite, tmp_path, 
     trials = study.get_trials(deepcopy=False)
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 2, "reporting prunes nothing in a run"
     for t in trials:
-        history = {h["epoch"]: h["val_top1"] for h in t.user_attrs["history"]}
-        assert t.intermediate_values == pytest.approx(history) and sorted(history) == [0, 1]
-        assert t.value == pytest.approx(history[1])  # the value stays the final epoch's val, as selection reads it
+        # keyed by optimizer steps, the leaderboard's learning-speed unit: 1077 // 256 = 4 steps an epoch
+        history = {h["step"]: h["val_top1"] for h in t.user_attrs["history"]}
+        assert t.intermediate_values == pytest.approx(history) and sorted(history) == [4, 8]
+        assert t.value == pytest.approx(history[8])  # the value stays the final epoch's val, as selection reads it
+        assert t.user_attrs["test_top1"] == t.user_attrs["result"]["test_top1"]  # a number the dashboard shows
     journal = tmp_path / "ledger.journal"
     assert repair(journal) == (len(journal.read_bytes().splitlines()), 0)  # every record intact
 

@@ -23,6 +23,9 @@ def _suite_args(p: argparse.ArgumentParser) -> None:
                    help="override a suite key as if the file said it, e.g. --set train.epochs=2 --set "
                         "dataset.root=~/data (VALUE is YAML; repeatable; the output folder's suite.yaml records it)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--checkpoint-dir", type=Path, help="where cells keep their checkpoints (and kept weights): a "
+                   "filesystem every worker shares, so a cell preempted on one machine resumes on another (default: "
+                   "OUT/checkpoints; docs/faults.md)")
 
 
 def _mlflow_args(p: argparse.ArgumentParser) -> None:
@@ -66,8 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("outs", type=Path, nargs="+", metavar="out", help="output folders, e.g. results/A results/B")
     p.add_argument("--out", dest="write_to", type=Path, help="write the markdown here (default: print it)")
 
-    p = sub.add_parser("ledger", help="check or repair a suite's ledger.journal")
-    p.add_argument("action", choices=("repair",), help="repair: keep every record before the first damaged line")
+    p = sub.add_parser("ledger", help="repair or upgrade a suite's ledger.journal")
+    p.add_argument("action", choices=("repair", "upgrade"), help="repair: keep every record before the first "
+                   "damaged line; upgrade: give a journal written before 2026-11 its curves for optuna-dashboard")
     p.add_argument("out", type=Path, help="a suite's output folder (or its ledger.journal)")
 
     p = sub.add_parser("sync", help="bring MLflow up to date from a suite's ledger (MLflow is a view of it)")
@@ -104,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64, help="images in the probe batch (default: 64)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", type=Path, default=Path("results"), help="folder for probe-<...>.md/.csv/.png")
+    p.add_argument("--weights", type=Path, help="probe this trained model instead (a weights.safetensors that "
+                   "`train.keep_weights: final` kept), on the first validation batch of its own data set")
     return parser
 
 
@@ -212,7 +218,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"normbench: retrying {len(retried)} cell(s) failed for good" if retried else
                   "normbench: no cell has failed for good; --retry-failed has nothing to add", file=sys.stderr)
     summary = run_suite(suite, out, mode="run", storage=args.storage, device=args.device, workers=args.workers,
-                        quiet=args.quiet)
+                        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir)
     if summary.failed_for_good:  # the run ends without them (it would loop on them otherwise): say so, always
         print(f"normbench: {summary.failed_line()}", file=sys.stderr)
     return 1 if summary.errors or summary.failed_for_good else 0
@@ -223,7 +229,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from normbench.sweep.suite_run import run_suite
 
     summary = run_suite(suite, out, mode="tune", storage=args.storage, device=args.device, workers=args.workers,
-                        quiet=args.quiet)
+                        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir)
     if summary.failed_for_good:  # as `run`: the search ends without them, and says so
         print(f"normbench: {summary.failed_line()}", file=sys.stderr)
     return 1 if summary.errors or summary.failed_for_good else 0
@@ -237,7 +243,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     dist = from_env()  # launched by torchrun: one cell over all of this node's processes
     try:
         summary = join_suite(suite, out, mode=args.mode, storage=args.storage, device=args.device,
-                             quiet=args.quiet, dist=dist)
+                             quiet=args.quiet, dist=dist, checkpoint_dir=args.checkpoint_dir)
     finally:
         shutdown(dist)
     if summary.failed_for_good and not args.quiet:  # quiet: the workers of `run --workers`, whose parent says it
@@ -291,8 +297,13 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
     path = args.out if args.out.suffix == ".journal" else OutputFolder(args.out).ledger
     if not path.is_file():
-        raise NormbenchError(f"{path}: no such file; pass a suite's output folder (ledger repair works on journal "
-                             "files; a database ledger is repaired by its server)")
+        raise NormbenchError(f"{path}: no such file; pass a suite's output folder (ledger {args.action} works on "
+                             "journal files; a database ledger is repaired by its server)")
+    if args.action == "upgrade":
+        from normbench.store.upgrade import upgrade_journal
+
+        print(upgrade_journal(path).line())
+        return 0
     kept, moved = repair(path)
     if moved:
         print(f"{path}: kept the first {kept} records; moved {moved} damaged or later lines to {path.name}.damaged. "
@@ -345,6 +356,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from normbench.diagnostics.probe import grid, probe, probe_recipe, summarize, write_report
     from normbench.report.machine import machine_line
 
+    if args.weights is not None:
+        return _probe_weights(args)
     if args.suite is not None:
         suite, _ = _load(args)
         configs = {(c.config.model.layer, c.config.model.depth, c.config.model.embed_dim): c.config
@@ -359,6 +372,29 @@ def cmd_probe(args: argparse.Namespace) -> int:
     header = [f"`normbench probe {' '.join(sys.argv[2:])}`".strip(), "",
               f"- {probe_recipe(configs_list, args.batch_size)}", f"- {machine_line()}"]
     print(write_report(frame, args.out, name, header="\n".join(header)))
+    return 0
+
+
+def _probe_weights(args: argparse.Namespace) -> int:
+    import re
+
+    from normbench.diagnostics.probe import probe_weights, summarize, write_report
+    from normbench.model.weights_file import read_metadata
+    from normbench.report.machine import machine_line
+
+    if args.suite is not None or args.layers:
+        raise NormbenchError("probe --weights: probes the one model the file holds; drop the suite and --layers")
+    if not args.weights.is_file():
+        raise NormbenchError(f"probe --weights {args.weights}: no such file; keep_weights writes "
+                             "CHECKPOINTS/<study>/<cell>/weights.safetensors")
+    frame = probe_weights(args.weights, batch_size=args.batch_size, device=args.device)
+    about = (read_metadata(args.weights) or {}).get("about", {})
+    print(summarize(frame).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    header = [f"`normbench probe {' '.join(sys.argv[2:])}`".strip(), "",
+              f"- weights: {args.weights} (cell {about.get('cell_id', '?')}, test top-1 {about.get('test_top1', '?')})",
+              f"- {machine_line()}"]
+    name = "weights-" + re.sub(r"[^A-Za-z0-9_-]+", "-", args.weights.parent.name or args.weights.stem).strip("-")
+    print(write_report(frame, args.out, name, header="\n".join(header), trained=True))
     return 0
 
 

@@ -26,7 +26,7 @@ dd if=/dev/zero of="$out/filler" bs=64k 2>/dev/null || true
 echo "disk full at $(date +%T)" >&2
 set +e; wait "$run"; code=$?; set -e
 echo "exit $code at $(date +%T) (expected 2, within seconds)" >&2
-ls -la "$out" "$out/mlflow-spool" 2>/dev/null || true
+ls -la "$out" 2>/dev/null || true
 rm "$out/filler"
 .venv/bin/normbench run "$suite" --out "$out" --quiet
 echo "resumed: exit $? (expected 0)" >&2

@@ -5,7 +5,11 @@
 #   3. suites/gpu-first-contact.yaml (CIFAR-100-shaped synthetic data, depth 36, bf16 + compile) via `normbench run`
 #   4. cells/hour with 1 and 2 workers on one GPU (scripts/workers_per_device.py)
 #   5. the attention-path crossover on CUDA (scripts/attention_path.py)
-# Every figure goes to results/ (bench-<gpu>-<torch>.*, gpu-first-contact/, workers-per-device-*, attention-path-*),
+#   6. a cell checkpoint's size and write time at depth 12/36 x width 64/192 (scripts/bench_checkpoint.py)
+#   7. the block families' cost (hc, hc_dynamic, mhc, ngpt vs layernorm, depth 12/36 x width 64/192, batch 256,
+#      bf16, eager to fit its time) into results/bench-families/ (scripts/bench_families.py)
+# Every figure goes to results/ (bench-<gpu>-<torch>.*, gpu-first-contact/, workers-per-device-*, attention-path-*,
+# checkpoint-cost/),
 # and the whole console output to results/gpu-first-contact-<gpu>.log. Each stage has its own time limit; a stage
 # that fails or runs out of time is reported and the others still run; the exit status is 1 if any failed.
 # On a machine without CUDA it refuses with exit 2 before doing anything.
@@ -49,6 +53,9 @@ stage bench 210 "$python" -m normbench bench --depth 12 36 --dim 192 384 --batch
 stage suite 150 "$python" -m normbench run suites/gpu-first-contact.yaml --device cuda --out results/gpu-first-contact
 stage workers 100 "$python" scripts/workers_per_device.py suites/gpu-first-contact.yaml --device cuda --workers 1 2
 stage attention 30 "$python" scripts/attention_path.py --device cuda
+stage checkpoint 20 "$python" scripts/bench_checkpoint.py --device cuda --repeats 3
+stage families 90 "$python" scripts/bench_families.py --device cuda --batch-size 256 --warmup 3 --steps 10 \
+    --repeats 3 --op-iters 50 --compile off --out results/bench-families
 
 if ((${#failed[@]})); then
     echo "gpu-first-contact.sh: failed or cut short: ${failed[*]}; figures so far are in results/, log in $log"

@@ -16,6 +16,8 @@ os.environ.pop("MLFLOW_TRACKING_URI", None)  # every test logs into its own outp
 # one data-ceiling cache for the session (report/ceiling.py): the digits ceiling trains once, not per leaderboard,
 # and nothing is written under the user's home
 os.environ["NORMBENCH_CACHE"] = tempfile.mkdtemp(prefix="normbench-cache-")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `-n N`: N test processes share the cores; each (and every process it
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # starts) takes one thread, not a pool that thrashes the others
 
 REPO = Path(__file__).resolve().parents[1]
 

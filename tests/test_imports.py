@@ -100,3 +100,16 @@ def test_import_normbench_loads_no_torch():
     code = "import sys, normbench, normbench.cli; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_importing_every_module_writes_no_environment_variable():
+    modules = sorted(".".join(p.relative_to(REPO).with_suffix("").parts) for p in (REPO / "normbench").rglob("*.py")
+                     if "__pycache__" not in p.parts and p.name != "__main__.py" and p.stem != "ui_app")
+    # the libraries first: what they set on import (torch: TORCHINDUCTOR_CACHE_DIR) is theirs, not normbench's
+    code = ("import importlib, os, sys, torch, torch._inductor.config, timm, optuna, pandas, matplotlib\n"
+            "before = dict(os.environ)\n"
+            f"for m in {modules!r}: importlib.import_module(m.removesuffix('.__init__'))\n"
+            "print(sorted(k for k in set(os.environ) | set(before) if os.environ.get(k) != before.get(k)))")
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("MLFLOW_")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip().splitlines()[-1] == "[]"

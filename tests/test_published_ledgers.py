@@ -50,7 +50,7 @@ def test_every_finished_cell_has_its_curve_and_numeric_scores(name: str) -> None
             where = f"{path}: `{study.study_name}` trial {t.number}"
             result = t.user_attrs["result"]
             assert t.intermediate_values or no_finite_epoch(result), \
-                f"{where} has no intermediate values: run `python -m normbench.store.upgrade {path}`"
+                f"{where} has no intermediate values: run `normbench ledger upgrade {path}`"
             if t.intermediate_values:  # the curve ends at the last finite epoch's val (one point when imported)
                 assert t.intermediate_values[max(t.intermediate_values)] == result["final_val_top1"], where
             for attr in ("test_top1", "val_top1"):

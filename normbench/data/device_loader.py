@@ -62,6 +62,8 @@ class DeviceLoader:
         mean_t = torch.tensor(mean, dtype=torch.float32, device=images.device).view(1, -1, 1, 1)
         self._scale = pixel / std_t
         self._shift = -mean_t / std_t
+        self._before_batch: Tensor | None = None  # the pass's generator state before its last batch's draws
+        self._resume: tuple[int, Tensor] | None = None  # (first batch, generator state) of the next pass
 
     @property
     def device(self) -> torch.device:
@@ -70,6 +72,19 @@ class DeviceLoader:
     def set_epoch(self, epoch: int) -> None:
         """Select the shuffle order and augmentation draws of `epoch` (no effect on validation)."""
         self.epoch = int(epoch)
+
+    def position(self) -> Tensor | None:
+        """During a training pass: its generator's state before the draws of the batch it yielded last (a host-side
+        copy, no device sync). With that batch's index it is what a checkpoint keeps to redo the pass from there
+        bit for bit: `resume_at(index, position())`. None before any pass."""
+        return self._before_batch
+
+    def resume_at(self, batch: int, generator_state: Tensor | None) -> None:
+        """Make the next training pass of the current epoch start at `batch`, its draws continuing from
+        `generator_state` (the `position()` read while batch `batch` of the same epoch was the last yielded)."""
+        if generator_state is None:
+            raise ValueError("resuming a pass mid-epoch needs the generator state its checkpoint kept")
+        self._resume = (int(batch), generator_state)
 
     def __len__(self) -> int:
         if self.train:
@@ -90,7 +105,11 @@ class DeviceLoader:
         generator = torch.Generator(device=self.device)
         generator.manual_seed(epoch_seed(self.seed, self.epoch))
         order = torch.randperm(self.num_samples, generator=generator, device=self.device)
-        for i in range(len(self)):
+        start, self._resume = (self._resume or (0, None)), None
+        if start[1] is not None:  # a checkpoint's pass: the same order, the draws from where it stopped
+            generator.set_state(start[1])
+        for i in range(start[0], len(self)):
+            self._before_batch = generator.get_state()
             idx = order[i * self.batch_size : (i + 1) * self.batch_size]
             x = self.images.index_select(0, idx)
             x = random_crop(x, self.crop_padding, generator)

@@ -48,12 +48,14 @@ class _SeededSampler(Sampler[tuple[int, int]]):
         self.num_samples = num_samples
         self.seed = seed
         self.epoch = 0
+        self.skip = 0  # samples the next pass leaves out at its start (a pass resumed from a checkpoint)
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         generator = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
         order = torch.randperm(self.num_samples, generator=generator).tolist()
         seeds = torch.randint(0, 2**62, (self.num_samples,), generator=generator).tolist()
-        return iter(zip(order, seeds, strict=True))
+        skip, self.skip = self.skip, 0
+        return iter(list(zip(order, seeds, strict=True))[skip:])
 
     def __len__(self) -> int:
         return self.num_samples
@@ -131,6 +133,16 @@ class ImageFolderLoader:
         if self._sampler is not None:
             self._sampler.epoch = int(epoch)
         self._generator.manual_seed(epoch_seed(self.seed, epoch))
+
+    def position(self) -> Tensor | None:
+        """Nothing to keep: a pass's order and every sample's augmentation follow from (seed, epoch) alone."""
+        return None
+
+    def resume_at(self, batch: int, generator_state: Tensor | None = None) -> None:
+        """Make the next training pass of the current epoch start at global batch `batch` (no image before it is
+        decoded)."""
+        if self._sampler is not None:
+            self._sampler.skip = int(batch) * self.batch_size
 
     def __len__(self) -> int:
         return len(self._loader)

@@ -28,6 +28,12 @@ class ShardedLoader:
     def set_epoch(self, epoch: int) -> None:
         self.loader.set_epoch(epoch)
 
+    def position(self) -> Tensor | None:
+        return self.loader.position()  # type: ignore[attr-defined]
+
+    def resume_at(self, batch: int, generator_state: Tensor | None) -> None:
+        self.loader.resume_at(batch, generator_state)  # type: ignore[attr-defined]
+
     def __len__(self) -> int:
         return len(self.loader)
 

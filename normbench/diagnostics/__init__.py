@@ -2,3 +2,6 @@
 
 # What `bench` and `probe` measure by default. A plain constant, no imports: `normbench --help` stays fast.
 MISSION_LAYERS = ("layernorm", "rmsnorm", "learnable_scaler", "layerscale", "rezero", "fixup")
+# The block families (normbench/layers/hyper_connections.py, mhc.py, ngpt.py), benched against layernorm
+# (scripts/bench_families.py, results/bench-families/)
+FAMILY_LAYERS = ("layernorm", "hc", "hc_dynamic", "mhc", "ngpt")

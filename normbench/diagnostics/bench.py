@@ -7,7 +7,14 @@ Per (layer, depth, dim) it measures
 2. one NormbenchViT train step (forward, cross-entropy, backward, AdamW), with bf16 autocast and torch.compile on
    CUDA: images/s, step ms, achieved TFLOP/s from an analytic matmul count, MFU and peak memory;
 3. the same step on timm's `VisionTransformer` for the layers timm can express (layernorm, layerscale), measured
-   A B A B against the normbench model so that drift on a noisy machine hits both alike.
+   A B A B against the normbench model so that drift on a noisy machine hits both alike;
+4. what a train step holds in memory: on CUDA the measured peak (`peak_mem_mib`); on every device `train_mem_mib`,
+   the parameters, their gradients and AdamW's two moments plus the activations autograd saves for the backward
+   pass (each storage once, counted with saved_tensors_hooks on an eager forward), the step's high-water mark on a
+   CPU, where no allocator reports one;
+5. against layernorm: `step_vs_layernorm` and `mem_vs_layernorm` divide each row by the layernorm row of the same
+   depth and dim when the bench measured one (a block family's cost: `FAMILY_LAYERS`, scripts/bench_families.py).
+   A block family's after-step hook (nGPT's renormalisation) is part of its timed step.
 
 and writes `bench-<device>-<torch>.csv` and `.md` into the output folder: by default runs/, which git ignores, so a
 try never overwrites the figures committed under results/ (`--out results` publishes). Timings are medians over
@@ -53,7 +60,7 @@ PEAK_BF16_FLOPS: tuple[tuple[str, float], ...] = (
 )
 COLUMNS = ["layer", "depth", "dim", "batch", "params", "norm_op_ms", "gate_op_ms", "op_ms", "layernorm_op_ms",
            "op_vs_layernorm", "step_ms", "images_per_s", "tflops", "mfu_pct", "peak_mem_mib", "timm_step_ms",
-           "timm_images_per_s", "vs_timm"]
+           "timm_images_per_s", "vs_timm", "train_mem_mib", "step_vs_layernorm", "mem_vs_layernorm"]
 
 
 @dataclass(frozen=True)
@@ -227,12 +234,15 @@ def make_train_step(model: nn.Module, setup: StepSetup) -> Callable[[], None]:
     x = torch.randn(setup.batch, IN_CHANS, IMG_SIZE, IMG_SIZE, device=setup.dev)
     y = torch.randint(0, NUM_CLASSES, (setup.batch,), device=setup.dev)
     loss_fn = nn.CrossEntropyLoss()
+    after_step = model.plan.after_step if isinstance(model, NormbenchViT) else []  # nGPT's renormalisation
 
     def step() -> None:
         with setup.autocast():
             loss = loss_fn(forward(x), y)
         loss.backward()
         opt.step()
+        for hook in after_step:
+            hook(model)
         opt.zero_grad(set_to_none=True)
 
     return step
@@ -250,6 +260,27 @@ def warm_up(step: Callable[[], None], setup: StepSetup, warmup: int, allocated_b
     if setup.dev.type != "cuda":
         return math.nan
     return (torch.cuda.max_memory_allocated(setup.dev) - allocated_before) / 2**20
+
+
+def train_memory_mib(model: nn.Module, setup: StepSetup) -> float:
+    """What one train step holds at its high-water mark, the start of the backward pass, in MiB: parameters,
+    gradients and AdamW's exp_avg and exp_avg_sq (4 x the parameters' bytes) plus every activation autograd saves for
+    the backward pass (each storage counted once, parameters excluded), from one eager forward on the bench batch.
+    Deterministic, so it compares models on a CPU, which reports no allocator peak; the CUDA peak is measured."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    x = torch.randn(setup.batch, IN_CHANS, IMG_SIZE, IMG_SIZE, device=setup.dev)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), setup.autocast():
+        model(x).float().logsumexp(-1).sum()  # a loss's worth of graph, never backpropagated
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    return (4 * param_bytes + sum(saved.values())) / 2**20
 
 
 def _allocated(dev: torch.device) -> int:
@@ -271,6 +302,8 @@ def step_times(layer: str, depth: int, dim: int, setup: StepSetup, it: Iters) ->
         if model is None:
             continue
         out[f"{name}_params"] = sum(p.numel() for p in model.parameters())
+        if name == "normbench":
+            out["train_mem"] = train_memory_mib(model.to(setup.dev), setup)
         steps[name] = make_train_step(model.to(setup.dev), setup)
         out[f"{name}_mem"] = warm_up(steps[name], setup, it.warmup, before)
     if "timm" in steps and out["normbench_params"] != out["timm_params"]:
@@ -280,11 +313,35 @@ def step_times(layer: str, depth: int, dim: int, setup: StepSetup, it: Iters) ->
     return out
 
 
+def interleaved_steps(layers: Sequence[str], depth: int, dim: int, setup: StepSetup,
+                      it: Iters) -> dict[str, dict[str, float]]:
+    """`step_times` for every layer at one (depth, dim) at once, without timm: all the models are built, then timed
+    A B C ... A B C ..., so that a loaded machine's drift hits every layer alike (`run_bench(interleave=True)`: a
+    block family's cost against layernorm, scripts/bench_families.py)."""
+    if setup.compile:
+        torch._dynamo.reset()
+    steps: dict[str, Callable[[], None]] = {}
+    out: dict[str, dict[str, float]] = {}
+    for layer in layers:
+        before = _allocated(setup.dev)
+        torch.manual_seed(0)
+        model = build_normbench(layer, depth, dim).to(setup.dev)
+        out[layer] = {"normbench_params": sum(p.numel() for p in model.parameters()),
+                      "train_mem": train_memory_mib(model, setup)}
+        steps[layer] = make_train_step(model, setup)
+        out[layer]["normbench_mem"] = warm_up(steps[layer], setup, it.warmup, before)
+    for layer, ms in time_interleaved(steps, setup.dev, it.steps, it.repeats).items():
+        out[layer]["normbench_step_ms"] = ms
+    return out
+
+
 # --- one row, the table, the files -------------------------------------------------------------------------------
 
-def bench_row(layer: str, depth: int, dim: int, setup: StepSetup, it: Iters, peak: float | None) -> dict[str, Any]:
+def bench_row(layer: str, depth: int, dim: int, setup: StepSetup, it: Iters, peak: float | None,
+              steps: dict[str, float] | None = None) -> dict[str, Any]:
+    """One table row; `steps`, when given, is the layer's share of `interleaved_steps` (then no timm comparison)."""
     ops = op_times(layer, (setup.batch, (IMG_SIZE // PATCH_SIZE) ** 2 + 1, dim), depth, setup.dev, it)
-    st = step_times(layer, depth, dim, setup, it)
+    st = steps if steps is not None else step_times(layer, depth, dim, setup, it)
     step_ms, timm_ms = st["normbench_step_ms"], st.get("timm_step_ms", math.nan)
     tflops = vit_train_flops(setup.batch, depth, dim) / (step_ms / 1e3) / 1e12
     return {
@@ -294,6 +351,7 @@ def bench_row(layer: str, depth: int, dim: int, setup: StepSetup, it: Iters, pea
         "step_ms": step_ms, "images_per_s": setup.batch / (step_ms / 1e3), "tflops": tflops,
         "mfu_pct": 100 * tflops * 1e12 / peak if peak else math.nan, "peak_mem_mib": st["normbench_mem"],
         "timm_step_ms": timm_ms, "timm_images_per_s": setup.batch / (timm_ms / 1e3), "vs_timm": step_ms / timm_ms,
+        "train_mem_mib": st["train_mem"],
     }
 
 
@@ -320,7 +378,8 @@ def machine_header(setup: StepSetup, peak: float | None) -> str:
 
 _DECIMALS = {"norm_op_ms": 4, "gate_op_ms": 4, "op_ms": 4, "layernorm_op_ms": 4, "op_vs_layernorm": 3,
              "step_ms": 2, "images_per_s": 1, "tflops": 4, "mfu_pct": 2, "peak_mem_mib": 1, "timm_step_ms": 2,
-             "timm_images_per_s": 1, "vs_timm": 3}
+             "timm_images_per_s": 1, "vs_timm": 3, "train_mem_mib": 1, "step_vs_layernorm": 3,
+             "mem_vs_layernorm": 3}
 
 
 def bench_table(frame: pd.DataFrame) -> str:
@@ -329,9 +388,24 @@ def bench_table(frame: pd.DataFrame) -> str:
     return markdown_table(shown.where(frame.notna(), ""))
 
 
+def versus_layernorm(frame: pd.DataFrame) -> pd.DataFrame:
+    """`step_vs_layernorm`, `mem_vs_layernorm`: each row's step time and memory (the CUDA peak where measured, else
+    `train_mem_mib`) over the layernorm row's at the same depth and dim; blank without one."""
+    frame = frame.copy()
+    memory = frame["peak_mem_mib"].where(frame["peak_mem_mib"].notna(), frame["train_mem_mib"])
+    base = frame.assign(memory=memory)[frame["layer"] == "layernorm"].drop_duplicates(["depth", "dim"])
+    base = base.set_index(["depth", "dim"])
+    keys = pd.MultiIndex.from_frame(frame[["depth", "dim"]])
+    frame["step_vs_layernorm"] = frame["step_ms"].to_numpy() / base["step_ms"].reindex(keys).to_numpy()
+    frame["mem_vs_layernorm"] = memory.to_numpy() / base["memory"].reindex(keys).to_numpy()
+    return frame
+
+
 def write_outputs(rows: list[dict[str, Any]], out_dir: Path, stem: str, header: str) -> tuple[Path, Path, str]:
     out_dir.mkdir(parents=True, exist_ok=True)
     frame = pd.DataFrame(rows, columns=COLUMNS)
+    if frame["step_ms"].notna().any() and "train_mem_mib" in frame:
+        frame = versus_layernorm(frame)
     csv_path, md_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.md"
     frame.to_csv(csv_path, index=False)  # NaN (no gate, no timm counterpart, unknown peak) -> blank
     table = bench_table(frame)
@@ -342,7 +416,7 @@ def write_outputs(rows: list[dict[str, Any]], out_dir: Path, stem: str, header: 
 def run_bench(layers: Sequence[str] | None = None, depths: Iterable[int] = (12,), dims: Iterable[int] = (192,),
               batch_size: int | None = None, device: str | torch.device = "auto", compile_mode: str = "auto",
               out_dir: Path | str = Path("runs"), *, warmup: int | None = None, steps: int | None = None,
-              op_iters: int | None = None, repeats: int | None = None) -> pd.DataFrame:
+              op_iters: int | None = None, repeats: int | None = None, interleave: bool = False) -> pd.DataFrame:
     """Benchmark each layer at each (depth, dim); write and print the table; return it as a DataFrame.
 
     Args:
@@ -353,6 +427,8 @@ def run_bench(layers: Sequence[str] | None = None, depths: Iterable[int] = (12,)
         compile_mode: "auto" (on for CUDA, off for CPU), "on" or "off"; torch.compile of the model's forward.
         out_dir: folder for bench-<device>-<torch version>.csv and .md (default runs/, not committed).
         warmup, steps, op_iters, repeats: override the device's defaults (see `Iters`).
+        interleave: time the layers of each (depth, dim) against each other, A B C ... (`interleaved_steps`),
+            instead of each against timm's ViT; for comparing layers on a loaded machine.
     """
     dev = resolve_device(device)
     if dev.type == "cuda":
@@ -369,8 +445,9 @@ def run_bench(layers: Sequence[str] | None = None, depths: Iterable[int] = (12,)
     rows: list[dict[str, Any]] = []
     for depth in depths:
         for dim in dims:
+            shared = interleaved_steps(layers or MISSION_LAYERS, depth, dim, setup, it) if interleave else {}
             for layer in layers or MISSION_LAYERS:
-                rows.append(bench_row(layer, depth, dim, setup, it, peak))
+                rows.append(bench_row(layer, depth, dim, setup, it, peak, shared.get(layer)))
                 # after every row: a run cut short (a time limit, a lost GPU lease) keeps what it measured
                 csv_path, md_path, table = write_outputs(rows, Path(out_dir), stem, header)
     print(f"{header}\n\n{table}\n\nwrote {csv_path} and {md_path}")

@@ -9,6 +9,10 @@ For each model, one batch forward and backward; forward hooks on every block (th
     token_cos        mean cosine similarity between distinct tokens of an image at the block's output, averaged over
                      the batch: towards 1 the tokens collapse to one direction (rank collapse)
 
+A block family's stream (normbench/layers/registry.py `Family`) is measured as the training telemetry measures it:
+with n streams (B, N, n, C) the RMS is taken over all of them (n equal copies of x read as RMS(x)), and token_cos
+on the streams merged as the model merges them before its final norm (their sum: the direction the head reads).
+
 `probe_model` is a pure function (model + batch -> DataFrame); `probe` loops over layers x depths x dims;
 `summarize` reduces a probe to one row per model; `write_report` writes results/probe-<...>.md, .csv and .png.
 """
@@ -73,6 +77,7 @@ def probe_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> pd.DataFr
         for handle in handles:
             handle.remove()
     rows = []
+    merge = getattr(model, "merge", nn.Identity())  # a family's streams -> (B, N, C); the identity otherwise
     for i, block in enumerate(model.blocks):  # type: ignore[attr-defined]
         h_in, h_out = seen[i]
         grads = [p.grad.float().pow(2).sum() for p in block.parameters() if p.grad is not None]
@@ -80,7 +85,7 @@ def probe_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> pd.DataFr
         rows.append({"block": i, "rms_in": rms_in, "rms_out": rms_out,
                      "growth": rms_out / rms_in if rms_in > 0 else float("nan"),
                      "grad_norm": torch.stack(grads).sum().sqrt().item() if grads else 0.0,
-                     "token_cos": token_cosine(h_out)})
+                     "token_cos": token_cosine(merge(h_out))})
     model.zero_grad(set_to_none=True)
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -114,6 +119,30 @@ def probe(configs: Sequence[CellConfig], *, batch_size: int = 64, device: str = 
         frame.insert(0, "layer", cell.model.layer)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)
+
+
+def probe_weights(path: Path, *, batch_size: int = 64, device: str = "cpu") -> pd.DataFrame:
+    """Probe a trained model, kept by `train.keep_weights: final` (model/weights_file.py), as `probe` probes one at
+    init: the same batch (the first validation batch of its data set), the same rows."""
+    from safetensors.torch import load_file
+
+    from normbench.data import build_data
+    from normbench.model.weights_file import cell_config
+    from normbench.train.loop import build_model
+
+    try:
+        cell = cell_config(path)
+    except (OSError, ValueError) as e:
+        raise NormbenchError(f"probe --weights {path}: {e}") from None
+    data = build_data(cell.data, batch_size=batch_size, device=device, seed=0, img_size=cell.model.img_size)
+    x, y = next(iter(data.val))
+    model = build_model(cell, data)
+    model.load_state_dict(load_file(str(path)))
+    frame = probe_model(model.to(device), x, y)
+    frame.insert(0, "dim", cell.model.embed_dim)
+    frame.insert(0, "depth", cell.model.depth)
+    frame.insert(0, "layer", cell.model.layer)
+    return frame
 
 
 def grid(layers: Sequence[str], depths: Sequence[int], dims: Sequence[int], base: ModelConfig | None = None,
@@ -162,7 +191,7 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def write_report(frame: pd.DataFrame, out_dir: Path, name: str, header: str = "") -> Path:
+def write_report(frame: pd.DataFrame, out_dir: Path, name: str, header: str = "", trained: bool = False) -> Path:
     """results/probe-<name>.md (summary table), .csv (every block) and .png (per-block curves at the deepest depth).
 
     Returns:
@@ -172,9 +201,10 @@ def write_report(frame: pd.DataFrame, out_dir: Path, name: str, header: str = ""
     stem = out_dir / f"probe-{name}"
     frame.to_csv(stem.with_suffix(".csv"), index=False)
     table = summarize(frame)
-    _plot(frame, stem.with_suffix(".png"))
+    _plot(frame, stem.with_suffix(".png"), "trained" if trained else "at init")
+    when = "of the trained weights named above" if trained else "at initialization (no training)"
     lines = [f"# normbench probe: {name}", "", header, "",
-             "Signal propagation at initialization (no training), one batch forward and backward. "
+             f"Signal propagation {when}, one batch forward and backward. "
              "`stream_growth`: RMS of the residual stream leaving the last block over RMS entering the first; "
              "`max_block_growth`: the largest per-block ratio; `grad_first`/`grad_last`: gradient norm of the first "
              "and last block's parameters (cross-entropy); `token_cos_last`: mean cosine between distinct tokens at "
@@ -186,7 +216,7 @@ def write_report(frame: pd.DataFrame, out_dir: Path, name: str, header: str = ""
     return path
 
 
-def _plot(frame: pd.DataFrame, path: Path) -> None:
+def _plot(frame: pd.DataFrame, path: Path, when: str = "at init") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -210,7 +240,7 @@ def _plot(frame: pd.DataFrame, path: Path) -> None:
         if log:
             ax.set_yscale("log")
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"at init: depth {int(deepest['depth'].max())}, dim {int(dim)}")
+    fig.suptitle(f"{when}: depth {int(deepest['depth'].max())}, dim {int(dim)}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

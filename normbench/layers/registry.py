@@ -19,15 +19,45 @@ from torch import nn
 
 from normbench.errors import NormbenchError, UnknownLayerError, did_you_mean
 
-Kind = Literal["norm", "gate", "placement", "modifier"]
-KINDS = ("norm", "gate", "placement", "modifier")
+Kind = Literal["norm", "gate", "placement", "modifier", "family"]
+KINDS = ("norm", "gate", "placement", "modifier", "family")
 InitRule = Callable[[nn.Module], None]
 DataInitRule = Callable[[nn.Module, torch.Tensor], None]  # (model, training images (B, C, H, W)) -> None
+StepHook = Callable[[nn.Module], None]  # (model) -> None, after every optimizer step
+StreamFactory = Callable[..., nn.Module]  # (dim, *, depth, **block_kwargs) -> module
+HeadFactory = Callable[..., nn.Module]  # (dim, num_classes, device=None, dtype=None) -> classifier
 
 
 class LayerError(NormbenchError):
     """A layer string or build that cannot work as asked (a modifier alone, a combination that makes no sense, a
     data-dependent init without data); the message names the fix. Exit code 2, like every NormbenchError."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a block family (kind `family`) brings beside its block class, `LayerSpec.cls`. A family changes the
+    residual stream itself (hyper-connections' n streams, nGPT's hypersphere), so it is a sibling of the slot-based
+    block rather than a slot in it; each part here is optional, and the template uses `nn.Identity()` or its default
+    where a family brings none.
+
+    Attributes:
+        expand: `(dim, *, depth, **block_kwargs) -> module` mapping the embedded tokens (B, N, C) to what the blocks
+            carry (hyper-connections: n copies, (B, N, n, C)); run after the position embedding, before block 0.
+        merge: the same signature; maps the last block's output back to (B, N, C), before the final norm.
+        head: `(dim, num_classes, device=None, dtype=None) -> module` replacing the `nn.Linear` classifier (nGPT's
+            normalised head with its logit scale); `reset_classifier` builds it too.
+        after_step: `(model) -> None`, called by the training loop (and `normbench bench`) after every optimizer step
+            on every rank, before the step's telemetry; it changes weights in place, so it runs under its own
+            `torch.no_grad()` (nGPT's renormalisation of every weight matrix, `ngpt_normalize`).
+        check_kwargs: `(**block_kwargs) -> None`, raising LayerError on a value the family cannot take (an expansion
+            rate below 1); run when a suite is read and when the model is built.
+    """
+
+    expand: StreamFactory | None = None
+    merge: StreamFactory | None = None
+    head: HeadFactory | None = None
+    after_step: StepHook | None = None
+    check_kwargs: Callable[..., None] | None = None
 
 
 @dataclass(frozen=True)
@@ -39,7 +69,8 @@ class LayerSpec:
         kind: `norm` fills the norm slots, `gate` the residual-branch gate slots, `placement` is a block class
             that decides where the norm sits (post-LN, DeepNorm); `modifier` adds to another entry without filling a
             slot (QK-norm inside attention): any number per combination, each once, and one without a partner cannot
-            stand alone.
+            stand alone. `family` is a block family (`Family`): its own block class (`cls`, built from timm's
+            Attention and Mlp) plus what runs before the first block, after the last, and after each optimizer step.
         cls: the module class. Norms take `(dim, eps=..., device=None, dtype=None)` like timm's norm layers;
             gates take `(dim, *, depth, init_values=None, device=None, dtype=None)`; both fill their values in
             `reset_parameters()` (timm style), so a model built on the meta device can be materialized. A gate class
@@ -61,7 +92,9 @@ class LayerSpec:
         qk_norm: the entry puts a norm on each head's q and k inside timm's Attention (`qk_norm=True`): the
             combination's norm class when it normalizes (`normalizes`, see norms.py), else this spec's `cls`.
         mlp_norm may also be "norm": the combination's norm class (NormFormer's norm after the MLP's activation).
-        refuses: kinds or names this entry does not combine with; `refuses_why` says why (one clause).
+        refuses: kinds or names this entry does not combine with; `refuses_why` says why (one clause). A refused
+            `norm` refuses only a norm the combination names, not the entry's own partner.
+        family: for kind `family`, its expand/merge/head/after-step parts (`Family`); None otherwise.
     """
 
     name: str
@@ -77,6 +110,7 @@ class LayerSpec:
     qk_norm: bool = False
     refuses: tuple[str, ...] = ()
     refuses_why: str = ""
+    family: Family | None = None
 
 
 _REGISTRY: dict[str, LayerSpec] = {}
@@ -97,10 +131,13 @@ def register_layer(
     qk_norm: bool = False,
     refuses: tuple[str, ...] = (),
     refuses_why: str = "",
+    family: Family | None = None,
 ) -> Callable[[type[nn.Module]], type[nn.Module]]:
     """Class decorator: register `cls` under `name`. Re-registering a name warns and replaces it."""
     if kind not in KINDS:
-        raise ValueError(f"kind must be norm, gate, placement or modifier, not {kind!r}")
+        raise ValueError(f"kind must be norm, gate, placement, modifier or family, not {kind!r}")
+    if (family is not None) != (kind == "family"):
+        raise ValueError(f"layer {name!r}: `family=Family(...)` goes with kind='family' and only with it")
     if "+" in name:
         raise ValueError(f"layer name {name!r} may not contain '+': it joins names in a combination")
     origin = _origin()
@@ -111,7 +148,7 @@ def register_layer(
                           stacklevel=2)
         _REGISTRY[name] = LayerSpec(name, kind, cls, formula, source, partner=partner, init_rule=init_rule,
                                     mlp_norm=mlp_norm, origin=origin, data_init=data_init, qk_norm=qk_norm,
-                                    refuses=refuses, refuses_why=refuses_why)
+                                    refuses=refuses, refuses_why=refuses_why, family=family)
         return cls
 
     return decorator

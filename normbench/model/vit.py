@@ -4,6 +4,10 @@
     x = block(x) for each of `depth` blocks              # the layer under test fills norm and gate slots
     logits = head(norm(x)[:, 0])                         # token pooling, as timm's ViT
 
+A block family (hyper-connections, mHC, nGPT) brings its own block class, and may bring what runs on the tokens
+before the first block (`expand`: n stream copies; nGPT's projection onto the sphere), after the last (`merge`: the
+streams summed) and its own classifier (`head`); without one, `expand` and `merge` are `nn.Identity()`.
+
 For the configurations timm's VisionTransformer can express (layernorm or rmsnorm, with or without layerscale) the
 state_dict matches timm's key for key, so a timm checkpoint loads with strict=True and gives the same logits. The
 model offers timm's ViT interface: `reset_classifier`, `forward_intermediates`, `features_only=True`,
@@ -77,7 +81,9 @@ class NormbenchViT(nn.Module):
         init_images: training images (B, C_in, H, W) for a layer whose init depends on data (Admin profiles its ω
             on them); required by such a layer, ignored by the others. Kept on the model (`init_images`, not in the
             state_dict) so that `init_weights()` can re-run the init after a meta-device build (default None).
-        block_kwargs: extra arguments for every block, e.g. `{"post_ln_ratio": 0.25}` for Mix-LN (default None).
+        block_kwargs: extra arguments for every block, e.g. `{"post_ln_ratio": 0.25}` for Mix-LN or
+            `{"expansion_rate": 2}` for hyper-connections (a family's expand and merge steps get them too); checked by
+            `LayerPlan.check_block_kwargs` (default None).
     """
 
     dynamic_img_size: Final[bool]
@@ -109,12 +115,15 @@ class NormbenchViT(nn.Module):
         # each is passed only when used, so plugin blocks need not take it. The combination's own norm class comes
         # with the suite's norm_kwargs.
         block_extras: dict[str, Any] = dict(block_kwargs or {})
+        self.plan.check_block_kwargs(block_extras)
+        family = self.plan.family.family if self.plan.family else None
         for key, cls in (("mlp_norm_layer", self.plan.mlp_norm_layer), ("qk_norm_layer", self.plan.qk_norm_layer)):
             if cls is not None:
                 block_extras[key] = norm_layer if cls is self.plan.norm.cls else cls
         block_cls = self.plan.block_cls
         # the block's place in the stack, for placements whose constants depend on it (LNS, Mix-LN)
-        index_of = (lambda i: {"block_index": i}) if issubclass(block_cls, PreNormBlock) else (lambda i: {})
+        takes_index = issubclass(block_cls, PreNormBlock) or family is not None  # families take it too
+        index_of = (lambda i: {"block_index": i}) if takes_index else (lambda i: {})
 
         # dynamic size: timm's PatchEmbed keeps the (B, H, W, C) grid so that pos_embed can be resampled to it
         embed_args = dict(strict_img_size=False, output_fmt="NHWC") if dynamic_img_size else {}
@@ -124,12 +133,15 @@ class NormbenchViT(nn.Module):
         num_tokens = self.patch_embed.num_patches + self.num_prefix_tokens
         self.pos_embed = nn.Parameter(torch.zeros(1, num_tokens, embed_dim))
         self.pos_drop = nn.Dropout(drop_rate)
+        stream_args = dict(depth=depth, **(block_kwargs or {}))
+        self.expand = family.expand(embed_dim, **stream_args) if family and family.expand else nn.Identity()
         self.blocks = nn.Sequential(*[
             block_cls(embed_dim, num_heads, depth=depth, norm_layer=norm_layer, gate_layer=gate_layer,
                       mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, proj_drop=proj_drop_rate, attn_drop=attn_drop_rate,
                       drop_path=dpr, **index_of(i), **block_extras)
             for i, dpr in enumerate(drop_path_rates(drop_path_rate, depth, drop_path_mode))
         ])
+        self.merge = family.merge(embed_dim, **stream_args) if family and family.merge else nn.Identity()
         reduction = self.patch_embed.feat_ratio()
         self.feature_info = [dict(module=f"blocks.{i}", num_chs=embed_dim, reduction=reduction) for i in range(depth)]
         # timm: token pooling normalizes all tokens (`norm`); avg pooling normalizes the pooled vector (`fc_norm`).
@@ -139,7 +151,8 @@ class NormbenchViT(nn.Module):
         self.norm = norm_layer(embed_dim) if final_norm else nn.Identity()
         self.fc_norm = norm_layer(embed_dim) if use_fc_norm else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
-        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        self.head_cls = family.head if family and family.head else nn.Linear
+        self.head = self.head_cls(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
 
         self.init_weights()
         self.set_grad_checkpointing(grad_checkpointing)
@@ -199,7 +212,7 @@ class NormbenchViT(nn.Module):
             self.global_pool = global_pool
         self.num_classes = num_classes
         dd = dict(device=self.pos_embed.device, dtype=self.pos_embed.dtype)
-        self.head = nn.Linear(self.embed_dim, num_classes, **dd) if num_classes > 0 else nn.Identity()
+        self.head = self.head_cls(self.embed_dim, num_classes, **dd) if num_classes > 0 else nn.Identity()
         self.head.train(self.training)
 
     def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:  # patch tokens -> (B, N, C) with prefix and position
@@ -243,12 +256,12 @@ class NormbenchViT(nn.Module):
         take_indices, max_index = feature_take_indices(len(self.blocks), indices)
         intermediates = []
         B, _, height, width = x.shape
-        x = self._pos_embed(self.patch_embed(x))
+        x = self.expand(self._pos_embed(self.patch_embed(x)))
         blocks = self.blocks if torch.jit.is_scripting() or not stop_early else self.blocks[:max_index + 1]
         for i, block in enumerate(blocks):
             x = checkpoint(block, x) if self.grad_checkpointing and not torch.jit.is_scripting() else block(x)
-            if i in take_indices:
-                intermediates.append(self.norm(x) if norm else x)
+            if i in take_indices:  # a family's streams merged first, as before the final norm
+                intermediates.append(self.norm(self.merge(x)) if norm else self.merge(x))
 
         prefix_tokens = [y[:, :self.num_prefix_tokens] for y in intermediates]
         intermediates = [y[:, self.num_prefix_tokens:] for y in intermediates]
@@ -259,7 +272,7 @@ class NormbenchViT(nn.Module):
             intermediates = list(zip(intermediates, prefix_tokens, strict=True))
         if intermediates_only:
             return intermediates
-        return self.norm(x), intermediates
+        return self.norm(self.merge(x)), intermediates
 
     def prune_intermediate_layers(self, indices: int | list[int] = 1, prune_norm: bool = False,
                                   prune_head: bool = True) -> list[int]:
@@ -278,12 +291,12 @@ class NormbenchViT(nn.Module):
         return take_indices
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:  # (B, C_in, H, W) -> (B, N, C)
-        x = self._pos_embed(self.patch_embed(x))
+        x = self.expand(self._pos_embed(self.patch_embed(x)))
         if self.grad_checkpointing and not torch.jit.is_scripting():
             x = checkpoint_seq(self.blocks, x)
         else:
             x = self.blocks(x)
-        return self.norm(x)
+        return self.norm(self.merge(x))
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:  # (B, N, C) -> (B, classes)
         x = global_pool_nlc(x, pool_type=self.global_pool, num_prefix_tokens=self.num_prefix_tokens)
@@ -298,10 +311,29 @@ def _identity(dim: int) -> nn.Module:
     return nn.Identity()
 
 
+def filter_checkpoint(state_dict: dict[str, torch.Tensor], model: NormbenchViT) -> dict[str, torch.Tensor]:
+    """timm's ViT checkpoint filter; for a block family, a LayerError (one line, exit 2) when the weights lack the
+    family's own keys: a plain ViT's (or another family's) weights were trained in another residual stream, so no
+    adaptation makes them a `hc` or `ngpt` model, and timm's strict load would fail with every key listed."""
+    state_dict = checkpoint_filter_fn(state_dict, model)
+    if model.plan.family is not None:
+        missing = [k for k in model.state_dict() if k not in state_dict]
+        if missing:
+            raise LayerError(f"layer `{model.layer}`: the weights have no `{missing[0]}` ({len(missing)} of the "
+                             f"model's keys are missing): they are not a `{model.layer}` model's, and a block family "
+                             f"cannot load another residual stream's weights; load a file saved from a "
+                             f"`{model.layer}` model of the same shape")
+    return state_dict
+
+
 def build_normbench_vit(pretrained: bool = False, **kwargs: Any) -> NormbenchViT:
     """Build through timm's builder, as timm's `_create_vision_transformer`: `pretrained_cfg`, `features_only`
     (timm's getter on `forward_intermediates`), and `pretrained=True` from a local file
     (`pretrained_cfg_overlay=dict(file=PATH)`) with timm's adaptation of `in_chans` and `num_classes`."""
+    if pretrained:  # a normbench weights file (train.keep_weights) says which model it holds
+        from normbench.model.weights_file import with_file_defaults
+
+        kwargs = with_file_defaults(kwargs)
     overlay = kwargs.get("pretrained_cfg_overlay") or {}
     has_source = kwargs.get("pretrained_cfg") or any(overlay.get(k) for k in ("file", "state_dict", "url", "hf_hub_id"))
     if pretrained and not has_source:
@@ -309,5 +341,5 @@ def build_normbench_vit(pretrained: bool = False, **kwargs: Any) -> NormbenchViT
                          "pretrained=True, pretrained_cfg_overlay=dict(file=PATH) (timm's train.py --pretrained-path)")
     out_indices = kwargs.pop("out_indices", min(3, kwargs.get("depth", 12)))
     return build_model_with_cfg(NormbenchViT, "normbench_vit", pretrained=pretrained,
-                                pretrained_filter_fn=checkpoint_filter_fn,
+                                pretrained_filter_fn=filter_checkpoint,
                                 feature_cfg=dict(out_indices=out_indices, feature_cls="getter"), **kwargs)

@@ -16,6 +16,7 @@ from normbench.report.convergence import BUDGET_POINTS, LOSS_TOLERANCE, RISE_POI
 from normbench.report.machine import machine_line
 from normbench.report.stats import ALPHA
 from normbench.report.style import lr_text
+from normbench.spec.recipe import RUN_KEYS
 from normbench.spec.selection import CHANCE_SE, REPORTS, ROLE, SELECTS, TIE_RULE
 from normbench.spec.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
 
@@ -65,8 +66,9 @@ def recipe_lines(suite: Suite) -> list[str]:
     return [f"- matrix: {', '.join(f'{k} {_axis_text(k, v)}' for k, v in suite.matrix.items())}"
             + (f"; bracketing on (at most {suite.bracket_max_steps} steps beyond each end)" if suite.bracket else "")
             + (f"; report seeds {suite.report_seeds}" if suite.report_seeds else ""),
-            f"- model: {text(asdict(config.model))}",
-            f"- train: {text(asdict(config.train))}",
+            # block_kwargs only when set (a family's expansion rate): the recipes written before it read as they did
+            f"- model: {text({k: v for k, v in asdict(config.model).items() if k != 'block_kwargs' or v})}",
+            f"- train: {text({k: v for k, v in asdict(config.train).items() if k not in RUN_KEYS})}",
             f"- dataset: {text(data)}"]
 
 

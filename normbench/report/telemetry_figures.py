@@ -33,7 +33,8 @@ TITLES = {"stream_rms": "RMS of the residual stream entering each block",
           "attn_entropy": "attention entropy (nats; mean over heads and queries)",
           "grad_norm": "gradient norm of the block's parameters (before clipping)",
           "update_ratio": "update-to-weight ratio of the block's weight matrices",
-          "attn_logit_max": "largest attention logit q·k/√d_h (after QK-norm; max over heads and tokens)"}
+          "attn_logit_max": "largest attention logit q·k/√d_h (after QK-norm; max over heads and tokens)",
+          "mix_ds_error": "distance of the residual mixing matrices from doubly stochastic (max |row/column sum - 1|)"}
 # Why a heatmap cell is blank at step 0 only: said under the figure, not left for the reader to guess
 ZERO_INIT_UNDEFINED = "a ratio with a zero denominator: weights or gates initialised at zero, as in rezero and fixup"
 ZERO_INIT_ZERO = ("a gate initialised at zero, as in rezero and fixup, keeps its branch off; a log scale cannot "
@@ -196,7 +197,7 @@ def telemetry_section(cells: pd.DataFrame, out_dir: Path, order: Sequence[str] |
              "||ΔW|| / ||W||.", "",
              tabulate(end_table(chosen), headers="keys", tablefmt="github", showindex=False, disable_numparse=True),
              ""]
-    for quantity in (q for q in QUANTITIES if q in chosen):
+    for quantity in (q for q in QUANTITIES if q in chosen and chosen[q].notna().any()):  # mix_ds_error: mHC's only
         path = Path(out_dir) / OutputFolder.telemetry_figure(quantity)
         fig = quantity_figure(block_maps(chosen, quantity, order), quantity, depth)
         save_figure(fig, path)

@@ -5,12 +5,13 @@ suite that would train nonsense is refused before anything is created.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 from normbench.data.config import DataConfig
 from normbench.errors import NormbenchError, SuiteError, did_you_mean
-from normbench.spec.recipe import Cell
+from normbench.spec.recipe import KEEP_WEIGHTS, Cell
 
 # the bundled data sets' fixed train splits (normbench/data/digits.py, mnist5k.py): known without loading them;
 # cifar and imagefolder are only known once read from disk, so their batch size is checked when they load
@@ -38,10 +39,14 @@ def check_cell(cell: Cell, where: str) -> None:
 
     m = cell.config.model
     try:
-        resolve_layer(m.layer)
+        plan = resolve_layer(m.layer)
     except NormbenchError as e:
         key = "matrix.layer" if "layer" in cell.axes else "model.layer"
         raise SuiteError(f"{where}: {key}: {e}") from None
+    try:  # a block family's arguments (hc's expansion rate), or keys its block does not take
+        plan.check_block_kwargs(m.block_kwargs)
+    except NormbenchError as e:
+        raise SuiteError(f"{where}: model.{e}{_in_cell(cell, 'layer', 'block_kwargs')}") from None
     if m.embed_dim % m.num_heads:
         raise SuiteError(f"{where}: model: embed_dim {m.embed_dim} is not divisible by num_heads {m.num_heads} "
                          f"(cell {cell.cell_id})")
@@ -60,6 +65,7 @@ def check_cell(cell: Cell, where: str) -> None:
     for key, value in not_negative.items():
         if value < 0:
             raise SuiteError(f"{where}: {key}: must be 0 (off) or more, got {value!r}")
+    _check_checkpoints(cell, where)
     _check_schedule(cell, where)
     _check_image(cell, where)
     _check_batch(cell, where)
@@ -67,7 +73,8 @@ def check_cell(cell: Cell, where: str) -> None:
     choices = {"model.drop_path_mode": (m.drop_path_mode, ("linear", "uniform")),
                "model.global_pool": (m.global_pool, ("token", "avg")),
                "train.amp": (cell.config.train.amp, ("auto", "bf16", "none")),
-               "train.compile": (cell.config.train.compile, ("auto", "on", "off"))}
+               "train.compile": (cell.config.train.compile, ("auto", "on", "off")),
+               "train.keep_weights": (cell.config.train.keep_weights, KEEP_WEIGHTS)}
     for key, (value, options) in choices.items():
         if value not in options:
             raise SuiteError(f"{where}: {key}: {value!r}{did_you_mean(value, options)}")
@@ -76,6 +83,15 @@ def check_cell(cell: Cell, where: str) -> None:
 def _in_cell(cell: Cell, *keys: str) -> str:
     """' (cell depth=2,...)' when one of `keys` is a matrix axis: the bad value is that cell's, not the recipe's."""
     return f" (cell {cell.cell_id})" if any(k in cell.axes for k in keys) else ""
+
+
+def _check_checkpoints(cell: Cell, where: str) -> None:
+    """train.checkpoint_minutes: 0 (off) or a positive, finite number of minutes (a fraction is fine)."""
+    minutes = cell.config.train.checkpoint_minutes
+    if not (minutes >= 0 and math.isfinite(minutes)):
+        raise SuiteError(f"{where}: train.checkpoint_minutes: expected 0 (no checkpoints) or a positive number of "
+                         f"minutes between checkpoints at epoch boundaries, e.g. 15 (the default), got {minutes!r}"
+                         f"{_in_cell(cell, 'checkpoint_minutes')}")
 
 
 def _check_schedule(cell: Cell, where: str) -> None:

@@ -10,6 +10,7 @@ journal, the MLflow store and the leaderboard files named below.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,17 @@ class StudyNames:
         return f"{TUNED}:{self.suite}"
 
 
+def study_kind(name: str) -> str:
+    """The kind a study name starts with (`run`, `bracket`, `report`, `budget`, `tune`, `tuned`), '' for none."""
+    return name.split(":", 1)[0] if ":" in name else ""
+
+
+def study_suite(name: str) -> str | None:
+    """The suite a study name belongs to (`<kind>:<suite>[:...]`), None for a name of another shape."""
+    parts = name.split(":")
+    return parts[1] if len(parts) > 1 else None
+
+
 def suites_in(study_names: Iterable[str]) -> list[str]:
     """The suites that have a run study among `study_names`, sorted."""
     return sorted({n.split(":", 1)[1] for n in study_names if n.startswith(f"{RUN}:")})
@@ -76,8 +88,8 @@ class OutputFolder:
     LEDGER = "ledger.journal"
     MLFLOW_DB = "mlflow.db"
     MLFLOW_ARTIFACTS = "mlartifacts"
-    MLFLOW_SPOOL = "mlflow-spool"
     LOCKS = ".locks"
+    CHECKPOINTS = "checkpoints"  # <study>/<cell id>/checkpoint.pt (and kept weights): sweep/checkpoints.py
     SUITE = "suite.yaml"
     LEADERBOARD = "leaderboard.md"
     RESULTS = "results.csv"
@@ -94,6 +106,12 @@ class OutputFolder:
     # the files a run writes (every figure has an .svg twin); a folder in the way of one is refused before training
     WRITTEN = (LEADERBOARD, RESULTS, HISTORY, SUITE, MLFLOW_DB, LEDGER, CEILING, TRANSFER, TRANSFER_RANKINGS,
                *FIGURES, *(name.replace(".png", ".svg") for name in FIGURES))
+    WRITTEN_PATTERNS = ("telemetry_*.png", "telemetry_*.svg")  # one figure per telemetry quantity recorded
+
+    @classmethod
+    def writes(cls, name: str) -> bool:
+        """Whether normbench writes a file of that name at the top of an output folder."""
+        return name in cls.WRITTEN or any(fnmatch.fnmatchcase(name, p) for p in cls.WRITTEN_PATTERNS)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
@@ -104,8 +122,8 @@ class OutputFolder:
     ledger = property(lambda self: self.path / self.LEDGER)
     mlflow_db = property(lambda self: self.path / self.MLFLOW_DB)
     mlflow_artifacts = property(lambda self: self.path / self.MLFLOW_ARTIFACTS)
-    mlflow_spool = property(lambda self: self.path / self.MLFLOW_SPOOL)
     locks = property(lambda self: self.path / self.LOCKS)
+    checkpoints = property(lambda self: self.path / self.CHECKPOINTS)
     suite = property(lambda self: self.path / self.SUITE)
     leaderboard = property(lambda self: self.path / self.LEADERBOARD)
     results = property(lambda self: self.path / self.RESULTS)

@@ -28,6 +28,7 @@ class ModelConfig:
     global_pool: str = "token"        # token (class token) or avg
     norm_kwargs: dict[str, Any] = field(default_factory=dict)  # extra norm arguments, e.g. {alpha_init: 1.0} for DyT
     grad_checkpointing: bool = False  # recompute blocks in backward (timm's checkpoint_seq): same result, less memory
+    block_kwargs: dict[str, Any] = field(default_factory=dict)  # extra block arguments: {expansion_rate: 2} for hc
 
 
 @dataclass
@@ -54,6 +55,15 @@ class TrainConfig:
     attn_extra_loss: float = 0.0       # LearnableScaler recipe's attention loss coefficient (source 0.03); 0: off
     attn_extra_loss_layers: int = 6    # the first blocks it applies to (source 6)
     train_feature_decay: float = 0.0   # LearnableScaler recipe's |residual| > 200 penalty (source 0.1); 0: off
+    # how a cell is kept, not what it trains (RUN_KEYS): out of the recipe hash, the logged params and the report
+    checkpoint_minutes: float = 15.0   # wall-clock minutes between checkpoints at epoch boundaries; 0: none at all
+    keep_weights: str = "none"         # none, or final: the finished cell's weights as safetensors (docs/faults.md)
+
+
+# TrainConfig keys that change how a cell survives and what it leaves behind, never its result: a suite that sets
+# them keeps its recipe hash (and its ledger), and the report and MLflow params leave them out
+RUN_KEYS = frozenset({"checkpoint_minutes", "keep_weights"})
+KEEP_WEIGHTS = ("none", "final")
 
 
 @dataclass
@@ -63,11 +73,12 @@ class CellConfig:
     data: DataConfig = field(default_factory=DataConfig)
 
     def flat(self) -> dict[str, Any]:
-        """`section.key -> value`, every recipe value, for logging and for the results table."""
+        """`section.key -> value`, every recipe value (RUN_KEYS are not), for logging and for the results table."""
         out: dict[str, Any] = {}
         for section in ("model", "train", "data"):
             for key, value in asdict(getattr(self, section)).items():
-                out[f"{section}.{key}"] = value
+                if not (section == "train" and key in RUN_KEYS):
+                    out[f"{section}.{key}"] = value
         return out
 
 

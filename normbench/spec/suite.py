@@ -26,7 +26,7 @@ from typing import Any
 from normbench.data.config import DataConfig
 from normbench.errors import SuiteError, did_you_mean
 from normbench.spec.cell_checks import check_cell, check_dataset, check_device
-from normbench.spec.recipe import Cell, CellConfig, ModelConfig, TrainConfig
+from normbench.spec.recipe import RUN_KEYS, Cell, CellConfig, ModelConfig, TrainConfig
 from normbench.spec.suite_file import AXIS_SECTIONS, SECTIONS, TOP_LEVEL, apply_overrides, read_suite_file
 
 CLAIM_KEYS = ("layer", "beats", "depth", "by", "claimed")
@@ -108,8 +108,10 @@ class Suite:
         self.bracket = True
 
     def recipe_hash(self) -> str:
-        """Fingerprint of everything but the matrix: a ledger trained with another recipe must not be resumed."""
-        recipe = {"dataset": asdict(self.dataset), "model": self.model, "train": self.train}
+        """Fingerprint of everything but the matrix: a ledger trained with another recipe must not be resumed.
+        RUN_KEYS (checkpointing, kept weights) change no result, so they are left out."""
+        train = {k: v for k, v in self.train.items() if k not in RUN_KEYS}
+        recipe = {"dataset": asdict(self.dataset), "model": self.model, "train": train}
         return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 

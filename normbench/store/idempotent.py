@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import copy
 import inspect
-import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from normbench.store.optuna_api import find_trial_by_key
 
 NOT_LANDED = object()  # what an Unsafe.landed check answers when the write is not on the server
 
@@ -42,9 +43,10 @@ def unsafe_methods(obj: Any) -> dict[str, Unsafe]:
     """The unsafe writes of `obj` (an Optuna RDBStorage), by method name; {} for others. An RDBStorage's own retries
     of a trial's creation are made to find the trial a lost commit left (on `obj`)."""
     if type(obj).__name__ == "RDBStorage":
-        obj._get_prepared_new_trial = _find_or_prepare(obj._get_prepared_new_trial)
-        return {"create_new_trial": _create_trial(obj, lambda t: t._trial_id),
-                "_create_new_trial": _create_trial(obj, lambda t: t),
+        find_trial_by_key(obj, TRIAL_KEY)
+        trial_id = obj.get_trial_id_from_study_id_trial_number
+        return {"create_new_trial": _create_trial(obj, lambda study_id, t: trial_id(study_id, t.number)),
+                "_create_new_trial": _create_trial(obj, lambda study_id, t: t),
                 "set_trial_state_values": _set_state(obj)}
     return {}
 
@@ -60,7 +62,7 @@ def _binder(method: Callable[..., Any]) -> Callable[[tuple, dict], inspect.Bound
     return bind
 
 
-def _create_trial(storage: Any, answer: Callable[[Any], Any]) -> Unsafe:
+def _create_trial(storage: Any, answer: Callable[[int, Any], Any]) -> Unsafe:
     bind = _binder(storage._create_new_trial)
 
     def prepare(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -78,31 +80,13 @@ def _create_trial(storage: Any, answer: Callable[[Any], Any]) -> Unsafe:
         key = template.system_attrs.get(TRIAL_KEY) if template is not None else None
         if key is None:  # a bare trial (study.ask) has no key to be found by: it may not be replayed
             raise LookupError("a trial created without a template cannot be looked up after a lost answer")
-        for trial in storage.get_all_trials(bound.arguments["study_id"], deepcopy=False):
+        study_id = bound.arguments["study_id"]
+        for trial in storage.get_all_trials(study_id, deepcopy=False):
             if trial.system_attrs.get(TRIAL_KEY) == key:
-                return answer(trial)
+                return answer(study_id, trial)
         return NOT_LANDED
 
     return Unsafe(landed=landed, prepare=prepare)
-
-
-def _find_or_prepare(prepare: Callable[..., Any]) -> Callable[..., Any]:
-    """RDBStorage._get_prepared_new_trial (one try of a trial's creation, inside its transaction) that returns the
-    trial already created with the template's key, if a try whose commit answer was lost created it."""
-
-    def find_or_prepare(study_id: int, template_trial: Any, session: Any) -> Any:
-        key = template_trial.system_attrs.get(TRIAL_KEY) if template_trial is not None else None
-        if key is not None:
-            from optuna.storages._rdb import models
-
-            found = (session.query(models.TrialModel).join(models.TrialSystemAttributeModel)
-                     .filter(models.TrialModel.study_id == study_id, models.TrialSystemAttributeModel.key == TRIAL_KEY,
-                             models.TrialSystemAttributeModel.value_json == json.dumps(key)).first())
-            if found is not None:
-                return found
-        return prepare(study_id, template_trial, session)
-
-    return find_or_prepare
 
 
 def _set_state(storage: Any) -> Unsafe:

@@ -31,30 +31,14 @@ from typing import Any
 
 import optuna
 from optuna.storages.journal import JournalFileBackend
-from optuna.storages.journal._file import get_lock_file
-from optuna.storages.journal._storage import JournalOperation
 
 from normbench.errors import NormbenchError
 from normbench.store import reserve
 from normbench.store.locks import JournalLock
+from normbench.store.optuna_api import JOURNAL_OPS, SET_STATE, STATE_TIMES
 
 TAIL_CHUNK = 1 << 16
 
-KNOWN_OPS = frozenset(op.value for op in JournalOperation)
-# The fields Optuna's replay reads without a default, per operation (optuna/storages/journal/_storage.py)
-_TRIAL, _STUDY = ("worker_id", "trial_id"), ("worker_id", "study_id")
-REQUIRED = {
-    JournalOperation.CREATE_STUDY: ("worker_id", "study_name", "directions"),
-    JournalOperation.DELETE_STUDY: _STUDY,
-    JournalOperation.SET_STUDY_USER_ATTR: (*_STUDY, "user_attr"),
-    JournalOperation.SET_STUDY_SYSTEM_ATTR: (*_STUDY, "system_attr"),
-    JournalOperation.CREATE_TRIAL: (*_STUDY, "datetime_start"),
-    JournalOperation.SET_TRIAL_PARAM: (*_TRIAL, "param_name", "param_value_internal", "distribution"),
-    JournalOperation.SET_TRIAL_STATE_VALUES: (*_TRIAL, "state", "values"),
-    JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE: (*_TRIAL, "step", "intermediate_value"),
-    JournalOperation.SET_TRIAL_USER_ATTR: (*_TRIAL, "user_attr"),
-    JournalOperation.SET_TRIAL_SYSTEM_ATTR: (*_TRIAL, "system_attr"),
-}
 
 
 class LedgerDamagedError(NormbenchError):
@@ -70,42 +54,52 @@ class LedgerLockLostError(NormbenchError):
     """Another process took the journal's lock over while this one held it: the run stops at its next turn."""
 
 
+@contextlib.contextmanager
+def held(lock: JournalLock) -> Iterator[None]:
+    """The journal's lock, held for the block."""
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 class SafeJournalFileBackend(JournalFileBackend):
     """JournalFileBackend whose appends never glue onto a torn last line (see the module docstring)."""
 
     def __init__(self, file_path: str) -> None:
-        super().__init__(file_path, lock_obj=JournalLock(file_path))
-        self.lock: JournalLock = self._lock  # type: ignore[assignment]
-        check(Path(file_path))
+        self.lock, self.path = JournalLock(file_path), Path(file_path)
+        super().__init__(file_path, lock_obj=self.lock)
+        check(self.path)
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
         """Optuna's reader, refusing a record it cannot replay by its line (one another process appended while
         this one runs; the file as opened was checked whole) instead of failing inside Optuna."""
         for number, record in enumerate(super().read_logs(log_number_from), start=log_number_from + 1):
             if not replayable(record):
-                raise _damaged(Path(self._file_path), number, json.dumps(record).encode())
+                raise _damaged(self.path, number, json.dumps(record).encode())
             yield record
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         lost = self.lock.lost
         try:
-            with get_lock_file(self._lock):
-                with open(self._file_path, "rb+") as f:
-                    cut_torn_tail(f, Path(self._file_path))
+            with held(self.lock):
+                with open(self.path, "rb+") as f:
+                    cut_torn_tail(f, self.path)
                 what = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
-                _append(self._file_path, what.encode("utf-8"))
+                _append(self.path, what.encode("utf-8"))
         except OSError as e:
-            raise write_error(Path(self._file_path), e) from None
+            raise write_error(self.path, e) from None
         if self.lock.lost > lost:  # another process wrote meanwhile: stop at once if the two writes tangled
-            check(Path(self._file_path))
+            check(self.path)
 
     def cut_torn_tail(self) -> None:
         """Cut a torn last record now, with its warning (an append does it anyway)."""
         try:
-            with get_lock_file(self._lock), open(self._file_path, "rb+") as f:
-                cut_torn_tail(f, Path(self._file_path))
+            with held(self.lock), open(self.path, "rb+") as f:
+                cut_torn_tail(f, self.path)
         except OSError as e:
-            raise write_error(Path(self._file_path), e) from None
+            raise write_error(self.path, e) from None
 
 
 def _append(path: str, data: bytes) -> None:
@@ -127,22 +121,21 @@ def _append(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def repair_tail(storage: Any) -> None:
-    """Cut a torn last record of `storage`'s journal (see SafeJournalFileBackend.cut_torn_tail); a run calls it once
-    past its refusals, so a refused run leaves the file as it was. Nothing for a database."""
-    backend = getattr(storage, "_backend", None)
-    if isinstance(backend, SafeJournalFileBackend):
-        backend.cut_torn_tail()
+def repair_tail(journal: SafeJournalFileBackend | None) -> None:
+    """Cut a torn last record of the ledger's journal (see SafeJournalFileBackend.cut_torn_tail); a run calls it once
+    past its refusals, so a refused run leaves the file as it was. Nothing for a database (None)."""
+    if journal is not None:
+        journal.cut_torn_tail()
 
 
-def ledger_identity(storage: Any) -> str:
+def ledger_identity(journal: SafeJournalFileBackend | None) -> str:
     """Which journal this is: the id Optuna gave the storage that wrote its first record (random, per process), so a
-    new journal at the same path (after `rm -rf OUT`) is another ledger. '' for a database or an empty journal."""
-    backend = getattr(storage, "_backend", None)
-    if not isinstance(backend, SafeJournalFileBackend):
+    new journal at the same path (after `rm -rf OUT`) is another ledger. '' for a database (None) or an empty
+    journal."""
+    if journal is None:
         return ""
     try:
-        with open(backend._file_path, "rb") as f:
+        with open(journal.path, "rb") as f:
             first = json.loads(f.readline())
     except (OSError, ValueError):
         return ""
@@ -242,7 +235,7 @@ def _torn(line: bytes) -> bool:
 
 def repair(path: Path) -> tuple[int, int]:
     """Keep the records before the first bad line; move the rest to `<path>.damaged`. Returns (kept, moved) lines."""
-    with get_lock_file(JournalLock(path)):
+    with held(JournalLock(path)):
         bad = first_bad_line(path)
         if bad is None:
             return sum(1 for _ in open(path, "rb")), 0
@@ -287,9 +280,12 @@ def is_record(line: bytes) -> bool:
 def replayable(record: Any) -> bool:
     """A JSON object with an operation this Optuna knows and the fields its replay reads."""
     op = record.get("op_code") if isinstance(record, dict) else None
-    if type(op) is not int or op not in KNOWN_OPS:
+    if type(op) is not int or op not in JOURNAL_OPS:
         return False
-    return all(key in record for key in REQUIRED.get(JournalOperation(op), ()))
+    if op == SET_STATE and any(key not in record for key, states in STATE_TIMES.items()
+                               if record.get("state") in states):
+        return False
+    return all(key in record for key in JOURNAL_OPS[op][1])
 
 
 def _parses(line: bytes) -> bool:

@@ -37,6 +37,7 @@ from normbench.spec.selection import score_value, select_value
 from normbench.store.journal import SafeJournalFileBackend, lock_lost
 from normbench.store.locks import LifeLock, holder_dead
 from normbench.store.migrations import legacy_claim_verdict, trial_cell_id
+from normbench.store.optuna_api import RDB_RETRIED, TrialIds
 from normbench.store.queue_lock import queue_lock
 from normbench.store.retry import Outage, raw, redact, retrying
 from normbench.store.trial_params import add_waiting_trial, axis_distributions
@@ -49,16 +50,7 @@ FAILED_FOR_GOOD = "failed_for_good"  # user attr of the FAIL record that ends a 
 WORKER_EXIT = "worker_exit:"  # study user attr `worker_exit:<host>:<pid>`: how a local worker died, as its parent saw
 SUITE = "suite"  # study user attr: the suite whose workers may claim its cells (with "recipe", the recipe hash)
 RETRY_ROUND = "retry_round"  # user attr: how many times `--retry-failed` gave the cell another round
-# The private methods Optuna's _CachedStorage (the wrapper every Study puts around an RDBStorage) and
-# fail_stale_trials call on the storage: `study.get_trials` is `_get_trials`, so these need the retries as well
-RDB_PRIVATE = ("_get_trials", "_get_stale_trial_ids", "_get_best_trial_id", "_create_new_trial", "_set_trial_param")
-
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-# Optuna features normbench uses knowingly, stable for years: their "experimental" warnings tell a user nothing
-warnings.filterwarnings("ignore", r"Argument ``heartbeat_interval`` is an experimental feature",
-                        optuna.exceptions.ExperimentalWarning)
-warnings.filterwarnings("ignore", r"optuna\.storages\._heartbeat\.fail_stale_trials is experimental",
-                        optuna.exceptions.ExperimentalWarning)
 
 
 def worker_host() -> str:
@@ -102,10 +94,11 @@ class Ledger:
         self._lost: set[int] = set()  # trial ids whose claim another worker took (seen by the heartbeat)
         if url is None or "://" not in url:
             Path(self.url).parent.mkdir(parents=True, exist_ok=True)
-            backend = SafeJournalFileBackend(self.url)
-            self.storage: optuna.storages.BaseStorage = optuna.storages.JournalStorage(backend)
-            self.heartbeats = False
+            self.journal: SafeJournalFileBackend | None = SafeJournalFileBackend(self.url)
+            self.storage: optuna.storages.BaseStorage = optuna.storages.JournalStorage(self.journal)
+            self.ids, self.heartbeats = TrialIds(self.storage), False
             return
+        self.journal = None
         if url.startswith(("postgresql://", "postgres://")):
             # SQLAlchemy 2.1 maps a bare postgresql:// to psycopg 3; normbench ships psycopg2-binary
             url = "postgresql+psycopg2://" + url.split("://", 1)[1]
@@ -116,7 +109,7 @@ class Ledger:
                 self.storage = retrying(optuna.storages.RDBStorage(
                     url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
                     heartbeat_stale_trial_callback=self._on_stale, engine_kwargs=engine_kwargs(url, grace_period)),
-                    what=self.outage.what, outage=self.outage, private=RDB_PRIVATE)
+                    what=self.outage.what, outage=self.outage, private=RDB_RETRIED)
                 error = None
                 break
             except Exception as e:  # sqlalchemy raises many types; all mean "cannot use this URL"
@@ -131,7 +124,7 @@ class Ledger:
                 "password and database exist (e.g. `createdb normbench`). Nothing finished is lost: results already "
                 "in the ledger stay there."
             ) from None
-        self.heartbeats = True
+        self.ids, self.heartbeats = TrialIds(self.storage), True
 
     # ------------------------------------------------------------------------------------------------ studies
 
@@ -187,13 +180,14 @@ class Ledger:
             if i == 0:  # once per claim that finds work, not on every idle poll
                 self._check_owner(study)
             try:
-                if not self.storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING):
+                trial_id = self.ids.of(study, frozen.number)
+                if not self.storage.set_trial_state_values(trial_id, state=TrialState.RUNNING):
                     continue  # another worker took it first
             except UpdateFinishedTrialError:
                 continue
             if self.heartbeats:  # beat at once: a worker lost before its cell's heartbeat thread starts is still seen
-                self.storage.record_heartbeat(frozen._trial_id)  # type: ignore[attr-defined]
-            trial = optuna.Trial(study, frozen._trial_id)
+                self.storage.record_heartbeat(trial_id)  # type: ignore[attr-defined]
+            trial = optuna.Trial(study, trial_id)
             try:
                 with self.owned(trial):
                     self._sign(trial)
@@ -262,7 +256,7 @@ class Ledger:
                 verdict = legacy_claim_verdict(t, host, pid_alive, None if self.heartbeats else self.grace_period)
                 dead = verdict is not None
             if dead or _never_owned(t, self.grace_period):
-                if self._fail(t._trial_id):  # only the one process whose FAIL lands counts this attempt
+                if self._fail(self.ids.of(study, t.number)):  # only the process whose FAIL lands counts the attempt
                     self._count_lost_attempt(study, t, verdict if dead else "claimed, but its worker never signed "
                                              "it (killed between claiming and starting the cell)")
                     failed.append(t)
@@ -311,6 +305,14 @@ class Ledger:
             retried.append(record.user_attrs.get("cell_id", f"trial {record.number}"))
         return retried
 
+    def id(self, trial: optuna.Trial) -> int:
+        """The storage's id of a claimed trial."""
+        return self.ids.of(trial.study, trial.number)
+
+    def frozen(self, trial: optuna.Trial) -> FrozenTrial:
+        """A claimed trial as the ledger holds it now (state, attrs, its place in `retry_history`)."""
+        return self.storage.get_trial(self.id(trial))
+
     def _fail(self, trial_id: int) -> bool:
         try:
             return self.storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
@@ -325,8 +327,8 @@ class Ledger:
 
     def release(self, study: optuna.Study, trial: optuna.Trial) -> None:
         """Give a claimed trial back (Ctrl-C): failed here, queued again for the next run."""
-        if self._fail(trial._trial_id):
-            requeue(study, study._storage.get_trial(trial._trial_id))
+        if self._fail(self.id(trial)):
+            requeue(study, self.frozen(trial))
 
     @contextmanager
     def heartbeat(self, trial: optuna.Trial) -> Iterator[None]:
@@ -336,6 +338,7 @@ class Ledger:
             return
         stop = threading.Event()
         record, get_trial = raw(self.storage, "record_heartbeat"), raw(self.storage, "get_trial")
+        trial_id = self.id(trial)
 
         def beat() -> None:
             # Its own rhythm, not the retrying wrapper's backoff: after a blip the next beat must come within the
@@ -344,10 +347,10 @@ class Ledger:
             while not stop.is_set():
                 wait = float(self.heartbeat_interval)
                 try:
-                    if get_trial(trial._trial_id).state != TrialState.RUNNING:  # failed as stale while we stalled
-                        self._lost.add(trial._trial_id)
+                    if get_trial(trial_id).state != TrialState.RUNNING:  # failed as stale while we stalled
+                        self._lost.add(trial_id)
                         return
-                    record(trial._trial_id)
+                    record(trial_id)
                     if missed_since is not None:  # peers' beats were lost too (see _beats_may_be_missing)
                         self.outage.came_back(time.monotonic() - missed_since)
                         missed_since = None
@@ -369,10 +372,10 @@ class Ledger:
     def claim_held(self, trial: optuna.Trial, *, ask: bool = False) -> bool:
         """False once another worker took this trial over (this one stalled or was cut off past the grace period).
         From the heartbeat's last look; `ask=True` asks the ledger now."""
-        if trial._trial_id in self._lost:
+        if self.id(trial) in self._lost:
             return False
-        if ask and self.storage.get_trial(trial._trial_id).state != TrialState.RUNNING:
-            self._lost.add(trial._trial_id)
+        if ask and self.frozen(trial).state != TrialState.RUNNING:
+            self._lost.add(self.id(trial))
             return False
         return True
 
@@ -399,7 +402,7 @@ class Ledger:
         try:
             yield
         except UpdateFinishedTrialError:
-            self._lost.add(trial._trial_id)
+            self._lost.add(self.id(trial))
             raise ClaimLostError(f"trial {trial.number} was taken over by another worker") from None
 
 

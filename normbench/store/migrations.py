@@ -2,7 +2,7 @@
 
 Reading rewrites nothing: Optuna cannot change a finished trial, and reading a published folder must not write to
 it. The steps are applied as a ledger's trials are read, oldest first; a reader that calls these functions sees
-every trial in the current format. The one rewrite is version 5's, run by hand (`python -m normbench.store.upgrade`).
+every trial in the current format. The one rewrite is version 5's, run by hand (`normbench ledger upgrade OUT`).
 
 - version 1: a cell's axes lived only in the trial's params (no `axes` user attr); its `cell_id` listed the axes in
   the suite's order (`lr=0.001,depth=2`).

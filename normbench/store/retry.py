@@ -222,13 +222,6 @@ def raw(obj: Any, name: str) -> Callable[..., Any]:
     return getattr(obj, "_normbench_raw", {}).get(name) or getattr(obj, name)
 
 
-def retry_whole(obj: Any, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """`fn(*args, **kwargs)` retried as one call with `obj`'s budget (the methods of `obj` it calls run unwrapped
-    inside): for a composite safe to repeat as a whole, e.g. find a run by its key, else create it."""
-    outage = getattr(obj, "_normbench_outage", None)
-    return outage.call(fn, *args, **kwargs) if outage is not None else fn(*args, **kwargs)
-
-
 def _retry_method(method: Callable[..., Any], outage: Outage, unsafe: Unsafe | None) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Any:

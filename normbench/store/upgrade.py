@@ -1,5 +1,5 @@
 """Bring a ledger journal written before version 5 (store/migrations.py) up to it, so optuna-dashboard draws every
-finished cell's val curve and sorts by its scores: `python -m normbench.store.upgrade OUT/ledger.journal`.
+finished cell's val curve and sorts by its scores: `normbench ledger upgrade OUT`.
 
 Optuna cannot change a finished trial, so the journal is rebuilt with Optuna's public API: every study again, in
 order, with its directions, user and system attrs and a named objective; every trial again in the order it was
@@ -30,7 +30,7 @@ from normbench.store.journal import SafeJournalFileBackend, first_bad_line
 from normbench.store.locks import JournalLock, holder_dead
 from normbench.store.migrations import OBJECTIVE_NAME, version5_additions
 
-COMMAND = "python -m normbench.store.upgrade"
+COMMAND = "normbench ledger upgrade"
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,13 @@ from pathlib import Path
 import yaml
 
 from normbench.errors import NormbenchError
-from normbench.spec.names import OutputFolder, suites_in
+from normbench.spec.names import OutputFolder, study_suite, suites_in
 from normbench.spec.suite import Suite
 from normbench.store import reserve
 from normbench.store.journal import ledger_identity, repair_tail
 from normbench.store.ledger import Ledger, max_attempts_from_env
 from normbench.store.locks import journal_lock_grace
+from normbench.sweep.checkpoints import CheckpointFolder
 from normbench.sweep.launch import default_workers, start_workers, worker_command
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import open_run
@@ -60,8 +61,9 @@ class SuiteRun:
     """
 
     def __init__(self, suite: Suite, out_dir: Path, *, storage: str | None = None, mode: str = "run",
-                 quiet: bool = False, parent: bool = True) -> None:
+                 quiet: bool = False, parent: bool = True, checkpoint_dir: Path | None = None) -> None:
         self.suite, self.storage, self.mode = suite, storage, mode
+        self.checkpoint_dir = checkpoint_dir  # --checkpoint-dir; None: OUT/checkpoints
         self.folder = OutputFolder(out_dir)
         self.snapshot = take_snapshot(suite) if parent else None  # before anything is written
         max_attempts = max_attempts_from_env()  # a bad setting is refused before the folder is created
@@ -72,9 +74,9 @@ class SuiteRun:
         check_folder_suite(suite, self.folder, self.ledger if storage is None else None)
         self.jobs, self.study_names, self.progress = MODES[mode](suite, self.ledger, self.folder.path, quiet=quiet)
         # past the refusals (the recipe check is in MODES): repair, which a refused run must not do
-        repair_tail(self.ledger.storage)
+        repair_tail(self.ledger.journal)
         self.tracker = Tracker(self.folder.path, suite.name, parent_tags={
-            "recipe": suite.recipe_hash(), "ledger": ledger_identity(self.ledger.storage)})
+            "recipe": suite.recipe_hash(), "ledger": ledger_identity(self.ledger.journal)})
         reserve.keep(self.folder.path)
         if parent:
             save_suite_copy(suite, self.folder, self.snapshot)
@@ -98,13 +100,15 @@ class SuiteRun:
                       f"go on with the version it read (kept as {self.folder.suite}); the next run checks the change",
                       file=sys.stderr)
             procs = start_workers(dataclasses.replace(self.suite, path=self.snapshot), self.folder.path,
-                                  storage=self.storage, device=device, workers=workers, mode=self.mode)
+                                  storage=self.storage, device=device, workers=workers, mode=self.mode,
+                                  checkpoint_dir=self.checkpoint_dir)
             try:
                 summary = wait_for_workers(procs, watch)
             except KeyboardInterrupt:
                 self.settle_claims()  # the workers have exited; what one could not give back on its way out
                 raise
-        summary.add(work(self.jobs, self.ledger, self.tracker, device, self.progress, self.suite.name, dist=dist))
+        summary.add(work(self.jobs, self.ledger, self.tracker, device, self.progress, self.suite.name, dist=dist,
+                         checkpoints=CheckpointFolder.of(self.folder.path, self.checkpoint_dir)))
         return summary
 
     def settle_claims(self) -> None:
@@ -113,7 +117,7 @@ class SuiteRun:
         take now, the next run reclaims."""
         try:
             for name in self.ledger.study_names():
-                if name.split(":")[1:2] == [self.suite.name]:
+                if study_suite(name) == self.suite.name:
                     self.ledger.reclaim(self.ledger.study(name))
         except Exception as e:
             print(f"normbench: warning: could not reclaim the workers' cells on the way out ({e}); the next run "
@@ -143,20 +147,22 @@ def synced(out_dir: Path, storage: str | None, uri: str, progress: Progress) -> 
 
 
 def run_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | None = None,
-              device: str | None = None, workers: int | None = None, quiet: bool = False) -> WorkSummary:
+              device: str | None = None, workers: int | None = None, quiet: bool = False,
+              checkpoint_dir: Path | None = None) -> WorkSummary:
     """`normbench run` (mode "run") or `normbench tune` ("tune"): train every unfinished cell, then write the
     leaderboard."""
     device = preflight(suite, device)
     if (workers or default_workers(device)) > 1:  # a layer no worker could import is refused before any file exists
         worker_command(suite, out_dir, storage=storage, device=device, mode=mode)
-    suite_run = SuiteRun(suite, out_dir, storage=storage, mode=mode, quiet=quiet)
+    suite_run = SuiteRun(suite, out_dir, storage=storage, mode=mode, quiet=quiet, checkpoint_dir=checkpoint_dir)
     summary = suite_run.work(device, workers)
     suite_run.finish(summary)
     return summary
 
 
 def join_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | None = None,
-               device: str | None = None, quiet: bool = False, dist: Dist | None = None) -> WorkSummary:
+               device: str | None = None, quiet: bool = False, dist: Dist | None = None,
+               checkpoint_dir: Path | None = None) -> WorkSummary:
     """`normbench worker`: train the suite's cells from this machine until none is left. Under torchrun only rank 0
     claims cells; the other ranks follow it through each one."""
     from normbench.sweep.worker import follow
@@ -165,7 +171,8 @@ def join_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str |
     if dist is not None and not dist.is_main:
         follow(device, dist)
         return WorkSummary()
-    suite_run = SuiteRun(suite, out_dir, storage=storage, mode=mode, quiet=quiet, parent=False)
+    suite_run = SuiteRun(suite, out_dir, storage=storage, mode=mode, quiet=quiet, parent=False,
+                         checkpoint_dir=checkpoint_dir)
     summary = suite_run.work(device, workers=1, dist=dist)
     if summary.bookkeeping():
         suite_run.progress.note(summary.bookkeeping())
@@ -183,7 +190,9 @@ def check_output_folder(folder: OutputFolder) -> None:
     except OSError as e:
         raise NormbenchError(f"{folder.path}: cannot write the output folder ({e.strerror}); make it writable, free "
                              "space, or pass another --out. Nothing was trained.") from None
-    for name in OutputFolder.WRITTEN:
+    taken = [*OutputFolder.WRITTEN, *(p.name for pattern in OutputFolder.WRITTEN_PATTERNS
+                                     for p in folder.path.glob(pattern))]
+    for name in taken:
         if (folder / name).is_dir():
             raise NormbenchError(f"{folder / name}: is a folder, where normbench writes a file; move it away and "
                                  "run again. Nothing was trained.")

@@ -25,6 +25,7 @@ from normbench.errors import ClaimLostError, NormbenchError
 from normbench.spec.recipe import CellConfig
 from normbench.spec.results import EpochRecord
 from normbench.store.ledger import ATTEMPTS, Ledger, failed_for_good
+from normbench.sweep.checkpoints import CellCheckpoints, CheckpointFolder
 from normbench.sweep.progress import Progress
 from normbench.tracking.tracker import Tracker
 from normbench.train.distributed import Dist, broadcast
@@ -45,13 +46,17 @@ class Job:
     report: bool = False  # feed per-epoch val accuracy to the study's pruner
 
 
+TRAINED, FAILED, LOST = "trained", "failed", "lost"  # how a claimed cell ended for this worker (`run_cell`)
+
+
 @dataclass
 class WorkSummary:
     """What a worker did. `busy_seconds` is the wall time of its turns that ran a cell (claim, train, log, finish);
     `train_seconds` the part spent training. The rest is the ledger's and MLflow's bookkeeping."""
 
-    cells_run: int = 0
+    cells_run: int = 0  # trained here to their end, or failed here (`errors`)
     errors: int = 0
+    lost_claims: int = 0  # cells another worker took over mid-way: recorded once, by that worker
     busy_seconds: float = 0.0
     train_seconds: float = 0.0
     failed_for_good: dict[str, int] = field(default_factory=dict)  # cell id -> attempts, when the work ended
@@ -59,6 +64,7 @@ class WorkSummary:
     def add(self, other: WorkSummary) -> None:
         self.cells_run += other.cells_run
         self.errors += other.errors
+        self.lost_claims += other.lost_claims
         self.busy_seconds += other.busy_seconds
         self.train_seconds += other.train_seconds
         self.failed_for_good.update(other.failed_for_good)
@@ -84,12 +90,13 @@ class WorkSummary:
 
 
 def work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
-         suite_name: str, max_cells: int | None = None, dist: Dist | None = None) -> WorkSummary:
+         suite_name: str, max_cells: int | None = None, dist: Dist | None = None,
+         checkpoints: CheckpointFolder | None = None) -> WorkSummary:
     """Run cells until every study of `jobs()` is finished. `jobs` is re-read when the current ones run dry, so
     tuning can add its re-runs of the best configurations once the searches end. Under torchrun this is rank 0;
     the other ranks `follow` it."""
     try:
-        summary = _work(jobs, ledger, tracker, device, progress, suite_name, max_cells, dist)
+        summary = _work(jobs, ledger, tracker, device, progress, suite_name, max_cells, dist, checkpoints)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the cell was given back and its ranks told; let them return
         broadcast(None, dist)
         raise
@@ -103,8 +110,9 @@ def follow(device: str, dist: Dist) -> int:
     """Ranks other than 0 under torchrun: train each cell rank 0 sends, with it, until it sends None."""
     cells = 0
     while (config := broadcast(None, dist)) is not None:
+        resume_from = broadcast(None, dist)  # rank 0's checkpoint of this cell (a file every rank reads), or None
         try:
-            train_cell(config, device=device, dist=dist)
+            train_cell(config, device=device, dist=dist, resume=read_checkpoint(resume_from, config))
         except CellAbandoned:  # rank 0 lost the claim or was stopped: wait for its next cell (or None)
             continue
         cells += 1
@@ -112,7 +120,8 @@ def follow(device: str, dist: Dist) -> int:
 
 
 def _work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
-          suite_name: str, max_cells: int | None, dist: Dist | None) -> WorkSummary:
+          suite_name: str, max_cells: int | None, dist: Dist | None,
+          checkpoints: CheckpointFolder | None = None) -> WorkSummary:
     summary = WorkSummary()
     poll = poll_seconds()  # a bad setting is refused before the first claim, not when the queue runs dry
     current = jobs()
@@ -123,10 +132,11 @@ def _work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, devic
             ledger.reclaim(job.study)  # dead workers' cells back to the queue (their runs: the next sync's)
         claimed = next(((job, t) for job in current if (t := ledger.claim(job.study)) is not None), None)
         if claimed is not None:
-            ok, trained = run_cell(*claimed, ledger=ledger, tracker=tracker, device=device, progress=progress,
-                                   suite_name=suite_name, dist=dist)
-            summary.cells_run += 1
-            summary.errors += not ok
+            outcome, trained = run_cell(*claimed, ledger=ledger, tracker=tracker, device=device, progress=progress,
+                                        suite_name=suite_name, dist=dist, checkpoints=checkpoints)
+            summary.cells_run += outcome != LOST
+            summary.errors += outcome == FAILED
+            summary.lost_claims += outcome == LOST
             summary.train_seconds += trained
             summary.busy_seconds += time.perf_counter() - turn_started
             continue
@@ -149,11 +159,13 @@ def failed_cells(jobs: list[Job]) -> dict[str, int]:
 
 
 def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
-             suite_name: str, dist: Dist | None = None) -> tuple[bool, float]:
-    """Train one claimed cell. Returns (False, ...) if it raised (recorded as a failed trial, retried on the next
-    run), and the seconds spent training, not counting the logging and pruning calls made between epochs."""
+             suite_name: str, dist: Dist | None = None,
+             checkpoints: CheckpointFolder | None = None) -> tuple[str, float]:
+    """Train one claimed cell. Returns its outcome, TRAINED, FAILED (it raised: recorded as a failed trial, retried
+    on the next run) or LOST (another worker took the claim over), and the seconds spent training, not counting the
+    logging and pruning calls made between epochs."""
     cell_id, params, config = job.cell_for(trial)
-    frozen = ledger.storage.get_trial(trial._trial_id)  # its attempt (a re-queued copy's run is named `#2`)
+    frozen = ledger.frozen(trial)  # its attempt (a re-queued copy's run is named `#2`)
     run_id = tracker.start(cell_id, params, tags={  # queued: never waits for MLflow
         "suite": suite_name, "study": job.study.study_name, "trial": str(trial.number),
         "attempt": str(1 + len(frozen.system_attrs.get("retry_history", [])))})
@@ -161,6 +173,10 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
         return _lost_claim(cell_id, run_id, tracker, progress), 0.0
     progress.start_cell(cell_id, config.train.epochs)
     between_epochs = 0.0
+    kept = CellCheckpoints(checkpoints, job.study.study_name, cell_id, config) if checkpoints is not None else None
+    resume = kept.resume(trial, dist.world if dist else 1) if kept is not None else None
+    if resume is not None:  # this attempt's run and trial get the epochs the checkpoint holds
+        _replay(resume["progress"]["history"], trial, run_id, ledger, tracker, progress)
 
     def on_epoch(record: EpochRecord) -> bool:
         nonlocal between_epochs
@@ -178,8 +194,10 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
     train_started = time.perf_counter()
     try:
         with ledger.heartbeat(trial):
-            broadcast(config, dist)  # the other ranks train the same cell
-            result = train_cell(config, device=device, on_epoch=on_epoch, dist=dist)
+            broadcast(config, dist)  # the other ranks train the same cell, from the same checkpoint
+            broadcast(str(kept.resumed_from) if resume is not None and kept is not None else None, dist)
+            result = train_cell(config, device=device, on_epoch=on_epoch, dist=dist, resume=resume,
+                                keeper=kept.keeper(trial, ledger) if kept is not None else None)
     except ClaimLostError:
         return _lost_claim(cell_id, run_id, tracker, progress), time.perf_counter() - train_started - between_epochs
     except (KeyboardInterrupt, NormbenchError):  # stop the suite; the cell goes back to the queue
@@ -196,14 +214,18 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
         progress.note(f"cell {cell_id} failed: {type(e).__name__}: {e} (it is retried on the next run)")
         if dist is not None:  # the other ranks may be inside a collective: end the group (torchrun stops them)
             raise
-        return False, time.perf_counter() - train_started - between_epochs
+        return FAILED, time.perf_counter() - train_started - between_epochs
     trained = time.perf_counter() - train_started - between_epochs
     try:
         if not ledger.claim_held(trial, ask=True):
             raise ClaimLostError(f"trial {trial.number} was taken over")
         tracker.log_telemetry(run_id, result.telemetry)
         tracker.summarize(run_id, result)
+        if kept is not None and (weights := kept.before_finish(trial, ledger)) is not None:
+            tracker.log_artifact(run_id, weights)
         ledger.finish(job.study, trial, result)  # the cell counts from here
+        if kept is not None:
+            kept.clean()  # a finished cell leaves no checkpoint behind
         tracker.close(run_id, _state(result))
     except ClaimLostError:
         return _lost_claim(cell_id, run_id, tracker, progress), trained
@@ -211,7 +233,32 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
         settle(job, trial, run_id, ledger, tracker)
         raise
     progress.end_cell(result)
-    return True, trained
+    return TRAINED, trained
+
+
+def _replay(history: list[EpochRecord], trial: optuna.Trial, run_id: str, ledger: Ledger, tracker: Tracker,
+            progress: Progress) -> None:
+    """A resumed cell's earlier epochs, logged again for this attempt: its MLflow run and its trial's curve (what
+    optuna-dashboard and the pruner read) are whole, as if it had never stopped."""
+    for record in history:
+        tracker.log_epoch(run_id, record)
+        progress.epoch(record)
+        try:
+            with ledger.owned(trial):
+                trial.report(record["val_top1"], record["step"])
+        except ClaimLostError:  # taken over meanwhile: the first epoch's call stops the cell
+            return
+
+
+def read_checkpoint(path: str | None, config: CellConfig) -> dict[str, Any] | None:
+    """A following rank's copy of the checkpoint rank 0 resumes from (rank 0 checked it; None: start over)."""
+    if path is None:
+        return None
+    from pathlib import Path
+
+    from normbench.train.checkpoint import read, recipe_of
+
+    return read(Path(path), recipe_of(config))
 
 
 def _state(result: Any) -> str:
@@ -233,7 +280,7 @@ def settle(job: Job, trial: optuna.Trial, run_id: str, ledger: Ledger, tracker: 
     """Stopped between training and closing the run: the run closed FINISHED if the ledger has recorded the cell,
     else the cell given back (`release`). Best effort, as `release`."""
     try:
-        state = ledger.storage.get_trial(trial._trial_id).state
+        state = ledger.frozen(trial).state
     except Exception:  # the ledger is away: give the cell back; it runs again if it was not recorded
         state = TrialState.RUNNING
     if state in (TrialState.COMPLETE, TrialState.PRUNED):
@@ -242,9 +289,9 @@ def settle(job: Job, trial: optuna.Trial, run_id: str, ledger: Ledger, tracker: 
         release(job, trial, run_id, ledger, tracker)
 
 
-def _lost_claim(cell_id: str, run_id: str, tracker: Tracker, progress: Progress) -> bool:
+def _lost_claim(cell_id: str, run_id: str, tracker: Tracker, progress: Progress) -> str:
     tracker.fail(run_id, "KILLED")  # never FINISHED, never FAILED-with-status-ok
     progress.note(f"cell {cell_id}: another worker took it over while this one was stalled or cut off from the "
                   "ledger; stopped it here (it is recorded once, by that worker)")
-    return True
+    return LOST
 

@@ -19,17 +19,23 @@ from typing import Any
 from normbench.spec.names import OutputFolder
 from normbench.store.locks import folder_lock
 
-# Fail fast on an unreachable server instead of MLflow's minutes of retries (nothing waits on MLflow any more: the
-# next sync repairs what a write missed). A connection per session (NullPool), so a store file deleted or replaced
-# mid-run is seen at its path, not written through a connection to the old file.
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-os.environ.setdefault("MLFLOW_SQLALCHEMYSTORE_POOLCLASS", "NullPool")
-
 PARENT_RUN = "leaderboard"  # the suite's parent run: holds the leaderboard files; every cell is nested under it
 KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"  # MLflow 3: a model-training experiment
 _UNSYNCED: set[Path] = set()  # SQLite files whose connections skip the fsync (see the module docstring)
+
+
+# Fail fast on an unreachable server instead of MLflow's minutes of retries (nothing waits on MLflow any more: the
+# next sync repairs what a write missed). A connection per session (NullPool), so a store file deleted or replaced
+# mid-run is seen at its path, not written through a connection to the old file. A user's own setting wins.
+MLFLOW_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
+                   "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SQLALCHEMYSTORE_POOLCLASS": "NullPool"}
+
+
+def configure_mlflow() -> None:
+    """normbench's MLflow defaults, set in this process before it opens a client or starts a server (MLflow reads
+    them from the environment); never at import."""
+    for name, value in MLFLOW_DEFAULTS.items():
+        os.environ.setdefault(name, value)
 
 
 def tracking_uri(out_dir: Path, explicit: str | None = None) -> str:
@@ -44,9 +50,9 @@ def own_store(uri: str, out_dir: Path) -> bool:
 
 def open_client(uri: str, out_dir: Path) -> Any:
     """An MlflowClient on `uri`; the folder's own store is created first (whole, under the folder's lock)."""
+    quiet_mlflow_logging()
     from mlflow.tracking import MlflowClient
 
-    quiet_mlflow_logging()
     if own_store(uri, out_dir):
         db = OutputFolder(out_dir).mlflow_db.resolve()
         _skip_fsync(db)
@@ -104,6 +110,7 @@ def describe_error(error: BaseException) -> str:
 def quiet_mlflow_logging() -> None:
     """MLflow's and alembic's INFO lines ("Creating initial MLflow database tables...") say nothing a user acts on;
     MLflow's log line with a traceback for each database error neither (normbench says what failed, once)."""
+    configure_mlflow()  # before any MLflow client or server: called first by all of them
     for name in ("mlflow", "alembic"):
         logger = logging.getLogger(name)
         if logger.getEffectiveLevel() < logging.WARNING:

@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from normbench.spec.names import BRACKET, BUDGET, REPORT, RUN, TUNE, TUNED
+from normbench.spec.names import BRACKET, BUDGET, REPORT, RUN, TUNE, TUNED, study_kind, study_suite
 from normbench.spec.selection import BUDGETS, DIVERGED, REPORTS, SCORE, SELECT, SELECTS, cell_scores
 from normbench.tracking.naming import logged_blocks, telemetry_metric
 
@@ -38,7 +38,7 @@ Point = tuple[str, float, int, int]  # (key, value, timestamp ms, step): an MLfl
 
 def kind_and_role(study: str) -> tuple[str, str]:
     """("select", "select") for `run:<suite>`, ("bracket", "select") for a bracketing round, ... ; ("", "") else."""
-    return KINDS.get(study.split(":", 1)[0], ("", ""))
+    return KINDS.get(study_kind(study), ("", ""))
 
 
 def axes_of(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def run_tags(cell_id: str, axes: Mapping[str, Any], study: str, trial: int, atte
     and its layer's colour. (Its name is run_name(cell_id, attempt).)"""
     kind, role = kind_and_role(study)
     return {"study": study, "trial": str(trial), "cell_id": cell_id, "attempt": str(attempt), "kind": kind,
-            "role": role, LAYOUT_TAG: LAYOUT, "status": "running", "suite": study.split(":")[1] if ":" in study else "",
+            "role": role, LAYOUT_TAG: LAYOUT, "status": "running", "suite": study_suite(study) or "",
             **{k: str(v) for k, v in axes.items()}, **run_colour(axes)}
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from normbench.errors import NormbenchError
-from normbench.spec.names import TUNE, TUNED, OutputFolder
+from normbench.spec.names import TUNE, TUNED, OutputFolder, StudyNames, study_suite
 from normbench.store.journal import ledger_identity
 from normbench.store.ledger import Ledger
 from normbench.store.migrations import trial_axes, trial_cell_id
@@ -111,7 +111,7 @@ def suite_studies(names: list[str], only: str | None = None) -> dict[str, list[s
     by_suite: dict[str, list[str]] = {}
     for name in sorted(names):
         if kind_and_role(name)[0] and ":" in name:
-            by_suite.setdefault(name.split(":")[1], []).append(name)
+            by_suite.setdefault(study_suite(name), []).append(name)
     return {only: by_suite[only]} if only in by_suite else by_suite
 
 
@@ -121,7 +121,7 @@ def _sync_suite(client: Any, uri: str, folder: OutputFolder, ledger: Ledger, sui
     studies = {name: ledger.study(name) for name in names}
     recipe = next((s.user_attrs["recipe"] for s in studies.values() if "recipe" in s.user_attrs), "")
     parent = mlflow_store.parent_run(client, experiment, {k: v for k, v in {
-        "recipe": recipe, "ledger": ledger_identity(ledger.storage)}.items() if v})
+        "recipe": recipe, "ledger": ledger_identity(ledger.journal)}.items() if v})
     existing: dict[tuple[str, int], Any] = {}
     own = mlflow_store.own_store(uri, folder.path)  # nothing but this folder's runs belongs there
     for run in _all_runs(client, experiment):  # the one search
@@ -207,7 +207,7 @@ def trial_run(study: str, trial: FrozenTrial, recipes: RecipeParams) -> RunConte
 
 def _point_axes(study: str) -> dict[str, Any]:
     """`tune:<suite>:depth=12,layer=x` -> {depth: 12, layer: x} (numbers as numbers)."""
-    point = study.split(":", 2)[2] if study.count(":") >= 2 else ""
+    point = StudyNames(study_suite(study) or "").tune_point(study) or ""
     pairs = (p.split("=", 1) for p in point.split(",") if "=" in p)
     return {k: _number(v) for k, v in pairs}
 

@@ -78,6 +78,10 @@ class Tracker:
         summary = result.summary()
         self._put(handle, self._log, final_points(summary, _now()), {"status": str(summary["status"])})
 
+    def log_artifact(self, handle: str, path: Path) -> None:
+        """A file of the cell's (its kept weights) copied into the run's artifacts."""
+        self._put(handle, self._artifact, str(path))
+
     def close(self, handle: str, state: str = "COMPLETE") -> None:
         """The ledger has recorded the cell (`state`, its trial's): the run says so and is FINISHED."""
         self._put(handle, self._end, "FINISHED", {STATE_TAG: state})
@@ -155,6 +159,9 @@ class Tracker:
         for i in range(0, max(len(metrics), 1), 1000):  # MLflow's cap on metrics per batch
             client.log_batch(self._run_ids[handle], metrics=metrics[i:i + 1000],
                              tags=[RunTag(k, v) for k, v in tags.items()] if i == 0 else [])
+
+    def _artifact(self, handle: str, path: str) -> None:
+        self._open()[0].log_artifact(self._run_ids[handle], path)
 
     def _end(self, handle: str, status: str, tags: dict[str, str]) -> None:
         from mlflow.entities import RunTag

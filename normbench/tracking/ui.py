@@ -76,9 +76,9 @@ def _not_role(axes: list[str]) -> list[str]:
 def prepare_experiment(uri: str, out: Path) -> tuple[str, dict[str, str]]:
     """Tag the suite's experiment with the model-training kind and the comparison view; returns its id and its
     groups' colours (view_state.group_colours)."""
+    quiet_mlflow_logging()
     from mlflow.tracking import MlflowClient
 
-    quiet_mlflow_logging()
     client = MlflowClient(tracking_uri=uri)
     experiment = _suite_experiment(client, out)
     runs = client.search_runs([experiment.experiment_id], max_results=50_000)

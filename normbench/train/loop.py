@@ -8,13 +8,15 @@ the end of an epoch (one `.item()` for the epoch's loss); a divergent loss ends 
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from itertools import islice
 from typing import Any
 
+import numpy as np
 import torch
 from timm.data import Mixup
 from timm.loss import SoftTargetCrossEntropy
@@ -30,6 +32,9 @@ from normbench.spec.recipe import CellConfig, TrainConfig
 from normbench.spec.results import CellResult, EpochRecord, Status
 from normbench.train import fastpath
 from normbench.train.aux_losses import from_config as aux_losses_from_config
+from normbench.train.cell_state import CellProgress, EpochSoFar
+from normbench.train.checkpoint import Keeper
+from normbench.train.checkpoint import restore as restore_checkpoint
 from normbench.train.device import resolve_device
 from normbench.train.distributed import Dist, all_sum, broadcast, wrap_ddp
 from normbench.train.optim_groups import param_groups
@@ -71,6 +76,12 @@ class Fit:
     micro_per_epoch: int         # micro-batches trained per epoch: whole accumulation groups only
     max_loss: float
     step: int = 0
+    progress: CellProgress = field(default_factory=CellProgress)  # the epochs so far, over every attempt
+    keeper: Keeper | None = None  # writes the cell's checkpoints (rank 0 only); None: none are written
+    started: float = field(default_factory=time.perf_counter)  # this attempt's start
+
+    def attempt_seconds(self) -> float:
+        return time.perf_counter() - self.started
 
 
 @dataclass
@@ -94,6 +105,8 @@ def build_fit(cell: CellConfig, device: str | torch.device, data: DataBundle | N
     dev = dist.device(device) if dist else resolve_device(device)
     on_cuda = dev.type == "cuda"
     torch.manual_seed(tc.seed)
+    random.seed(tc.seed)  # timm's Mixup draws from NumPy's and Python's generators: seeded too, so a mixup cell
+    np.random.seed(tc.seed)  # repeats (and resumes from a checkpoint) exactly, as every other cell does
     if on_cuda:
         torch.set_float32_matmul_precision("high")
     shard = (dist.rank, dist.world) if dist else (0, 1)
@@ -134,8 +147,9 @@ def build_fit(cell: CellConfig, device: str | torch.device, data: DataBundle | N
                max_loss=max_loss)
 
 
-def train_epoch(fit: Fit, epoch: int) -> EpochTrained:
-    """One epoch's optimizer steps. No host sync but the periodic divergence check and the epoch's loss."""
+def train_epoch(fit: Fit, epoch: int, so_far: EpochSoFar | None = None) -> EpochTrained:
+    """One epoch's optimizer steps (the rest of them, from `so_far`, when a checkpoint cut it short). No host sync
+    but the periodic divergence check and the epoch's loss."""
     tc, dist, telemetry = fit.tc, fit.dist, fit.telemetry
     trainable = [p for p in fit.model.parameters() if p.requires_grad]
     total_steps = fit.steps_per_epoch * tc.epochs
@@ -145,10 +159,22 @@ def train_epoch(fit: Fit, epoch: int) -> EpochTrained:
     loss_sum = torch.zeros((), device=fit.dev)
     grad_norm_sum = torch.zeros((), device=fit.dev)
     micro, optimizer_steps, images = 0, 0, 0
-    lr = tc.lr
+    lr, before = tc.lr, 0.0
+    if so_far is not None:
+        fit.data.train.resume_at(so_far.micro, so_far.generator)  # type: ignore[attr-defined]
+        loss_sum, grad_norm_sum = so_far.loss_sum, so_far.grad_norm_sum
+        micro, optimizer_steps, images, lr, before = (so_far.micro, so_far.optimizer_steps, so_far.images,
+                                                      so_far.lr, so_far.seconds)
     t0 = time.perf_counter()
-    for x, y in islice(fit.data.train, fit.micro_per_epoch):
-        if dist is None:  # under torchrun a stop is decided once per epoch, for every rank alike (train_cell)
+    for x, y in islice(fit.data.train, fit.micro_per_epoch - micro):
+        # under torchrun a stop is decided once per epoch, for every rank alike (train_cell); alone, between
+        # optimizer steps a stop first writes a checkpoint of the epoch so far (when the cell keeps them)
+        if dist is None and stopping.requested() and (fit.keeper is None or micro % tc.grad_accum_steps == 0):
+            if fit.keeper is not None:
+                fit.keeper.save(fit, EpochSoFar(
+                    epoch=epoch, micro=micro, optimizer_steps=optimizer_steps, images=images, loss_sum=loss_sum,
+                    grad_norm_sum=grad_norm_sum, lr=lr, seconds=before + time.perf_counter() - t0,
+                    generator=fit.data.train.position()))  # type: ignore[attr-defined]
             stopping.check()
         if fit.mixup is not None:
             x, y = fit.mixup(x, y)
@@ -166,14 +192,16 @@ def train_epoch(fit: Fit, epoch: int) -> EpochTrained:
         images += x.shape[0]
         if not steps_now:
             continue
-        lr = warmup_cosine(fit.step, total_steps=total_steps, warmup_steps=warmup_steps, lr=tc.lr,
-                           warmup_lr=tc.warmup_lr, min_lr=tc.min_lr)
-        for group in fit.optimizer.param_groups:
+        for group in fit.optimizer.param_groups:  # a group tagged warmup=False (ngpt's recipe) skips the warmup
+            lr = warmup_cosine(fit.step, total_steps=total_steps, warmup_steps=warmup_steps * group.get("warmup", True),
+                               lr=tc.lr, warmup_lr=tc.warmup_lr, min_lr=tc.min_lr)
             group["lr"] = lr * group.get("lr_scale", 1.0)
         if observed:
             telemetry.before_update()
         grad_norm_sum += nn.utils.clip_grad_norm_(trainable, tc.clip_grad or math.inf)
         fit.optimizer.step()
+        for hook in fit.model.plan.after_step:  # a block family's own (nGPT renormalises every weight matrix)
+            hook(fit.model)
         if observed:
             telemetry.after_update(fit.step)
         fit.optimizer.zero_grad(set_to_none=True)
@@ -186,11 +214,12 @@ def train_epoch(fit: Fit, epoch: int) -> EpochTrained:
     train_loss = all_sum(loss_sum, dist).item() / world / max(1, micro)  # the epoch's sync
     telemetry.collect()
     return EpochTrained(train_loss=train_loss, lr=lr, grad_norm_sum=grad_norm_sum, optimizer_steps=optimizer_steps,
-                        images=images * world, seconds=time.perf_counter() - t0)
+                        images=images * world, seconds=before + time.perf_counter() - t0)
 
 
 def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: EpochCallback | None = None,
-               data: DataBundle | None = None, dist: Dist | None = None) -> CellResult:
+               data: DataBundle | None = None, dist: Dist | None = None, *, keeper: Keeper | None = None,
+               resume: dict[str, Any] | None = None) -> CellResult:
     """Train one cell and return its metrics (normbench/spec/results.py says what each field means).
 
     With `dist` (torchrun, normbench/train/distributed.py) every rank calls this with the same cell: each trains on
@@ -201,16 +230,24 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     trailing partial accumulation group is skipped, like a loader's drop_last (see `build_fit`). The result's
     `telemetry` holds per-block records of the observed steps (normbench/train/telemetry.py; [] when
     `train.telemetry_every` is 0). A divergent loss ends the cell with status "diverged" instead of raising.
+
+    `keeper` (train/checkpoint.py; rank 0's only) writes checkpoints at epoch ends on its interval and, alone, when
+    a stop is requested between optimizer steps; `resume` (a checkpoint `checkpoint.read` accepted, the same on
+    every rank) continues the cell from it: on CPU the result is the uninterrupted cell's, bit for bit.
     """
     t_start = time.perf_counter()
     fit = build_fit(cell, device, data, dist)
-    history: list[EpochRecord] = []
+    fit.started, fit.progress.world = t_start, dist.world if dist else 1
+    so_far = restore_checkpoint(fit, resume) if resume is not None else None
+    fit.keeper = keeper
+    progress, history = fit.progress, fit.progress.history
     status: Status = "ok"
-    train_seconds, images_seen = 0.0, 0
-    for epoch in range(fit.tc.epochs):
-        trained = train_epoch(fit, epoch)
-        train_seconds += trained.seconds
-        images_seen += trained.images
+    for epoch in range(progress.next_epoch, fit.tc.epochs):
+        trained = train_epoch(fit, epoch, so_far)
+        so_far = None
+        progress.train_seconds += trained.seconds
+        progress.images_seen += trained.images
+        images_seen = progress.images_seen
         speed = trained.images / trained.seconds
         if not math.isfinite(trained.train_loss) or trained.train_loss > fit.max_loss:
             status = "diverged"
@@ -222,11 +259,16 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
                              grad_norm=trained.grad_norm_sum.item() / max(1, trained.optimizer_steps),
                              images_per_sec=speed, step=fit.step, images=images_seen)
         history.append(record)
+        progress.next_epoch = epoch + 1
+        if keeper is not None and stopping.requested():  # SIGTERM: keep this epoch before giving the cell back
+            keeper.save(fit)
         if dist is None:
             stopping.check()
             if on_epoch is not None and on_epoch(record):
                 status = "pruned"
                 break
+            if keeper is not None and progress.next_epoch < fit.tc.epochs and keeper.due():
+                keeper.save(fit)
             continue
         # torchrun: rank 0 decides for every rank. Whatever stops it (pruning, a lost claim, SIGTERM) is sent
         # before it raises, so the other ranks never wait in a collective that rank 0 has left.
@@ -239,10 +281,15 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         if decision == "prune":
             status = "pruned"
             break
+        if keeper is not None and progress.next_epoch < fit.tc.epochs and keeper.due():  # rank 0 writes alone
+            keeper.save(fit)
 
     val = [h["val_top1"] for h in history if math.isfinite(h["val_top1"])]
     # the test split is read once, at the final epoch, and only to report: nothing above chose anything with it
     test_top1 = evaluate(fit, split="test") if status == "ok" else float("nan")
+    if keeper is not None and status != "diverged":  # train.keep_weights: final
+        keeper.keep_weights(fit, cell, {"status": status, "test_top1": test_top1, "val_top1": history[-1]["val_top1"],
+                                        "epochs_run": len(history)})
     return CellResult(
         status=status,
         best_val_top1=max(val, default=0.0),
@@ -254,9 +301,9 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         num_classes=fit.data.num_classes,
         train_loss=history[-1]["train_loss"] if history else float("nan"),
         epochs_run=len(history),
-        images_per_sec=images_seen / train_seconds if train_seconds else 0.0,
+        images_per_sec=progress.images_seen / progress.train_seconds if progress.train_seconds else 0.0,
         params=sum(p.numel() for p in fit.model.parameters()),
-        seconds=time.perf_counter() - t_start,
+        seconds=progress.seconds_before + fit.attempt_seconds(),  # a resumed cell counts its earlier attempts
         history=history,
         telemetry=fit.telemetry.records(),
     )

@@ -4,7 +4,9 @@ weight-decay overrides that layers declare as tags.
 Tags a layer may set on a parameter (read here, nowhere else):
     `_no_weight_decay = True`     no weight decay (norm and gate parameters; also listed by `model.no_weight_decay()`)
     `_force_weight_decay = True`  weight decay even where the rule above would skip it (`fixup_official`)
+    `_force_weight_decay = False` no weight decay even where the rule would apply it (`ngpt`: the paper trains without)
     `_lr_scale = s`               trains at s x the scheduled lr (`fixup_official`'s scalars: 0.1)
+    `_no_warmup = True`           its group skips the lr warmup (`ngpt`), key `warmup: False` read by the loop
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from torch import nn
 
 def decays(name: str, p: nn.Parameter, no_weight_decay: set[str]) -> bool:
     """timm's rule (`param_groups_weight_decay`): no decay for 1-D parameters, biases and the model's
-    `no_weight_decay()` names; a `_force_weight_decay` tag overrides it."""
-    if getattr(p, "_force_weight_decay", False):
-        return True
+    `no_weight_decay()` names; a `_force_weight_decay` tag (True or False) overrides it."""
+    forced = getattr(p, "_force_weight_decay", None)
+    if forced is not None:
+        return bool(forced)
     return not (p.ndim <= 1 or name.endswith(".bias") or name in no_weight_decay
                 or getattr(p, "_no_weight_decay", False))
 
@@ -36,13 +39,15 @@ def param_groups(model: nn.Module, lr: float, weight_decay: float) -> list[dict[
         weight_decay: the decoupled weight decay of decayed parameters.
     """
     no_wd = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
-    groups: dict[tuple[bool, float], dict[str, Any]] = {}
+    groups: dict[tuple[bool, float, bool], dict[str, Any]] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         decay = decays(name, p, no_wd)
         scale = float(getattr(p, "_lr_scale", 1.0))
-        group = groups.setdefault((decay, scale), {"params": [], "weight_decay": weight_decay if decay else 0.0,
-                                                   "lr_scale": scale, "lr": lr * scale})
+        warmup = not getattr(p, "_no_warmup", False)
+        group = groups.setdefault((decay, scale, warmup), {"params": [], "weight_decay": weight_decay if decay else 0.0,
+                                                           "lr_scale": scale, "lr": lr * scale,
+                                                           **({} if warmup else {"warmup": False})})
         group["params"].append(p)
     return list(groups.values())

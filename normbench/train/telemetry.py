@@ -18,6 +18,16 @@ Quantities, per block and observed step (the forward ones averaged over the step
                   queries and keys (and micro-batches); what QK-norm exists to bound (ViT-22B's logit growth)
     grad_norm     L2 norm of the gradient of all the block's parameters, before clipping
     update_ratio  ||W_after - W_before|| / ||W_before|| over the block's weight matrices (ndim >= 2), one step
+    mix_ds_error  how far the block's residual mixing matrices are from doubly stochastic: max |row sum - 1|,
+                  |column sum - 1| over both sublayers' matrices, every token (and micro-batch); mHC's H_res, the
+                  output of each module marked `residual_mixing` (NaN for a block without one)
+
+Block families (normbench/layers/registry.py `Family`). A block of n streams carries (B, N, n, C): `stream_rms` and
+`stream_max` are taken over all n streams, so n equal copies of x read as RMS(x) (a hyper-connection model at step 0
+reads as the pre-norm model it equals); the branch RMS is that of the sublayer's output y before the depth connection
+hands it to the streams (β_i y, H_post,i y), so `attn_ratio` is what a stream with β = 1 receives relative to the
+stream. nGPT's gate slots hold its eigen learning rates: its branch output is the step α ⊙ (Norm(F(h)) - h) the
+block takes on the sphere, and the ratio that step over the (unit) hidden state's RMS.
 
 Under torch.compile the observed steps run the eager module (the caller passes it); hooks are never part of a
 compiled graph (dynamo's `skip_nnmodule_hook_guards`), so attaching and removing them does not recompile.
@@ -34,10 +44,13 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from normbench.layers.mhc import doubly_stochastic_error
+
 QUANTITIES = ("stream_rms", "stream_max", "attn_rms", "attn_ratio", "mlp_rms", "mlp_ratio", "attn_entropy",
-              "attn_logit_max", "grad_norm", "update_ratio")
-_FORWARD = ("stream_rms", "stream_max", "attn_rms", "mlp_rms", "attn_entropy", "attn_logit_max")  # from the hooks
-_MAXIMA = ("stream_max", "attn_logit_max")  # reduced by max over micro-batches, not averaged
+              "attn_logit_max", "grad_norm", "update_ratio", "mix_ds_error")
+_FORWARD = ("stream_rms", "stream_max", "attn_rms", "mlp_rms", "attn_entropy", "attn_logit_max",
+            "mix_ds_error")  # from the hooks
+_MAXIMA = ("stream_max", "attn_logit_max", "mix_ds_error")  # reduced by max over micro-batches, not averaged
 MAX_SAMPLES = 12  # observed steps kept in a cell's result (evenly spaced, first and last kept): bounds its size
 
 
@@ -123,6 +136,8 @@ class BlockTelemetry:
             attn = block.attn
             if hasattr(attn, "qkv") and hasattr(attn, "num_heads"):
                 self._handles.append(attn.qkv.register_forward_hook(self._qkv_hook(i, attn)))
+            for mixing in (m for m in block.modules() if getattr(m, "residual_mixing", False)):
+                self._handles.append(mixing.register_forward_hook(self._mixing_hook(i)))
         try:
             yield
         finally:
@@ -163,6 +178,11 @@ class BlockTelemetry:
                 self._add(i, "attn_logit_max", logits.amax(), reduce="max")
         return hook
 
+    def _mixing_hook(self, i: int):
+        def hook(module: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> None:
+            self._add(i, "mix_ds_error", doubly_stochastic_error(output), reduce="max")
+        return hook
+
     @torch.no_grad()
     def before_update(self) -> None:
         """After the step's backward, before clipping and the optimizer: gradient norms and a copy of the weights."""
@@ -201,6 +221,15 @@ class BlockTelemetry:
         values = torch.stack([t for _, t in self._queued]).cpu().tolist()
         self._samples += [(step, v) for (step, _), v in zip(self._queued, values, strict=True)]
         self._queued.clear()
+
+    def samples(self) -> list[tuple[int, list[list[float]]]]:
+        """The observed steps collected so far, (step, per-block values): what a checkpoint keeps."""
+        self.collect()
+        return list(self._samples)
+
+    def load_samples(self, samples: list[tuple[int, list[list[float]]]]) -> None:
+        """Continue from a checkpoint's `samples()`."""
+        self._samples = [(int(step), values) for step, values in samples]
 
     def records(self) -> list[dict[str, Any]]:
         """At most `max_samples` observed steps, evenly spaced: one record per (step, block), every quantity a key

@@ -38,6 +38,26 @@ def test_set_epoch_replays_and_changes_batches() -> None:
     assert torch.equal(_batches(fresh)[0][0], first[0][0])  # a new loader (e.g. after resume) agrees
 
 
+def test_a_pass_resumed_from_its_position_yields_the_rest_bit_for_bit() -> None:
+    """What a checkpoint cut inside an epoch keeps: the batch index and the generator state before its draws."""
+    loader = _loader(crop_padding=2, flip=True, seed=5, batch_size=4)
+    loader.set_epoch(2)
+    whole, kept = [], None
+    for i, batch in enumerate(loader):
+        whole.append(batch)
+        if i == 2:
+            kept = loader.position()
+    assert kept is not None
+    fresh = _loader(crop_padding=2, flip=True, seed=5, batch_size=4)
+    fresh.set_epoch(2)
+    fresh.resume_at(2, kept)
+    rest = list(fresh)
+    assert len(rest) == len(whole) - 2
+    for (xa, ya), (xb, yb) in zip(whole[2:], rest, strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert len(list(fresh)) == len(whole)  # only the one pass resumes
+
+
 def test_no_augmentation_gives_normalized_originals() -> None:
     x, _ = _images()
     loader = _loader(crop_padding=0, flip=False)

@@ -73,6 +73,23 @@ def test_workers_do_not_change_batches(tmp_path: Path) -> None:
     assert torch.equal(batches[0][0], batches[1][0]) and torch.equal(batches[0][1], batches[1][1])
 
 
+def test_a_pass_resumed_at_a_batch_yields_the_rest_bit_for_bit(tmp_path: Path) -> None:
+    """What a checkpoint cut inside an epoch needs of imagefolder: skip the batches trained, decode none of them."""
+    root = _fake_folder(tmp_path, train_per_class=8)
+    bundle = build_data(_cfg(root, randaugment="rand-m9-mstd0.5", val_fraction=0.25), batch_size=3, device="cpu",
+                        seed=3, img_size=8)
+    bundle.train.set_epoch(2)
+    whole = list(bundle.train)
+    assert bundle.train.position() is None  # nothing to keep: (seed, epoch) decide every draw
+    bundle.train.set_epoch(2)
+    bundle.train.resume_at(2, None)
+    rest = list(bundle.train)
+    assert len(whole) == 4 and len(rest) == 2
+    for (xa, ya), (xb, yb) in zip(whole[2:], rest, strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert len(list(bundle.train)) == 4  # only the one pass resumes
+
+
 def test_missing_split_names_path_and_layout(tmp_path: Path) -> None:
     (tmp_path / "train" / "cat").mkdir(parents=True)
     with pytest.raises(DatasetNotFoundError) as info:

@@ -22,7 +22,7 @@ TAGS = {"suite": "tiny", "study": "run:tiny", "trial": "0"}
 
 
 def _tracker(out) -> Tracker:
-    return Tracker(out, "tiny", parent_tags={"recipe": "r", "ledger": ledger_identity(Ledger(None, out).storage)})
+    return Tracker(out, "tiny", parent_tags={"recipe": "r", "ledger": ledger_identity(Ledger(None, out).journal)})
 
 
 def _a_cell(tracker: Tracker, cell: str) -> float:

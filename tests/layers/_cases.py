@@ -12,7 +12,7 @@ from normbench.layers import LayerError, resolve_layer
 
 COMBOS = ["learnable_scaler+layerscale", "rmsnorm+layerscale", "post_ln+layerscale", "dyt+rezero",
           "layernorm+qk_norm", "layerscale+qk_norm", "dyt+qk_norm", "rezero+qk_norm", "res_post_norm+qk_norm",
-          "rmsnorm+normformer", "derf+mix_ln", "admin+qk_norm"]
+          "rmsnorm+normformer", "derf+mix_ln", "admin+qk_norm", "hc+layerscale", "mhc+qk_norm", "hc_dynamic+rmsnorm"]
 
 
 def _standalone(name: str) -> bool:
@@ -29,6 +29,7 @@ NORMS = normbench.list_layers(kind="norm")
 GATES = normbench.list_layers(kind="gate")
 PLACEMENTS = normbench.list_layers(kind="placement")
 MODIFIERS = normbench.list_layers(kind="modifier")
+FAMILIES = normbench.list_layers(kind="family")
 
 NUM_CLASSES = 5
 TINY = dict(depth=3, embed_dim=32, num_heads=2, patch_size=4, img_size=16, num_classes=NUM_CLASSES)

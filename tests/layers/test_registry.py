@@ -23,7 +23,7 @@ from normbench.layers import (
     resolve_layer,
 )
 from normbench.layers.fixup import fixup_init
-from tests.layers._cases import ALL_LAYERS, GATES, MODIFIERS, NORMS, PLACEMENTS, tiny_vit
+from tests.layers._cases import ALL_LAYERS, FAMILIES, GATES, MODIFIERS, NORMS, PLACEMENTS, tiny_vit
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def test_get_layer_returns_the_registered_class(name):
     assert normbench.get_layer(name) is spec.cls
     assert spec.name == name
     assert isinstance(spec.cls, type) and issubclass(spec.cls, nn.Module)
-    assert spec.kind in ("norm", "gate", "placement", "modifier")
+    assert spec.kind in ("norm", "gate", "placement", "modifier", "family")
     assert spec.formula.strip() and spec.source.strip()
     assert "+" not in name
     if spec.partner is not None:
@@ -69,7 +69,7 @@ def test_list_layers_wildcard_examples():
     assert normbench.list_layers("nothing-matches-*") == []
 
 
-@pytest.mark.parametrize("kind", ["norm", "gate", "placement", "modifier"])
+@pytest.mark.parametrize("kind", ["norm", "gate", "placement", "modifier", "family"])
 def test_list_layers_filters_by_kind(kind):
     names = normbench.list_layers(kind=kind)
     assert names
@@ -78,7 +78,7 @@ def test_list_layers_filters_by_kind(kind):
 
 
 def test_kinds_partition_the_registry():
-    assert sorted(NORMS + GATES + PLACEMENTS + MODIFIERS) == normbench.list_layers()
+    assert sorted(NORMS + GATES + PLACEMENTS + MODIFIERS + FAMILIES) == normbench.list_layers()
     assert normbench.list_layers("layer*", kind="gate") == ["layerscale"]
 
 
@@ -241,7 +241,7 @@ def test_a_gate_or_placement_alone_brings_its_partner_norm(name):
 @pytest.mark.parametrize("name", ALL_LAYERS)
 def test_plan_collects_every_init_rule(name):
     plan = resolve_layer(name)
-    specs = [s for s in (plan.norm, plan.gate, plan.placement, *plan.modifiers) if s is not None]
+    specs = [s for s in (plan.norm, plan.gate, plan.placement, *plan.modifiers, plan.family) if s is not None]
     assert plan.init_rules == [s.init_rule for s in specs if s.init_rule is not None]
 
 

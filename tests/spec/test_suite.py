@@ -142,3 +142,16 @@ def test_a_claim_is_tested_against_its_claimed_margin_unless_by_says_otherwise()
     claim = {"layer": "layerscale", "beats": "layernorm", "depth": 1, "claimed": 3.4}
     assert parse_suite({**base, "claims": [claim]}, Path("c.yaml")).claims[0]["by"] == 3.4
     assert parse_suite({**base, "claims": [{**claim, "by": 0}]}, Path("c.yaml")).claims[0]["by"] == 0.0
+
+
+def test_how_a_cell_is_kept_is_not_its_recipe(write_suite):
+    """checkpoint_minutes and keep_weights change no result: a suite that sets them keeps its recipe hash (its
+    ledger resumes), and neither the logged params nor the report's recipe line list them."""
+    plain = load_suite(write_suite())
+    kept = load_suite(write_suite(train={**plain.train, "checkpoint_minutes": 0.5, "keep_weights": "final"}))
+    assert kept.recipe_hash() == plain.recipe_hash()
+    config = kept.cells()[0].config
+    assert config.train.checkpoint_minutes == 0.5 and config.train.keep_weights == "final"
+    assert not {"train.checkpoint_minutes", "train.keep_weights"} & set(config.flat())
+    changed = load_suite(write_suite(train={**plain.train, "weight_decay": 0.5}))
+    assert changed.recipe_hash() != plain.recipe_hash()

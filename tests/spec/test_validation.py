@@ -51,6 +51,11 @@ TRAIN = {"epochs": 1, "batch_size": 256, "warmup_epochs": 0}  # TINY's
     ({"train": {**TRAIN, "label_smoothing": 1.0}}, ["train.label_smoothing: must lie in [0, 1)", "1.0"]),
     ({"train": {**TRAIN, "label_smoothing": -0.1}}, ["train.label_smoothing"]),
     ({"device": "tpu"}, ["device: expected auto, cpu, cuda or cuda:N, got 'tpu'"]),
+    ({"train": {**TRAIN, "checkpoint_minutes": -5}}, ["train.checkpoint_minutes: expected 0 (no checkpoints) or a "
+                                                      "positive number of minutes", "e.g. 15", "-5"]),
+    ({"train": {**TRAIN, "checkpoint_minutes": "often"}}, ["train.checkpoint_minutes: expected float", "'often'"]),
+    ({"train": {**TRAIN, "keep_weights": "best"}}, ["train.keep_weights: 'best'", "final"]),
+    ({"train": {**TRAIN, "checkpoint_minutes": 0.5, "keep_weights": "final"}}, []),
 ])
 def test_nonsense_is_refused_before_any_output_exists(write_suite, capsys, tmp_path, overrides, expected):
     path, out = write_suite(**overrides), tmp_path / "out"

@@ -67,7 +67,7 @@ def trials(path: Path) -> dict[str, list[optuna.trial.FrozenTrial]]:
 
 def test_an_old_ledger_gets_its_curves_and_scores_and_keeps_everything_else(tmp_path: Path) -> None:
     path = old_ledger(tmp_path)
-    before, identity = trials(path), ledger_identity(JournalStorage(SafeJournalFileBackend(str(path))))
+    before, identity = trials(path), ledger_identity(SafeJournalFileBackend(str(path)))
     assert needs_upgrade(path)
     summary = upgrade_journal(path)
     assert summary.changed and (summary.upgraded, summary.values_added, summary.names_added) == (3, 5, 1)
@@ -90,7 +90,7 @@ def test_an_old_ledger_gets_its_curves_and_scores_and_keeps_everything_else(tmp_
     assert storage.get_study_system_attrs(storage.get_study_id_from_name("run:t"))["kept"] == [1]
     assert [optuna.load_study(study_name=n, storage=storage).metric_names for n in after] == \
         [["val_top1_final_epoch"]] * 2
-    assert ledger_identity(storage) == identity  # the same ledger to MLflow's parent run
+    assert ledger_identity(SafeJournalFileBackend(str(path))) == identity  # the same ledger to MLflow's parent run
     assert not needs_upgrade(path)
 
 
@@ -115,7 +115,7 @@ def test_a_ledger_in_use_is_refused_untouched(tmp_path: Path, how: str) -> None:
         if life is not None:
             life.release()
     message = str(refused.value)
-    assert "in use" in message and "python -m normbench.store.upgrade" in message and "\n" not in message
+    assert "in use" in message and "normbench ledger upgrade" in message and "\n" not in message
     assert ("trial(s) RUNNING" in message, "a live worker" in message) == (how == "running trial", how == "live worker")
     assert path.read_bytes() == written
     assert not Path(f"{path}.lock").exists()  # the journal's lock is given back
@@ -142,3 +142,12 @@ def test_the_command_line_upgrades_and_names_a_missing_file(tmp_path: Path, caps
     assert upgrade.main([str(tmp_path / "nope.journal")]) == 2
     assert "no such ledger journal" in capsys.readouterr().err
 
+
+
+def test_the_cli_verb_upgrades_a_folders_ledger_and_says_what_it_did(tmp_path: Path, capsys) -> None:
+    from normbench.cli import main
+
+    old_ledger(tmp_path)
+    assert main(["ledger", "upgrade", str(tmp_path)]) == 0
+    assert not needs_upgrade(tmp_path / "ledger.journal")
+    assert "upgraded 3 of" in capsys.readouterr().out

@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from normbench.cli import main
+from normbench.spec.names import OutputFolder
 from normbench.store.ledger import Ledger
 from tests.conftest import REPO
 
@@ -57,6 +58,9 @@ def test_run_writes_leaderboard_csv_and_one_mlflow_run_per_cell(write_suite, tmp
     for layer in LAYERS:
         assert f"| {layer} " in board
     assert (out / "accuracy_vs_depth.png").stat().st_size > 0 and (out / "accuracy_vs_lr.png").exists()
+    files = [p.name for p in out.iterdir() if p.is_file()]
+    assert any(name.startswith("telemetry_") for name in files)  # the patterns below are exercised
+    assert not [name for name in files if not OutputFolder.writes(name)]  # every file written is declared
     assert_each_cell_once(out, "tiny", len(LAYERS))
     run = mlflow_runs(out, "tiny")[0]
     assert {"depth", "layer", "lr", "seed", "train.epochs", "model.embed_dim"} <= set(run.data.params)

@@ -11,7 +11,7 @@ from normbench.spec.suite import load_suite
 from normbench.store.ledger import Ledger
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import open_run_study, run_jobs
-from normbench.sweep.worker import WorkSummary, run_cell
+from normbench.sweep.worker import LOST, WorkSummary, run_cell, work
 
 
 def test_bookkeeping_is_the_busy_time_not_spent_training():
@@ -56,9 +56,19 @@ def test_a_cell_taken_over_before_its_first_write_is_stopped_not_crashed(write_s
     trial = ledger.claim(job.study)
     tracker = _TakenOverAtStart(job.study)
     progress = Progress(total=1, quiet=True)
-    ok, trained = run_cell(job, trial, ledger=ledger, tracker=tracker, device="cpu", progress=progress,
-                           suite_name=suite.name)
-    assert (ok, trained) == (True, 0.0)
+    outcome, trained = run_cell(job, trial, ledger=ledger, tracker=tracker, device="cpu", progress=progress,
+                                suite_name=suite.name)
+    assert (outcome, trained) == (LOST, 0.0)
     assert tracker.calls == [("run-1", "KILLED")]  # its MLflow run never reads FINISHED
     frozen = job.study.get_trials(deepcopy=False)[trial.number]
     assert frozen.state == TrialState.FAIL and "mlflow_run_id" not in frozen.user_attrs
+
+
+def test_a_lost_claim_is_counted_as_lost_not_as_a_cell_run(write_suite, tmp_path):
+    suite = load_suite(write_suite(matrix={"depth": [1], "layer": ["layernorm"], "lr": [1e-3], "seed": [0]}))
+    ledger = Ledger(None, tmp_path)
+    study = open_run_study(ledger, suite)
+    ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
+    summary = work(run_jobs(suite, study, ledger), ledger, _TakenOverAtStart(study), "cpu",
+                   Progress(total=1, quiet=True), suite.name)
+    assert (summary.cells_run, summary.lost_claims, summary.errors) == (0, 1, 0)

@@ -11,7 +11,7 @@ from normbench.store.journal import repair
 from normbench.store.ledger import Ledger, requeue
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import open_run_study, run_jobs
-from normbench.sweep.worker import run_cell
+from normbench.sweep.worker import TRAINED, run_cell
 
 
 class _NoTracking:
@@ -34,9 +34,9 @@ def test_run_cells_report_each_epochs_val_to_their_trial(write_suite, tmp_path, 
     ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
     job = run_jobs(suite, study, ledger)()[0]
     while (trial := ledger.claim(job.study)) is not None:
-        ok, _ = run_cell(job, trial, ledger=ledger, tracker=_NoTracking(), device="cpu",
-                         progress=Progress(total=2, quiet=True), suite_name="iv")
-        assert ok
+        outcome, _ = run_cell(job, trial, ledger=ledger, tracker=_NoTracking(), device="cpu",
+                              progress=Progress(total=2, quiet=True), suite_name="iv")
+        assert outcome == TRAINED
 
     study = Ledger(None, tmp_path).study("run:iv")
     trials = study.get_trials(deepcopy=False)

@@ -120,7 +120,7 @@ def test_normbench_ui_opens_the_published_folder_within_30_s(converged):
 def test_a_run_logged_live_and_cut_short_is_completed_not_duplicated(tmp_path):
     out = tmp_path / "out"
     ids = write_ledger(out)
-    identity = ledger_identity(Ledger(None, out).storage)
+    identity = ledger_identity(Ledger(None, out).journal)
     tracker = Tracker(out, "tiny", parent_tags={"recipe": "r", "ledger": identity})  # as sweep/suite_run.py
     live = tracker.start(ids[0], {"depth": 1, "layer": "layernorm", "lr": 1e-3, "seed": 0, "role": "select"},
                          {"suite": "tiny", "study": "run:tiny", "trial": "0"})

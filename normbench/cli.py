@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from normbench import settings, stopping
+from normbench.contracts.names import OutputFolder
 from normbench.errors import NormbenchError, Terminated
-from normbench.spec.names import OutputFolder
 
 
 def _suite_args(p: argparse.ArgumentParser) -> None:
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 def _check_device_flag(args: argparse.Namespace) -> None:
     """`--device` goes through the suite's `device:` check: one line, not torch's traceback."""
     if getattr(args, "device", None) is not None:
-        from normbench.spec.cell_checks import check_device
+        from normbench.contracts.cell_checks import check_device
 
         check_device(args.device, "--device")
 
@@ -173,7 +173,7 @@ def _redacted(url: str) -> str:
 
 
 def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from normbench.spec.suite import load_suite
+    from normbench.contracts.suite import load_suite
 
     overrides = getattr(args, "overrides", None) or []
     suite = load_suite(args.suite, overrides)
@@ -192,7 +192,7 @@ def _overridden_copy(path: Path, overrides: list[str]) -> Path:
     import shutil
     import tempfile
 
-    from normbench.spec.suite_file import overridden_text
+    from normbench.contracts.suite_file import overridden_text
 
     folder = Path(tempfile.mkdtemp(prefix="normbench-set-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
@@ -252,8 +252,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from normbench.contracts.suite import load_suite
     from normbench.report.leaderboard import write_leaderboard
-    from normbench.spec.suite import load_suite
 
     if not args.out.is_dir():
         raise NormbenchError(f"{args.out}: no such folder; pass a suite's output folder, e.g. results/smoke")

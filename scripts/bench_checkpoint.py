@@ -25,9 +25,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig  # noqa: E402
 from normbench.diagnostics.bench import device_slug, torch_version  # noqa: E402
 from normbench.report.machine import load_note, machine_line  # noqa: E402
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig  # noqa: E402
 from normbench.train import checkpoint  # noqa: E402
 from normbench.train.loop import build_fit, train_epoch  # noqa: E402
 

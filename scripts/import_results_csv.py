@@ -26,10 +26,10 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from normbench.spec.names import OutputFolder, StudyNames
-from normbench.spec.results import CellResult
-from normbench.spec.selection import BUDGETS, REPORTS, SELECTS, select_value
-from normbench.spec.suite import Suite, cell_id, load_suite
+from normbench.contracts.names import OutputFolder, StudyNames
+from normbench.contracts.results import CellResult
+from normbench.contracts.selection import BUDGETS, REPORTS, SELECTS, select_value
+from normbench.contracts.suite import Suite, cell_id, load_suite
 from normbench.store.migrations import OBJECTIVE_NAME, SCORE_ATTRS
 from normbench.store.trial_params import axis_distributions, trial_params
 

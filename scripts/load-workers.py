@@ -255,7 +255,7 @@ def child(args: argparse.Namespace) -> None:
     import warnings
 
     warnings.simplefilter("ignore")  # Optuna's "experimental" notes, once per worker
-    from normbench.spec.results import CellResult
+    from normbench.contracts.results import CellResult
     from normbench.store.ledger import Ledger
     from normbench.sweep import worker
     from normbench.sweep.progress import Progress

@@ -27,8 +27,8 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.data.digits import load_digits_splits
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train import fastpath
 from normbench.train.loop import train_cell
 from normbench.train.schedule import warmup_cosine

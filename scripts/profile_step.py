@@ -12,7 +12,7 @@ import argparse
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.loop import train_cell
 
 

@@ -17,7 +17,7 @@ from contextlib import nullcontext
 
 import torch
 
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.loop import train_cell
 
 

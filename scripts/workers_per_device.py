@@ -46,8 +46,8 @@ def main() -> int:
     if min(args.workers) < 1:
         parser.error(f"--workers: every count must be at least 1, got {args.workers}")
 
+    from normbench.contracts.suite import load_suite
     from normbench.errors import NormbenchError
-    from normbench.spec.suite import load_suite
 
     try:
         cells = len(load_suite(args.suite).cells())

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from normbench.cli import main
-from normbench.spec.suite import load_suite
-from tests.spec.test_suite import run_cli
+from normbench.contracts.suite import load_suite
+from tests.contracts.test_suite import run_cli
 
 
 @pytest.mark.parametrize("command", ["run", "tune", "worker"])

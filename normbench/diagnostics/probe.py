@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from normbench.contracts.recipe import CellConfig, ModelConfig
 from normbench.errors import NormbenchError
-from normbench.spec.recipe import CellConfig, ModelConfig
 
 COLUMNS = ["block", "rms_in", "rms_out", "growth", "grad_norm", "token_cos"]
 

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from normbench.spec.recipe import CellConfig
+from normbench.contracts.recipe import CellConfig
 
 KWARGS_KEY = "normbench.create_model"  # metadata: json of timm.create_model's keyword arguments
 CELL_KEY = "normbench.cell"            # metadata: json of the cell's CellConfig
@@ -73,8 +73,8 @@ def read_metadata(path: str | Path) -> dict[str, Any] | None:
 
 def cell_config(path: str | Path) -> CellConfig:
     """The recipe a kept-weights file was trained with."""
+    from normbench.contracts.recipe import ModelConfig, TrainConfig
     from normbench.data.config import DataConfig
-    from normbench.spec.recipe import ModelConfig, TrainConfig
 
     meta = read_metadata(path)
     if meta is None:

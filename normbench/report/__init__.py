@@ -3,5 +3,5 @@ claims), `tables` (markdown), `plots`, `telemetry_figures` (per-block telemetry 
 a reference suite's layer ranking hold here) and `machine` (the machine line every report carries).
 
 normbench/report/leaderboard.py reads the ledger and writes the files; everything else here takes and returns
-DataFrames. The selection rule itself (`select`, `score`, which lr a row takes) is normbench/spec/selection.py.
+DataFrames. The selection rule itself (`select`, `score`, which lr a row takes) is normbench/contracts/selection.py.
 """

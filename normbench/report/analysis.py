@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from normbench.contracts.selection import BUDGETS, ROLE, SELECT, edge_reason
 from normbench.report.budget import BUDGET_AXIS
 from normbench.report.convergence import budget_rows, convergence_rows, loss_floor, loss_threshold
 from normbench.report.learning_speed import add_steps_to_targets, speed_rows
 from normbench.report.stats import lr_sensitivity, select_lr, selected_cells, selecting, separation
-from normbench.spec.selection import BUDGETS, ROLE, SELECT, edge_reason
 
 MATRIX_AXES = ("depth", "layer", "lr", "seed")
 

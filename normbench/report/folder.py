@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from normbench.contracts.names import OutputFolder, StudyNames
+from normbench.contracts.suite import Suite, load_suite
 from normbench.errors import NormbenchError
 from normbench.report.analysis import Analysis
 from normbench.report.frames import cells_frame
 from normbench.report.leaderboard import _analyse, _with_recipe_columns
-from normbench.spec.names import OutputFolder, StudyNames
-from normbench.spec.suite import Suite, load_suite
 from normbench.store.ledger import Ledger
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pandas as pd
 from optuna.trial import TrialState
 
-from normbench.spec.names import StudyNames
-from normbench.spec.selection import BUDGETS, REPORTS, ROLE, SELECTS, add_scores
+from normbench.contracts.names import StudyNames
+from normbench.contracts.selection import BUDGETS, REPORTS, ROLE, SELECTS, add_scores
 from normbench.store.ledger import ATTEMPTS, RETRY_ROUND, Ledger, failed_for_good
 from normbench.store.migrations import trial_axes
 

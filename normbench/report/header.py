@@ -10,15 +10,15 @@ from typing import Any
 
 import pandas as pd
 
+from normbench.contracts.recipe import RUN_KEYS
+from normbench.contracts.selection import CHANCE_SE, REPORTS, ROLE, SELECTS, TIE_RULE
+from normbench.contracts.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
 from normbench.data.config import DATASET_ONLY_KEYS
 from normbench.report.analysis import Analysis
 from normbench.report.convergence import BUDGET_POINTS, LOSS_TOLERANCE, RISE_POINTS, RISE_SHARE
 from normbench.report.machine import machine_line
 from normbench.report.stats import ALPHA
 from normbench.report.style import lr_text
-from normbench.spec.recipe import RUN_KEYS
-from normbench.spec.selection import CHANCE_SE, REPORTS, ROLE, SELECTS, TIE_RULE
-from normbench.spec.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
 
 SCORE_DEFINITION = (
     "score = test top-1 (%) at the final epoch, at the lr whose seed-mean val top-1 (final epoch) over the "

@@ -1,7 +1,7 @@
 """Ledger -> pandas -> results.csv, history.csv, leaderboard.md and figures. Regenerable any time with
 `normbench leaderboard`.
 
-The protocol (docs/protocol.md): the selection seeds choose each row's lr on val (spec/selection.py), the report
+The protocol (docs/protocol.md): the selection seeds choose each row's lr on val (contracts/selection.py), the report
 seeds score it on test; learning speed, convergence, lr sensitivity, failure rate and Holm-adjusted comparisons are
 reported beside the final accuracy (report/analysis.py computes them, header.py and sections.py format them). This
 module reads the ledger and writes the files.
@@ -15,6 +15,9 @@ from typing import Any
 import pandas as pd
 from optuna.trial import TrialState
 
+from normbench.contracts.names import OutputFolder, StudyNames, suites_in
+from normbench.contracts.selection import add_scores
+from normbench.contracts.suite import DEFAULT_TARGETS, Suite
 from normbench.errors import NormbenchError
 from normbench.report.analysis import Analysis, analyse
 from normbench.report.ceiling import ceiling_line, read_or_compute_ceiling
@@ -25,9 +28,6 @@ from normbench.report.tables import markdown_table, rankings_table, transfer_tab
 from normbench.report.telemetry_figures import telemetry_section
 from normbench.report.transfer import RESAMPLES, ranking_transfer
 from normbench.report.tune_frame import tune_cells, with_tuned_values
-from normbench.spec.names import OutputFolder, StudyNames, suites_in
-from normbench.spec.selection import add_scores
-from normbench.spec.suite import DEFAULT_TARGETS, Suite
 from normbench.store.ledger import Ledger
 
 UNWRITTEN = ["history", "telemetry"]  # per-epoch and per-block lists: history.csv and the figures hold them

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from normbench.contracts.names import OutputFolder
+from normbench.contracts.selection import DIVERGED, SCORE, SELECT
 from normbench.report.stats import ACCURACY, selected_cells, selecting, t_interval
 from normbench.report.style import (
     DIVERGED_COLOUR,
@@ -29,8 +31,6 @@ from normbench.report.style import (
     layer_order,
     lr_text,
 )
-from normbench.spec.names import OutputFolder
-from normbench.spec.selection import DIVERGED, SCORE, SELECT
 
 ROW = ["layer", "depth"]
 DIVERGED_STEP = 8  # points between the x of two layers diverged at one place
@@ -219,7 +219,7 @@ def write_plots(cells: pd.DataFrame, selected: pd.DataFrame, out_dir: Path, *, d
     """accuracy_vs_depth.png (each layer at its val-selected lr) and accuracy_vs_lr.png (one panel per depth).
 
     Args:
-        cells: Cells with `select`/`score` (normbench.spec.selection.add_scores).
+        cells: Cells with `select`/`score` (normbench.contracts.selection.add_scores).
         selected: `select_lr(cells, ["layer", "depth"])`.
         dataset, epochs: Named in the titles, e.g. "digits", "10".
         metric: The y axis, the leaderboard's score.

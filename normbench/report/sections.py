@@ -11,6 +11,8 @@ from typing import Any
 
 import pandas as pd
 
+from normbench.contracts.names import OutputFolder
+from normbench.contracts.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
 from normbench.report.analysis import Analysis
 from normbench.report.budget import BUDGET_AXIS, budget_agreement, check_agreement
 from normbench.report.convergence import BUDGET_POINTS
@@ -30,8 +32,6 @@ from normbench.report.tables import (
     speed_table,
     throughput_table,
 )
-from normbench.spec.names import OutputFolder
-from normbench.spec.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
 
 
 def title(where: dict[str, Any]) -> str:

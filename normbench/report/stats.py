@@ -1,6 +1,6 @@
 """Statistics of a suite's cells: pure functions from a DataFrame of cells to a DataFrame of results.
 
-The protocol is normbench/spec/selection.py's rule: a cell's `select` value (val top-1, final epoch) is the only
+The protocol is normbench/contracts/selection.py's rule: a cell's `select` value (val top-1, final epoch) is the only
 thing that chooses (the lr of a row: `choose_lr`), its `score` (test top-1, final epoch) is only reported; a
 diverged cell gets 0 for both. Cell frames get both columns from `add_scores` there.
 
@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from normbench.spec.selection import (
+from normbench.contracts.selection import (
     DIVERGED,
     REPORTS,
     ROLE,

@@ -7,10 +7,10 @@ from typing import Any
 
 import pandas as pd
 
+from normbench.contracts.selection import AT_CHANCE, FLAT, add_scores
 from normbench.report.learning_speed import NEVER
 from normbench.report.stats import ACCURACY, Verdicts, reading, t_interval, versus_baseline
 from normbench.report.style import lr_text, window_text
-from normbench.spec.selection import AT_CHANCE, FLAT, add_scores
 
 BEST = "★"
 BASELINE_VERDICTS = Verdicts("better", "worse", "no clear difference", "no CI (one seed)")

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from normbench.contracts.names import OutputFolder
+from normbench.contracts.selection import SCORE, SELECT, chosen_lrs
 from normbench.report.plots import save_figure
 from normbench.report.style import layer_colour
 from normbench.report.style import layer_order as figure_order
-from normbench.spec.names import OutputFolder
-from normbench.spec.selection import SCORE, SELECT, chosen_lrs
 from normbench.train.telemetry import QUANTITIES
 
 LINEAR = {"attn_entropy"}  # shown on a linear colour scale; the other quantities span decades: log scale

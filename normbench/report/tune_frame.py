@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from normbench.contracts.names import StudyNames
+from normbench.contracts.selection import ROLE, SELECTS, add_scores
+from normbench.contracts.suite import Suite, cell_id
 from normbench.report.frames import FINISHED
-from normbench.spec.names import StudyNames
-from normbench.spec.selection import ROLE, SELECTS, add_scores
-from normbench.spec.suite import Suite, cell_id
 from normbench.store.ledger import Ledger
 
 

@@ -30,10 +30,10 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from normbench import settings
+from normbench.contracts.names import OutputFolder, StudyNames
+from normbench.contracts.results import CellResult
+from normbench.contracts.selection import score_value, select_value
 from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
-from normbench.spec.names import OutputFolder, StudyNames
-from normbench.spec.results import CellResult
-from normbench.spec.selection import score_value, select_value
 from normbench.store.journal import SafeJournalFileBackend, lock_lost
 from normbench.store.locks import LifeLock, holder_dead
 from normbench.store.migrations import legacy_claim_verdict, trial_cell_id

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from normbench import settings
-from normbench.spec.names import OutputFolder
+from normbench.contracts.names import OutputFolder
 
 LOCKS_DIR = OutputFolder.LOCKS
 SAY_AFTER = 5.0  # a write takes milliseconds: a wait this long is worth a line

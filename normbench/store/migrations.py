@@ -6,19 +6,19 @@ every trial in the current format. The one rewrite is version 5's, run by hand (
 
 - version 1: a cell's axes lived only in the trial's params (no `axes` user attr); its `cell_id` listed the axes in
   the suite's order (`lr=0.001,depth=2`).
-- version 2: `axes` is a user attr and ids sort the axes by name (spec/suite.py `cell_id`), so reordering a suite's
+- version 2: `axes` is a user attr and ids sort the axes by name (contracts/suite.py `cell_id`), so reordering a suite's
   keys keeps every id. A version-1 id is recomputed from the axes.
 - version 3: results carry `val_top1`/`test_top1` (the test split). A version-2 result has only `best_val_top1`;
-  spec/selection.py reads it as legacy (select and score both the best-epoch val) and the report says so.
+  contracts/selection.py reads it as legacy (select and score both the best-epoch val) and the report says so.
 - version 4: claims on a journal ledger name the claimer's OS lock (`worker_lock`); a version-3 claim has only host
   and pid (`legacy_claim_verdict`): on its own host its pid tells; from another host (most often a new container's
   name for the same folder) nothing can, so on a journal it is taken for dead once RUNNING longer than the heartbeat
   grace, instead of being waited for forever.
 - version 5: a finished trial carries its epochs as Optuna intermediate values (val top-1 at step = optimizer steps,
-  the worker's `trial.report`) and its scores as numeric user attrs `test_top1`/`val_top1` (spec/selection.py, 0 when
-  diverged): optuna-dashboard draws its curve and sorts by them. A version-4 finished trial has only its `history`
-  and `result`; `version5_additions` says what it lacks and store/upgrade.py rewrites the journal with it (Optuna
-  cannot add to a finished trial). A history written before epochs recorded `step` is placed at its epoch count.
+  the worker's `trial.report`) and its scores as numeric user attrs `test_top1`/`val_top1` (contracts/selection.py,
+  0 when diverged): optuna-dashboard draws its curve and sorts by them. A version-4 finished trial has only its
+  `history` and `result`; `version5_additions` says what it lacks and store/upgrade.py rewrites the journal with it
+  (Optuna cannot add to a finished trial). A history written before epochs recorded `step` is placed at its epoch count.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from normbench.spec.selection import score_value, select_value
-from normbench.spec.suite import cell_id
+from normbench.contracts.selection import score_value, select_value
+from normbench.contracts.suite import cell_id
 
 LEDGER_VERSION = 5
 OBJECTIVE_NAME = "val_top1_final_epoch"  # every study's objective (store/ledger.py `Ledger.study` names new ones)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from normbench.spec.names import OutputFolder
+from normbench.contracts.names import OutputFolder
 
 RESERVE = f"{OutputFolder.LOCKS}/reserve"
 RESERVE_BYTES = 1 << 20  # a ledger record is ~1 KB; closing an MLflow run writes a SQLite journal of a few pages

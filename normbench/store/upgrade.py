@@ -24,8 +24,8 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
+from normbench.contracts.names import OutputFolder
 from normbench.errors import NormbenchError
-from normbench.spec.names import OutputFolder
 from normbench.store.journal import SafeJournalFileBackend, first_bad_line
 from normbench.store.locks import JournalLock, holder_dead
 from normbench.store.migrations import OBJECTIVE_NAME, version5_additions

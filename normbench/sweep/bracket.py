@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from normbench.spec.selection import (
+from normbench.contracts.selection import (
     AT_CHANCE,
     DIVERGED,
     cell_at_chance,
@@ -29,7 +29,7 @@ from normbench.spec.selection import (
     seed_mean,
     select_value,
 )
-from normbench.spec.suite import Suite
+from normbench.contracts.suite import Suite
 
 
 def grid_ratio(lrs: Iterable[float]) -> float:

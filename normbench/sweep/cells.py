@@ -10,9 +10,9 @@ from typing import Any
 
 import optuna
 
+from normbench.contracts.recipe import CellConfig
+from normbench.contracts.suite import Suite
 from normbench.errors import SuiteError
-from normbench.spec.recipe import CellConfig
-from normbench.spec.suite import Suite
 from normbench.store.ledger import Ledger
 
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import optuna
 
-from normbench.spec.names import OutputFolder
-from normbench.spec.recipe import CellConfig
+from normbench.contracts.names import OutputFolder
+from normbench.contracts.recipe import CellConfig
 from normbench.store.ledger import Ledger, worker_host
 from normbench.train.checkpoint import CheckpointUnusable, Keeper, read, recipe_of, where
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from normbench.spec.names import OutputFolder, StudyNames
-from normbench.spec.selection import BUDGETS, REPORTS, SELECTS
-from normbench.spec.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
+from normbench.contracts.names import OutputFolder, StudyNames
+from normbench.contracts.selection import BUDGETS, REPORTS, SELECTS
+from normbench.contracts.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
 from normbench.sweep.bracket import bracket_axes
 
 

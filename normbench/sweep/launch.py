@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from normbench.contracts.suite import Suite
 from normbench.errors import Terminated
-from normbench.spec.suite import Suite
 
 LOCAL_WORKER = "NORMBENCH_LOCAL_WORKER"  # set for the workers of `run --workers`: their parent says how to resume
 

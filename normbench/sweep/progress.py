@@ -8,8 +8,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from normbench.spec.results import CellResult
-from normbench.spec.selection import select_value
+from normbench.contracts.results import CellResult
+from normbench.contracts.selection import select_value
 
 
 def _duration(seconds: float) -> str:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from normbench.spec.selection import choose_lr, seed_mean, select_value
-from normbench.spec.suite import BUDGET_SEEDS, Suite
+from normbench.contracts.selection import choose_lr, seed_mean, select_value
+from normbench.contracts.suite import BUDGET_SEEDS, Suite
 
 
 def chosen_lr_by_row(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[tuple, float]:

@@ -17,9 +17,9 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from normbench.spec.names import OutputFolder, StudyNames
-from normbench.spec.selection import BUDGETS, REPORTS, SELECTS
-from normbench.spec.suite import Suite
+from normbench.contracts.names import OutputFolder, StudyNames
+from normbench.contracts.selection import BUDGETS, REPORTS, SELECTS
+from normbench.contracts.suite import Suite
 from normbench.store.ledger import LIVE, UNFINISHED, Ledger
 from normbench.store.migrations import trial_cell_id
 from normbench.sweep.bracket import bracket_axes

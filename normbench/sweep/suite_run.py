@@ -19,9 +19,9 @@ from pathlib import Path
 
 import yaml
 
+from normbench.contracts.names import OutputFolder, study_suite, suites_in
+from normbench.contracts.suite import Suite
 from normbench.errors import NormbenchError
-from normbench.spec.names import OutputFolder, study_suite, suites_in
-from normbench.spec.suite import Suite
 from normbench.store import reserve
 from normbench.store.journal import ledger_identity, repair_tail
 from normbench.store.ledger import Ledger, max_attempts_from_env

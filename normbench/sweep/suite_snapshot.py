@@ -15,8 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from normbench.contracts.suite import Suite, load_suite
 from normbench.errors import SuiteError
-from normbench.spec.suite import Suite, load_suite
 
 
 def take_snapshot(suite: Suite) -> Path:

@@ -3,7 +3,7 @@
 One study per point of the matrix without its seed and tuned axes, named `tune:<suite>:depth=12,layer=layerscale`.
 Each study gets exactly `tune.trials` trial slots queued up front, so the budget is equal however many workers
 share it; pruned and diverged trials spend budget like any other. The search trains on `search_seed` (one past the
-largest seed of the matrix) and ranks trials by val top-1 at the final epoch (normbench/spec/selection.py). When every
+largest seed of the matrix) and ranks trials by val top-1 at the final epoch (contracts/selection.py). When every
 search is over, the best config of each study is re-run for every seed of the matrix in the study
 `tuned:<suite>`: seeds the search never trained on, so the winning trial's lucky draw is not counted again, and
 reported by test top-1 like `normbench run`.
@@ -19,9 +19,9 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from normbench.contracts.names import StudyNames
+from normbench.contracts.suite import Suite, TuneConfig, cell_id, with_overrides
 from normbench.errors import ClaimLostError, SuiteError
-from normbench.spec.names import StudyNames
-from normbench.spec.suite import Suite, TuneConfig, cell_id, with_overrides
 from normbench.store.ledger import Ledger
 from normbench.sweep.cells import cell_params, check_recipe, open_study_of_recipe
 from normbench.sweep.progress import Progress

@@ -9,8 +9,8 @@ import subprocess
 from optuna.trial import FrozenTrial, TrialState
 
 from normbench import stopping
-from normbench.spec.results import CellResult
-from normbench.spec.suite import Suite
+from normbench.contracts.results import CellResult
+from normbench.contracts.suite import Suite
 from normbench.store.ledger import Ledger
 from normbench.sweep.launch import stop_workers
 from normbench.sweep.progress import Progress

@@ -21,9 +21,9 @@ import optuna
 from optuna.trial import TrialState
 
 from normbench import settings, stopping
+from normbench.contracts.recipe import CellConfig
+from normbench.contracts.results import EpochRecord
 from normbench.errors import ClaimLostError, NormbenchError
-from normbench.spec.recipe import CellConfig
-from normbench.spec.results import EpochRecord
 from normbench.store.ledger import ATTEMPTS, Ledger, failed_for_good
 from normbench.sweep.checkpoints import CellCheckpoints, CheckpointFolder
 from normbench.sweep.progress import Progress

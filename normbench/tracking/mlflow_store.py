@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from normbench.spec.names import OutputFolder
+from normbench.contracts.names import OutputFolder
 from normbench.store.locks import folder_lock
 
 PARENT_RUN = "leaderboard"  # the suite's parent run: holds the leaderboard files; every cell is nested under it

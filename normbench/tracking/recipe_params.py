@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from normbench.spec.names import OutputFolder
+from normbench.contracts.names import OutputFolder
 
 
 class RecipeParams:
@@ -31,7 +31,7 @@ class RecipeParams:
     def _suite(self) -> Any:
         if self.suite_name is None:
             return None
-        from normbench.spec.suite import load_suite
+        from normbench.contracts.suite import load_suite
 
         try:
             return load_suite(self.folder.suite)
@@ -42,8 +42,8 @@ class RecipeParams:
         """`section.key -> value` of the cell of `axes` (with a tuned re-run's `overrides`); {} without a suite."""
         if self._suite is None:
             return {}
+        from normbench.contracts.suite import with_overrides
         from normbench.data.config import DATASET_ONLY_KEYS
-        from normbench.spec.suite import with_overrides
 
         try:
             cell = self._suite.cell(axes)

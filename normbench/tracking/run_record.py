@@ -9,7 +9,7 @@ ledger are the same run.
 - `layout`: this module's version. A run of an older layout (epochs at step = epoch) is replaced by sync.
 - per-epoch metrics at step = optimizer steps (the history's `step`): val_top1, train_loss, scheduled_lr (the
   schedule's lr; `lr` is the cell's peak, an axis and a param), grad_norm, images_per_sec.
-- final metrics, as the leaderboard defines them (spec/selection.py): `test_top1` is its score (test top-1 at the
+- final metrics, as the leaderboard defines them (contracts/selection.py): `test_top1` is its score (test top-1 at the
   final epoch, 0 when diverged), `val_top1_final` what selects (val top-1 at the final epoch, 0 when diverged).
 """
 
@@ -19,8 +19,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from normbench.spec.names import BRACKET, BUDGET, REPORT, RUN, TUNE, TUNED, study_kind, study_suite
-from normbench.spec.selection import BUDGETS, DIVERGED, REPORTS, SCORE, SELECT, SELECTS, cell_scores
+from normbench.contracts.names import BRACKET, BUDGET, REPORT, RUN, TUNE, TUNED, study_kind, study_suite
+from normbench.contracts.selection import BUDGETS, DIVERGED, REPORTS, SCORE, SELECT, SELECTS, cell_scores
 from normbench.tracking.naming import logged_blocks, telemetry_metric
 
 LAYOUT = "2"

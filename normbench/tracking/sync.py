@@ -18,8 +18,8 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from normbench.contracts.names import TUNE, TUNED, OutputFolder, StudyNames, study_suite
 from normbench.errors import NormbenchError
-from normbench.spec.names import TUNE, TUNED, OutputFolder, StudyNames, study_suite
 from normbench.store.journal import ledger_identity
 from normbench.store.ledger import Ledger
 from normbench.store.migrations import trial_axes, trial_cell_id

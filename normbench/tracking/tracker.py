@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from normbench.spec.results import CellResult
+from normbench.contracts.results import CellResult
 from normbench.store.retry import redact
 from normbench.tracking import mlflow_store
 from normbench.tracking.naming import run_name

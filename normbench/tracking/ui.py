@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from normbench import stopping
+from normbench.contracts.names import OutputFolder
 from normbench.errors import NormbenchError
-from normbench.spec.names import OutputFolder
 from normbench.tracking.mlflow_store import KIND, KIND_TAG, quiet_mlflow_logging
 from normbench.tracking.view_state import SHARE_KEY, SHARE_TAG, group_colours, view_state
 

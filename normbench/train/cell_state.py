@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from normbench.spec.results import EpochRecord
+from normbench.contracts.results import EpochRecord
 
 
 @dataclass

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from normbench.spec.recipe import CellConfig
+from normbench.contracts.recipe import CellConfig
 from normbench.train.cell_state import CellProgress, EpochSoFar
 
 Fit = Any  # train/loop.py's Fit (not imported: the loop imports this module)

@@ -24,12 +24,12 @@ from timm.optim import create_optimizer_v2
 from torch import nn
 
 from normbench import stopping
+from normbench.contracts.recipe import CellConfig, TrainConfig
+from normbench.contracts.results import CellResult, EpochRecord, Status
 from normbench.data import DataBundle, build_data
 from normbench.errors import SuiteError
 from normbench.model.init_images import init_images_for
 from normbench.model.vit import NormbenchViT
-from normbench.spec.recipe import CellConfig, TrainConfig
-from normbench.spec.results import CellResult, EpochRecord, Status
 from normbench.train import fastpath
 from normbench.train.aux_losses import from_config as aux_losses_from_config
 from normbench.train.cell_state import CellProgress, EpochSoFar
@@ -220,7 +220,7 @@ def train_epoch(fit: Fit, epoch: int, so_far: EpochSoFar | None = None) -> Epoch
 def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: EpochCallback | None = None,
                data: DataBundle | None = None, dist: Dist | None = None, *, keeper: Keeper | None = None,
                resume: dict[str, Any] | None = None) -> CellResult:
-    """Train one cell and return its metrics (normbench/spec/results.py says what each field means).
+    """Train one cell and return its metrics (normbench/contracts/results.py says what each field means).
 
     With `dist` (torchrun, normbench/train/distributed.py) every rank calls this with the same cell: each trains on
     its slice of every global batch under DistributedDataParallel, metrics are summed over ranks, and only rank 0's

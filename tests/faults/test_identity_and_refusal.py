@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from normbench.cli import main
-from normbench.spec.suite import cell_id
+from normbench.contracts.suite import cell_id
 from tests.faults.helpers import assert_invariants
 
 CELLS = ["depth=1,layer=layernorm,lr=0.001,seed=0", "depth=1,layer=layerscale,lr=0.001,seed=0"]

@@ -14,7 +14,7 @@ import yaml
 from optuna.trial import TrialState
 
 from normbench.cli import main
-from normbench.spec.suite import load_suite
+from normbench.contracts.suite import load_suite
 from normbench.sweep.checkpoints import CheckpointFolder
 from normbench.train.checkpoint import Keeper, recipe_of
 from normbench.train.loop import train_cell

@@ -9,7 +9,7 @@ import time
 
 from mlflow.tracking import MlflowClient
 
-from normbench.spec.results import CellResult
+from normbench.contracts.results import CellResult
 from normbench.store.journal import ledger_identity
 from normbench.store.ledger import Ledger
 from normbench.tracking import tracker as tracker_module

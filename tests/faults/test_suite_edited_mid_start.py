@@ -11,7 +11,7 @@ import yaml
 from optuna.trial import TrialState
 
 from normbench.cli import main
-from normbench.spec.suite import load_suite
+from normbench.contracts.suite import load_suite
 from normbench.sweep import suite_run
 from tests.faults.helpers import assert_invariants, trials
 

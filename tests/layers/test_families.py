@@ -159,7 +159,7 @@ DDP_SCRIPT = """
 import json, sys
 import torch
 from normbench.data.config import DataConfig
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.distributed import from_env, shutdown
 from normbench.train.loop import build_fit, train_epoch
 from normbench.layers.ngpt import ngpt_normalize

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.data.config import DataConfig
 from normbench.layers import LayerError, resolve_layer
 from normbench.model.vit import NormbenchViT
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.loop import build_fit, train_epoch
 from normbench.train.optim_groups import param_groups
 from tests.layers._cases import images

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.data import build_data
 from normbench.data.config import DataConfig
 from normbench.layers import get_spec
 from normbench.model.init_images import INIT_IMAGES, first_train_images, init_images_for
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.loop import build_model, train_cell
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

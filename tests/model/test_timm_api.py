@@ -16,9 +16,9 @@ from torch import nn
 from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
 
 import normbench
+from normbench.contracts.recipe import CellConfig
 from normbench.layers import get_spec
 from normbench.model.vit import NormbenchViT
-from normbench.spec.recipe import CellConfig
 from tests.layers._cases import SINGLE, data_kwargs
 
 LAYERS = [*SINGLE, "learnable_scaler+layerscale", "layerscale+qk_norm"]
@@ -241,7 +241,7 @@ def test_grad_checkpointing_in_forward_intermediates_and_as_a_kwarg():
 
 
 def test_grad_checkpointing_is_a_suite_key(write_suite):
-    from normbench.spec.suite import load_suite
+    from normbench.contracts.suite import load_suite
     from normbench.train.loop import build_model
 
     suite = load_suite(write_suite(model={"embed_dim": 16, "num_heads": 2, "patch_size": 4,

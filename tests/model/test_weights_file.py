@@ -8,9 +8,9 @@ import timm
 import torch
 
 from normbench.cli import main
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.data import build_data
 from normbench.model.weights_file import cell_config, read_metadata
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.checkpoint import Keeper, recipe_of
 from normbench.train.loop import train_cell
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from normbench.contracts.names import OutputFolder
 from normbench.data.config import DataConfig
 from normbench.report import ceiling
 from normbench.report.ceiling import (
@@ -19,7 +20,6 @@ from normbench.report.ceiling import (
     fingerprint,
     read_or_compute_ceiling,
 )
-from normbench.spec.names import OutputFolder
 
 
 def tiny_synthetic(**overrides) -> DataConfig:

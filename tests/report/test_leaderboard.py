@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from normbench.contracts.selection import add_scores
 from normbench.report.stats import check_claims, select_lr
 from normbench.report.tables import all_depths_table, claims_table, layer_table, tuned_table, window_text
-from normbench.spec.selection import add_scores
 
 
 def cell(layer: str, lr: float, seed: int, val: float, test: float, status: str = "ok", depth: int = 12) -> dict:

@@ -13,6 +13,8 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_hex
 
+from normbench.contracts.selection import add_scores
+from normbench.contracts.suite import load_suite
 from normbench.report.header import recipe_lines, seeds_line
 from normbench.report.plots import depth_figure, lr_figure, sensitivity_figure, step_figure, write_plots
 from normbench.report.stats import select_lr, selected_cells
@@ -30,8 +32,6 @@ from normbench.report.style import (
 )
 from normbench.report.tables import layer_table
 from normbench.report.telemetry_figures import block_maps, quantity_figure
-from normbench.spec.selection import add_scores
-from normbench.spec.suite import load_suite
 
 LAYERS = ("rezero", "layernorm", "layerscale")
 LRS = (1e-3, 3.1623e-3, 1e-2)

@@ -9,6 +9,7 @@ import warnings
 import pandas as pd
 import pytest
 
+from normbench.contracts.selection import add_scores, chosen_lrs
 from normbench.report.stats import (
     check_claims,
     edge,
@@ -24,7 +25,6 @@ from normbench.report.stats import (
 )
 from normbench.report.tables import BASELINE_VERDICTS
 from normbench.report.transfer import TRANSFER_VERDICTS
-from normbench.spec.selection import add_scores, chosen_lrs
 
 
 def cell(layer: str, lr: float, seed: int, val: float, test: float, status: str = "ok", depth: int = 12) -> dict:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from normbench.contracts.selection import add_scores
+from normbench.contracts.suite import load_suite
 from normbench.errors import SuiteError
 from normbench.report.transfer import ranking_transfer, spearman
-from normbench.spec.selection import add_scores
-from normbench.spec.suite import load_suite
 
 LAYERS = ["layernorm", "layerscale", "rezero", "rmsnorm"]
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from optuna.trial import TrialState
 
-from normbench.spec.results import CellResult
+from normbench.contracts.results import CellResult
 from normbench.store.ledger import Ledger
 from normbench.store.trial_params import add_waiting_trial, axis_distributions
 

@@ -16,8 +16,8 @@ import pytest
 from optuna_dashboard._app import create_app
 from optuna_dashboard._storage_url import get_storage
 
-from normbench.spec.results import CellResult
-from normbench.spec.suite import cell_id
+from normbench.contracts.results import CellResult
+from normbench.contracts.suite import cell_id
 from normbench.store.ledger import Ledger
 
 FIRST = {"depth": [1, 2], "layer": ["layernorm", "rezero"], "lr": [1e-3], "seed": [0]}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from normbench.spec.suite import parse_suite
+from normbench.contracts.suite import parse_suite
 from normbench.sweep.bracket import bracket_axes, grid_ratio
 
 MATRIX = {"depth": [6], "layer": ["layernorm", "rezero"], "lr": [1.0e-3, 3.0e-3], "seed": [0, 1]}
@@ -80,9 +80,9 @@ def test_a_row_at_chance_at_every_lr_steps_up_not_down():
 
 
 def test_a_flat_row_above_chance_is_still_extended_and_the_leaderboard_flags_it():
+    from normbench.contracts.selection import FLAT, add_scores
     from normbench.report.stats import select_lr
     from normbench.report.tables import layer_table
-    from normbench.spec.selection import FLAT, add_scores
 
     # 70.5 vs 70.5 with seeds 5 apart: the lrs are indistinguishable, and the tie-break's choice (the smaller lr) is
     # the low edge. Protocol v2 labels the row "no signal" but still steps down: a label never stops the search
@@ -110,7 +110,7 @@ def test_a_seed_stalled_at_a_non_selected_lr_does_not_stop_the_search():
 
 
 def test_edge_reason_names_the_cap_or_bracketing_off():
-    from normbench.spec.selection import edge_reason
+    from normbench.contracts.selection import edge_reason
 
     grid = [1e-3, 3e-3]
     assert edge_reason([3.3e-4, 1e-3, 3e-3], grid, "low", bracket=True, max_steps=1) == "cap reached"

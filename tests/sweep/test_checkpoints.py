@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import torch
 
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.sweep.checkpoints import CHECKPOINT_ATTR, CellCheckpoints, CheckpointFolder
 from normbench.train.checkpoint import Keeper, recipe_of
 from normbench.train.loop import train_cell

@@ -11,9 +11,9 @@ import pytest
 from torch import nn
 
 import normbench
+from normbench.contracts.suite import load_suite
 from normbench.errors import NormbenchError
 from normbench.layers import plugins, registry
-from normbench.spec.suite import load_suite
 from normbench.store.ledger import Ledger
 from normbench.sweep.launch import worker_command
 from normbench.sweep.suite_run import run_suite

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from normbench.spec.results import CellResult
+from normbench.contracts.results import CellResult
 from normbench.sweep import progress as progress_module
 from normbench.sweep.progress import Progress
 

@@ -15,7 +15,7 @@ import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
-from normbench.spec.suite import parse_suite
+from normbench.contracts.suite import parse_suite
 from normbench.store.ledger import Ledger
 from normbench.sweep.report_stage import report_axes
 from tests.conftest import REPO

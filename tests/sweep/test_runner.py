@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from normbench.cli import main
-from normbench.spec.names import OutputFolder
+from normbench.contracts.names import OutputFolder
 from normbench.store.ledger import Ledger
 from tests.conftest import REPO
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from normbench.cli import main
-from normbench.spec.suite import load_suite
+from normbench.contracts.suite import load_suite
 from normbench.store.ledger import Ledger
 from normbench.sweep.tune import LABEL, search_seed, seeds
 from tests.sweep.test_runner import mlflow_runs

@@ -7,7 +7,7 @@ import re
 from optuna.trial import TrialState
 
 from normbench.cli import main
-from normbench.spec.suite import load_suite
+from normbench.contracts.suite import load_suite
 from normbench.store.ledger import Ledger
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import open_run_study, run_jobs

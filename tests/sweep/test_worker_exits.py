@@ -12,7 +12,7 @@ import textwrap
 import optuna
 from optuna.trial import TrialState
 
-from normbench.spec.suite import load_suite
+from normbench.contracts.suite import load_suite
 from normbench.store.ledger import ATTEMPTS, WORKER_EXIT, Ledger, failed_for_good, worker_host
 from normbench.sweep.dry_run import dry_run_report
 from normbench.sweep.worker_exits import WorkerProcess, after_exit, died, exit_words

@@ -9,9 +9,9 @@ import math
 import pytest
 from mlflow.tracking import MlflowClient
 
+from normbench.contracts.results import CellResult
+from normbench.contracts.suite import load_suite
 from normbench.errors import NormbenchError
-from normbench.spec.results import CellResult
-from normbench.spec.suite import load_suite
 from normbench.store.ledger import Ledger
 from normbench.sweep import worker
 from normbench.sweep.progress import Progress

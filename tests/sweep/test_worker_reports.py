@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from optuna.trial import TrialState
 
-from normbench.spec.suite import load_suite
+from normbench.contracts.suite import load_suite
 from normbench.store.journal import repair
 from normbench.store.ledger import Ledger, requeue
 from normbench.sweep.progress import Progress

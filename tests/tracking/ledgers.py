@@ -10,7 +10,7 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
-from normbench.spec.suite import cell_id
+from normbench.contracts.suite import cell_id
 from normbench.store.ledger import Ledger
 from tests.conftest import TINY
 

@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from normbench.cli import main
-from normbench.spec.selection import cell_scores
+from normbench.contracts.selection import cell_scores
 from normbench.store.ledger import Ledger
 from normbench.tracking.run_record import final_points, one_param_per_axis
 from normbench.tracking.sync import sync
@@ -57,7 +57,7 @@ def test_one_param_per_axis() -> None:
 
 
 def test_the_score_columns_are_the_leaderboards() -> None:
-    """As normbench.spec.selection.add_scores: test top-1 scores, val top-1 selects, a diverged cell is 0 for both."""
+    """As contracts/selection.py add_scores: test top-1 scores, val top-1 selects, a diverged cell is 0 for both."""
     ok = {"status": "ok", "val_top1": 81.234, "test_top1": 79.876, "best_val_top1": 90.0}
     assert cell_scores(ok) == {"score": 79.88, "select": 81.23}
     assert cell_scores({**ok, "status": "diverged"}) == {"score": 0.0, "select": 0.0}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.aux_losses import AuxLosses, attention_probs, attn_extra_loss, feature_decay_loss
 from normbench.train.loop import train_cell
 from tests.layers._cases import images, tiny_vit

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from normbench import stopping
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.errors import Terminated
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train import checkpoint
 from normbench.train.checkpoint import CheckpointUnusable, Keeper, read, recipe_of
 from normbench.train.loop import train_cell
@@ -149,7 +149,7 @@ def test_the_recipe_fingerprint_ignores_how_a_cell_is_kept():
 DDP_SCRIPT = """
 import json, sys
 from pathlib import Path
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.checkpoint import Keeper, read, recipe_of
 from normbench.train.distributed import broadcast, from_env, shutdown
 from normbench.train.loop import CellAbandoned, train_cell

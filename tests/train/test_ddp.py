@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from normbench.cli import main
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.errors import SuiteError
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.distributed import Dist
 from normbench.train.loop import train_cell
 from tests.sweep.test_runner import assert_each_cell_once
@@ -26,7 +26,7 @@ RANK_SCRIPT = """
 import dataclasses, json, sys
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.distributed import from_env, shutdown
 from normbench.train.loop import train_cell
 
@@ -60,7 +60,7 @@ shutdown(dist)
 LOST_CLAIM_SCRIPT = """
 import json, sys
 from normbench.errors import ClaimLostError
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.distributed import from_env, shutdown
 from normbench.train.loop import CellAbandoned, train_cell
 

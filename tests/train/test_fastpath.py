@@ -7,8 +7,8 @@ import torch
 from timm.layers import Attention
 from timm.loss import LabelSmoothingCrossEntropy
 
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.model.vit import NormbenchViT
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train import fastpath
 from normbench.train.loop import train_cell
 

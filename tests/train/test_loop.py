@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.errors import SuiteError
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.loop import train_cell
 
 

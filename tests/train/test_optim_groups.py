@@ -8,8 +8,8 @@ import torch
 from timm.optim import create_optimizer_v2
 
 import normbench.train.loop
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.layers.fixup import fixup_scalars
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.optim_groups import param_groups
 from tests.layers._cases import tiny_vit
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.model.vit import NormbenchViT
-from normbench.spec.recipe import CellConfig, ModelConfig, TrainConfig
 from normbench.train.loop import train_cell
 from normbench.train.telemetry import QUANTITIES, BlockTelemetry, thin
 

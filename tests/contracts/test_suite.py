@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from normbench.cli import main
+from normbench.contracts.suite import load_suite, parse_suite
 from normbench.errors import SuiteError
-from normbench.spec.suite import load_suite, parse_suite
 from tests.conftest import REPO
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from normbench.contracts.cell_checks import BUNDLED_TRAIN_SIZE, NATIVE_IMG_SIZE
+from normbench.contracts.suite import load_suite
+from normbench.contracts.suite_file import SuiteLoader
 from normbench.data import DataConfig, build_data
-from normbench.spec.cell_checks import BUNDLED_TRAIN_SIZE, NATIVE_IMG_SIZE
-from normbench.spec.suite import load_suite
-from normbench.spec.suite_file import SuiteLoader
-from tests.spec.test_suite import run_cli
+from tests.contracts.test_suite import run_cli
 
 TRAIN = {"epochs": 1, "batch_size": 256, "warmup_epochs": 0}  # TINY's
 

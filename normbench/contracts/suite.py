@@ -7,7 +7,7 @@ A suite names a dataset, a base recipe (`model:`, `train:`), a `matrix:` whose a
 that train each row's chosen lr once selection is over (selection never sees them), and the val `targets` whose
 steps-to-reach measure learning speed. Errors name the file, the key, the bad value and the closest valid one.
 
-The file is read by spec/suite_file.py (a key given twice is an error, `3e-3` is a float); `load_suite(path,
+The file is read by contracts/suite_file.py (a key given twice is an error, `3e-3` is a float); `load_suite(path,
 overrides)` applies `--set KEY=VALUE` overrides before validating, as if the file said them.
 """
 
@@ -23,11 +23,11 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from normbench.contracts.cell_checks import check_cell, check_dataset, check_device
+from normbench.contracts.recipe import RUN_KEYS, Cell, CellConfig, ModelConfig, TrainConfig
+from normbench.contracts.suite_file import AXIS_SECTIONS, SECTIONS, TOP_LEVEL, apply_overrides, read_suite_file
 from normbench.data.config import DataConfig
 from normbench.errors import SuiteError, did_you_mean
-from normbench.spec.cell_checks import check_cell, check_dataset, check_device
-from normbench.spec.recipe import RUN_KEYS, Cell, CellConfig, ModelConfig, TrainConfig
-from normbench.spec.suite_file import AXIS_SECTIONS, SECTIONS, TOP_LEVEL, apply_overrides, read_suite_file
 
 CLAIM_KEYS = ("layer", "beats", "depth", "by", "claimed")
 DEFAULT_TARGETS = (50.0, 70.0, 90.0)  # val top-1 (%) whose first crossing measures learning speed

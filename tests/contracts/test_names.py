@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from normbench.spec.names import OutputFolder, StudyNames, suites_in
+from normbench.contracts.names import OutputFolder, StudyNames, suites_in
 
 
 def test_study_names_match_the_ledger_format():

@@ -1,4 +1,4 @@
-"""normbench.spec.selection, the one selection rule, against hand-computed values; and every chooser that uses it
+"""normbench.contracts.selection, the one selection rule, against hand-computed values; and every chooser that uses it
 (the report's select_lr, the telemetry figures, bracketing) picks the same lr, ties included."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from normbench.contracts.selection import add_scores, cell_scores, choose_lr, chosen_lrs, seed_mean, select_value
+from normbench.contracts.suite import parse_suite
 from normbench.report.stats import select_lr
 from normbench.report.telemetry_figures import best_lr_telemetry
-from normbench.spec.selection import add_scores, cell_scores, choose_lr, chosen_lrs, seed_mean, select_value
-from normbench.spec.suite import parse_suite
 from normbench.sweep.bracket import bracket_axes
 
 LRS = [1e-3, 3e-3]

@@ -84,7 +84,7 @@ class CellConfig:
 
 @dataclass(frozen=True)
 class Cell:
-    """One point of a suite's matrix: its axis values, full recipe and stable id (spec/suite.py makes them)."""
+    """One point of a suite's matrix: its axis values, full recipe and stable id (contracts/suite.py makes them)."""
 
     axes: dict[str, Any]
     config: CellConfig

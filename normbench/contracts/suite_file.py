@@ -1,6 +1,6 @@
 """A suite file as YAML: read with `SuiteLoader` (a key given twice is an error, `3e-3` is a float), the suite's
-top-level keys and sections, and `--set KEY=VALUE` overrides applied as if the file said them. normbench/spec/suite.py
-validates what this returns.
+top-level keys and sections, and `--set KEY=VALUE` overrides applied as if the file said them.
+normbench/contracts/suite.py validates what this returns.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
+from normbench.contracts.recipe import ModelConfig, TrainConfig
 from normbench.data.config import DataConfig
 from normbench.errors import SuiteError, did_you_mean
-from normbench.spec.recipe import ModelConfig, TrainConfig
 
 TOP_LEVEL = ("name", "description", "dataset", "model", "train", "matrix", "tune", "device", "bracket",
              "bracket_max_steps", "baseline", "claims", "reference", "report_seeds", "targets",

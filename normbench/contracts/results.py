@@ -31,7 +31,7 @@ class EpochRecord(TypedDict):
 class CellResult:
     """One trained cell. Accuracies are percent; the test split is read once, at the final epoch, to report.
 
-    The selection rule (normbench/spec/selection.py) reads `status` and `val_top1`; the reported score is
+    The selection rule (normbench/contracts/selection.py) reads `status` and `val_top1`; the reported score is
     `test_top1`. Both are NaN unless `status` is "ok".
     """
 

@@ -1,5 +1,5 @@
 """Checks of one cell's recipe that need no training: every key in range, the layer known, the schedule, image,
-batch and optimizer consistent with the data. normbench/spec/suite.py runs them on every cell of a matrix, so a
+batch and optimizer consistent with the data. normbench/contracts/suite.py runs them on every cell of a matrix, so a
 suite that would train nonsense is refused before anything is created.
 """
 
@@ -9,9 +9,9 @@ import math
 import re
 from typing import Any
 
+from normbench.contracts.recipe import KEEP_WEIGHTS, Cell
 from normbench.data.config import DataConfig
 from normbench.errors import NormbenchError, SuiteError, did_you_mean
-from normbench.spec.recipe import KEEP_WEIGHTS, Cell
 
 # the bundled data sets' fixed train splits (normbench/data/digits.py, mnist5k.py): known without loading them;
 # cifar and imagefolder are only known once read from disk, so their batch size is checked when they load

@@ -81,7 +81,10 @@ def trials(out: Path, suite: str, storage: str | None = None) -> list:
     return Ledger(storage, out).study(f"run:{suite}").get_trials(deepcopy=False)
 
 
-def wait_for(predicate, timeout: float = 120, step: float = 0.2, what: str = "the condition") -> None:
+def wait_for(predicate, timeout: float = 120, step: float = 0.2, what: str = "the condition",
+             alive: subprocess.Popen | None = None) -> None:
+    """Poll `predicate` until true; fails after `timeout` s, or at once (with its exit code and stderr) when the
+    process `alive` it waits on has ended first (it finished or died before the moment the test needs)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -89,6 +92,9 @@ def wait_for(predicate, timeout: float = 120, step: float = 0.2, what: str = "th
                 return
         except Exception:  # the ledger or study does not exist yet
             pass
+        if alive is not None and alive.poll() is not None:
+            raise AssertionError(f"the process ended (exit {alive.returncode}) before {what}: "
+                                 f"{alive.stderr.read() if alive.stderr else ''}")
         time.sleep(step)
     raise AssertionError(f"timed out waiting for {what}")
 

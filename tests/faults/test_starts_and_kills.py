@@ -40,7 +40,7 @@ def test_a_journal_rerun_under_another_host_name_reclaims_the_dead_cell(write_su
     path = write_suite(train=SLOW, matrix={"depth": [1], "layer": LAYERS[:2], "lr": [1e-3], "seed": [0]})
     out = tmp_path / "out"
     first = normbench("run", path, "--out", out, "--quiet", env={"NORMBENCH_HOST": "h1"})
-    wait_for(lambda: running(out, "tiny"), what="a cell in flight")
+    wait_for(lambda: running(out, "tiny"), what="a cell in flight", alive=first)
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     assert TrialState.RUNNING in [t.state for t in trials(out, "tiny")]
@@ -53,7 +53,7 @@ def test_sigterm_releases_the_cell_says_how_to_resume_and_the_rerun_finishes(wri
     path = write_suite(train=SLOW, matrix={"depth": [1], "layer": LAYERS[:2], "lr": [1e-3], "seed": [0]})
     out = tmp_path / "out"
     proc = normbench("run", path, "--out", out, "--quiet")
-    wait_for(lambda: running(out, "tiny"), what="a cell in flight")
+    wait_for(lambda: running(out, "tiny"), what="a cell in flight", alive=proc)
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     code, err = finish(proc, timeout=60)

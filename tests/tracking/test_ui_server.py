@@ -125,16 +125,30 @@ def test_normbench_ui_answers_with_one_server_process_and_keeps_mlflow_out_of_st
         proc.send_signal(signal.SIGINT)
         try:
             rest, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
+            hung = ""
+        except subprocess.TimeoutExpired:  # say where it hung (each thread's kernel wait), then kill it
+            hung = f"`normbench ui` still ran 60 s after Ctrl-C; its threads: {_threads(proc.pid)}"
             proc.kill()
             rest, err = proc.communicate()
     gone_by = time.monotonic() + 15  # on a loaded machine an orphan is reaped by init a moment later
     while Path(f"/proc/{server}").exists() and time.monotonic() < gone_by:
         time.sleep(0.2)
-    assert not Path(f"/proc/{server}").exists()  # the server went with it (stopped and reaped)
     err = err.decode()
+    assert not hung, f"{hung}\nstderr: {err[-2000:]}"
+    assert not Path(f"/proc/{server}").exists()  # the server went with it (stopped and reaped)
     assert printed.splitlines()[1:] + rest.decode().splitlines() == [
         f"  charts: {ui.ui_url('127.0.0.1', port, experiment_id, charts=True)}", f"  server log: {out / ui.UI_LOG}"]
     assert "Warning" not in err and "INFO" not in err, err  # MLflow's noise is in the log file
     assert "Application startup complete" in (out / ui.UI_LOG).read_text()
     assert seconds < STARTUP_BOUND_S
+
+
+def _threads(pid: int) -> str:
+    """The kernel's view of a process's threads: each one's name and what it waits in (no debugger needed)."""
+    rows = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            rows.append(f"{(task / 'comm').read_text().strip()}:{(task / 'wchan').read_text().strip()}")
+        except OSError:
+            continue
+    return ", ".join(rows)

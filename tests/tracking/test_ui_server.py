@@ -97,8 +97,11 @@ def test_normbench_ui_answers_with_one_server_process_and_keeps_mlflow_out_of_st
     write_ledger(out)  # a ledger and no MLflow store: `ui` syncs one
     port, server = _free_port(), 0
     started = time.monotonic()
+    # Ctrl-C as a terminal delivers it: a test run started in the background (`cmd &`) hands its children SIGINT
+    # ignored, and `normbench ui` would rightly go on serving
     proc = subprocess.Popen([sys.executable, "-m", "normbench", "ui", str(out), "--port", str(port), "--no-browser"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         printed = _read_until(proc, b"server log:", STARTUP_BOUND_S)
         seconds = time.monotonic() - started

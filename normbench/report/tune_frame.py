@@ -29,7 +29,7 @@ def with_tuned_values(tuned: pd.DataFrame) -> pd.DataFrame:
 def tune_cells(ledger: Ledger, names: StudyNames, suite: Suite, tuned: pd.DataFrame) -> pd.DataFrame:
     """The search trials (role select) and `tuned`, the re-runs (role report, from with_tuned_values), in one
     frame with scores."""
-    from normbench.sweep.tune import LABEL, search_keys, search_seed
+    from normbench.contracts.tuning import LABEL, search_keys, search_seed
 
     present = set(ledger.study_names())
     rows = []

@@ -12,7 +12,6 @@ reported by test top-1 like `normbench run`.
 from __future__ import annotations
 
 import contextlib
-import itertools
 from pathlib import Path
 from typing import Any
 
@@ -21,31 +20,13 @@ from optuna.trial import TrialState
 
 from normbench.contracts.names import StudyNames
 from normbench.contracts.suite import Suite, TuneConfig, cell_id, with_overrides
+from normbench.contracts.tuning import LABEL, search_keys, search_seed, seeds
 from normbench.errors import ClaimLostError, SuiteError
 from normbench.store.ledger import Ledger
 from normbench.sweep.cells import cell_params, check_recipe, open_study_of_recipe
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import JobList
 from normbench.sweep.worker import Job
-
-LABEL = "label"  # a search trial's user attr: trial_label's text (its cell_id attr is its budget slot, `slot-3`)
-
-
-def search_keys(suite: Suite) -> list[dict[str, Any]]:
-    """The matrix points that get their own study: every axis except seed and the tuned keys."""
-    assert suite.tune is not None
-    axes = {k: v for k, v in suite.matrix.items() if k != "seed" and k not in suite.tune.space}
-    return [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
-
-
-def seeds(suite: Suite) -> list[int]:
-    """The re-run seeds: the matrix's."""
-    return list(suite.matrix.get("seed", [suite.train.get("seed", 0)]))
-
-
-def search_seed(suite: Suite) -> int:
-    """The seed the search trains on: one past the largest re-run seed, so no re-run repeats a search trial."""
-    return max(seeds(suite)) + 1
 
 
 def trial_label(key: dict[str, Any], sampled: dict[str, Any], number: int) -> str:

@@ -11,11 +11,11 @@ from optuna.trial import FrozenTrial, TrialState
 from normbench import stopping
 from normbench.contracts.results import CellResult
 from normbench.contracts.suite import Suite
+from normbench.contracts.tuning import LABEL
 from normbench.store.ledger import Ledger
 from normbench.sweep.launch import stop_workers
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import note_new_cells, queued_cells, stage_study_names
-from normbench.sweep.tune import LABEL
 from normbench.sweep.worker import WorkSummary
 from normbench.sweep.worker_exits import WorkerProcess, after_exit
 

@@ -79,6 +79,9 @@ def suites_in(study_names: Iterable[str]) -> list[str]:
     return sorted({n.split(":", 1)[1] for n in study_names if n.startswith(f"{RUN}:")})
 
 
+WEIGHTS_ATTR = "weights"  # a trial's user attr: its kept final weights' file, relative to the checkpoint folder
+
+
 @dataclass(frozen=True)
 class OutputFolder:
     """A suite's output folder (`results/<suite>` by default) and the path of everything normbench writes there."""

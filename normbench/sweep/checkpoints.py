@@ -22,13 +22,12 @@ from typing import Any
 
 import optuna
 
-from normbench.contracts.names import OutputFolder
+from normbench.contracts.names import WEIGHTS_ATTR, OutputFolder
 from normbench.contracts.recipe import CellConfig
 from normbench.store.ledger import Ledger, worker_host
 from normbench.train.checkpoint import CheckpointUnusable, Keeper, read, recipe_of, where
 
 CHECKPOINT_ATTR = "checkpoint"  # trial user attr: the cell's last checkpoint, as `Keeper.saved` reports it
-WEIGHTS_ATTR = "weights"        # trial user attr: the kept final weights' file, relative to the checkpoint folder
 CHECKPOINT_FILE = "checkpoint.pt"
 WEIGHTS_FILE = "weights.safetensors"
 SET_ASIDE = ".set-aside"

@@ -18,7 +18,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from normbench.contracts.names import TUNE, TUNED, OutputFolder, StudyNames, study_suite
+from normbench.contracts.names import TUNE, TUNED, WEIGHTS_ATTR, OutputFolder, StudyNames, study_suite
 from normbench.errors import NormbenchError
 from normbench.store.journal import ledger_identity
 from normbench.store.ledger import Ledger
@@ -148,10 +148,12 @@ def _sync_suite(client: Any, uri: str, folder: OutputFolder, ledger: Ledger, sui
                     and run.info.status == RUN_STATUS[trial.state]:
                 summary.present += 1
             elif run is None:
-                _create(client, experiment, parent, trial_run(name, trial, recipes))
+                run_id = _create(client, experiment, parent, trial_run(name, trial, recipes))
+                _attach_weights(client, run_id, folder, trial)
                 summary.added += 1
             else:
                 _complete(client, run, trial_run(name, trial, recipes))
+                _attach_weights(client, run.info.run_id, folder, trial)
                 summary.completed += 1
     summary.artifacts = _log_artifacts(client, parent, folder)
 
@@ -225,11 +227,24 @@ def _ms(when: Any) -> int:
     return int(when.timestamp() * 1000) if when is not None else 0
 
 
-def _create(client: Any, experiment: str, parent: str, content: RunContent) -> None:
+def _create(client: Any, experiment: str, parent: str, content: RunContent) -> str:
     run = client.create_run(experiment, start_time=content.start, run_name=content.name,
                             tags={**content.tags, "mlflow.parentRunId": parent})
     _log(client, run.info.run_id, content.params, content.points)
     client.set_terminated(run.info.run_id, content.status, end_time=content.end)
+    return run.info.run_id
+
+
+def _attach_weights(client: Any, run_id: str, folder: OutputFolder, trial: FrozenTrial) -> None:
+    """The cell's kept weights (`train.keep_weights: final`; the trial's `weights` attr names the file under the
+    folder's checkpoints) as the run's artifact, as the live run logs them, when the file is here and the run lacks
+    it. Weights kept under another `--checkpoint-dir` stay there: the attr still names them."""
+    name = trial.user_attrs.get(WEIGHTS_ATTR)
+    path = folder.checkpoints / name if isinstance(name, str) else None
+    if path is None or not path.is_file():
+        return
+    if path.name not in {a.path for a in client.list_artifacts(run_id)}:
+        client.log_artifact(run_id, str(path))
 
 
 def _complete(client: Any, run: Any, content: RunContent) -> None:

@@ -46,8 +46,9 @@ def result(epochs: int, diverged: bool = False) -> dict:
 
 
 def write_ledger(out: Path, layers: tuple[str, ...] = ("layernorm", "layerscale"), epochs: int = 3,
-                 diverged: tuple[str, ...] = ()) -> list[str]:
-    """`out` with suite.yaml (TINY) and a ledger of one finished cell per layer; returns the cell ids."""
+                 diverged: tuple[str, ...] = (), kept: tuple[str, ...] = ()) -> list[str]:
+    """`out` with suite.yaml (TINY) and a ledger of one finished cell per layer; returns the cell ids. The cells of
+    the `kept` layers record kept weights (`run:tiny/<cell id>/weights.safetensors` under OUT/checkpoints)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "suite.yaml").write_text(yaml.safe_dump({**TINY, "matrix": {**TINY["matrix"], "layer": list(layers)}}))
     study = Ledger(None, out).study("run:tiny")
@@ -59,7 +60,8 @@ def write_ledger(out: Path, layers: tuple[str, ...] = ("layernorm", "layerscale"
         study.add_trial(optuna.trial.create_trial(
             state=TrialState.COMPLETE, value=40.0, user_attrs={
                 "cell_id": cell_id(axes), "axes": axes, "result": result(epochs, gone),
-                "history": history(epochs, gone), "worker_host": "h"},
+                "history": history(epochs, gone), "worker_host": "h",
+                **({"weights": f"run:tiny/{cell_id(axes)}/weights.safetensors"} if layer in kept else {})},
             intermediate_values={(e + 1) * STEPS_PER_EPOCH: 20.0 + 10 * e for e in range(epochs)}))
         ids.append(cell_id(axes))
     return ids

@@ -143,6 +143,20 @@ def test_a_run_logged_live_and_cut_short_is_completed_not_duplicated(tmp_path):
     assert (again.added, again.completed, again.present) == (0, 0, 2)
 
 
+def test_a_cells_kept_weights_become_its_runs_artifact_once(tmp_path):
+    out = tmp_path / "out"
+    ids = write_ledger(out, kept=("layerscale",))
+    weights = out / "checkpoints" / "run:tiny" / ids[1] / "weights.safetensors"
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"trained")
+    sync(out)
+    sync(out)  # a second sync attaches nothing twice
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    runs = cells(out, "tiny")
+    assert [a.path for a in client.list_artifacts(runs[ids[1]].info.run_id)] == ["weights.safetensors"]
+    assert not client.list_artifacts(runs[ids[0]].info.run_id)  # a cell that kept none
+
+
 def test_a_trial_that_failed_mid_cell_gets_a_failed_run_with_its_epochs(tmp_path):
     out = tmp_path / "out"
     write_ledger(out, layers=("layernorm",))

@@ -52,7 +52,8 @@ class LayerPlan:
 
     def check_block_kwargs(self, block_kwargs: Mapping[str, Any]) -> None:
         """LayerError (one line) for `block_kwargs` the block cannot take: a key its class does not accept, or a
-        value its family's `check_kwargs` refuses (hc's expansion rate below 1)."""
+        value its family's or block class's `check_kwargs` refuses (hc's expansion rate below 1, Mix-LN's ratio
+        outside [0, 1])."""
         block_cls = self.block_cls
         params = inspect.signature(block_cls.__init__).parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -61,6 +62,8 @@ class LayerPlan:
         family = self.family.family if self.family else None
         if family is not None and family.check_kwargs is not None:
             family.check_kwargs(**block_kwargs)
+        elif (check := getattr(block_cls, "check_kwargs", None)) is not None:  # a placement's own (Mix-LN's ratio)
+            check(**block_kwargs)
         elif not takes_any:
             unknown = sorted(set(block_kwargs) - set(named))
             if unknown:

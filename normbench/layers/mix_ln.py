@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from normbench.layers.blocks import ModuleFactory, PreNormBlock
-from normbench.layers.registry import register_layer
+from normbench.layers.registry import LayerError, register_layer
 
 POST_LN_RATIO = 0.25  # the paper's α: the share of blocks, from the input, that are post-LN
 
@@ -47,6 +47,17 @@ class MixLNBlock(PreNormBlock):
         self.is_post_ln = post
         self.post_norm1 = post_norm(dim)
         self.post_norm2 = post_norm(dim)
+
+    @staticmethod
+    def check_kwargs(post_ln_ratio: float = POST_LN_RATIO, **unknown: object) -> None:
+        """What a suite's `model.block_kwargs` may give Mix-LN, checked before anything is built (LayerError)."""
+        if unknown:
+            raise LayerError(f"block_kwargs: {', '.join(f'`{k}`' for k in sorted(unknown))} is not an argument of "
+                             "`mix_ln`'s block (it takes `post_ln_ratio`); remove it")
+        if isinstance(post_ln_ratio, bool) or not isinstance(post_ln_ratio, (int, float)) \
+                or not 0.0 <= post_ln_ratio <= 1.0:
+            raise LayerError(f"block_kwargs.post_ln_ratio: {post_ln_ratio!r} is not a share of the blocks; give a "
+                             "number in [0, 1] (the paper's 0.25: the first quarter post-LN)")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.post_norm1(x + self.drop_path1(self.ls1(self.attn(self.norm1(x)))))

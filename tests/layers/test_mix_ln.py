@@ -44,3 +44,16 @@ def test_post_and_pre_blocks_follow_their_equations():
     torch.testing.assert_close(post(x), post.post_norm2(mid + post.mlp(mid)))
     mid = x + pre.attn(pre.norm1(x))
     torch.testing.assert_close(pre(x), mid + pre.mlp(pre.norm2(mid)))
+
+
+@pytest.mark.parametrize("kwargs", [{"post_ln_ratio": 1.5}, {"post_ln_ratio": -0.1}, {"post_ln_ratio": "a quarter"},
+                                    {"post_ln_ration": 0.5}])
+def test_a_suites_bad_ratio_is_one_line_and_exit_2_before_anything_trains(kwargs, write_suite, tmp_path, capsys):
+    from normbench.cli import main
+
+    model = {"embed_dim": 16, "num_heads": 2, "patch_size": 4, "block_kwargs": kwargs}
+    path = write_suite(model=model, matrix={"depth": [4], "layer": ["mix_ln"], "lr": [1.0e-3], "seed": [0]})
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "model.block_kwargs" in err and next(iter(kwargs)) in err, err
+    assert not (tmp_path / "out").exists()  # refused before the folder is made

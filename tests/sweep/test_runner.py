@@ -212,8 +212,8 @@ def test_ui_serves_the_suite_runs_over_mlflow_rest_api(write_suite, tmp_path):
             runs = json.load(r)["runs"]
         cells = {run["info"]["run_name"] for run in runs if run["info"]["run_name"] != "leaderboard"}
         assert cells == {"d1 layernorm lr1e-3 s0", "d1 layerscale lr1e-3 s0"}  # tracking/naming.py run_name
-    finally:
-        ui.send_signal(signal.SIGINT)
+    finally:  # SIGTERM: a test run started in the background (`cmd &`) hands its children SIGINT ignored
+        ui.send_signal(signal.SIGTERM)
         try:
             ui.wait(timeout=20)
         except subprocess.TimeoutExpired:

@@ -131,13 +131,16 @@ def _normbench(*args: str, **kwargs) -> subprocess.Popen:
 
 def test_kill_9_mid_suite_then_resume_runs_every_cell_exactly_once(write_suite, tmp_path):
     layers = ["layernorm", "layerscale", "rezero", "rmsnorm"]
-    path = write_suite(name="crash", train={"epochs": 3, "batch_size": 64, "warmup_epochs": 0},
+    # 20 epochs: a cell of seconds, so the wait below sees one in flight however fast the machine (at 3 epochs an
+    # idle CI box finished all four between two looks)
+    path = write_suite(name="crash", train={"epochs": 20, "batch_size": 64, "warmup_epochs": 0},
                        matrix={"depth": [4], "layer": layers, "lr": [1e-3], "seed": [0]})
     out = tmp_path / "out"
     proc = _normbench("run", str(path), "--out", str(out), "--quiet")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # wait for one finished cell and one in flight
-        time.sleep(0.5)
+        time.sleep(0.2)
+        assert proc.poll() is None, "the run ended before a cell was caught in flight"
         if not (out / "ledger.journal").exists():
             continue
         cells = ledger_cells(out, "crash")

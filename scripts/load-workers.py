@@ -187,7 +187,7 @@ def queue(url: str, out: Path, cells: int, idle: bool) -> contextlib.AbstractCon
     ledger.enqueue(study, {f"cell={i}": {"cell": i} for i in range(1 if idle else cells)})
     if not idle:
         return contextlib.nullcontext()
-    return ledger.heartbeat(ledger.claim(study))
+    return ledger.claim(study).heartbeat()
 
 
 def run_phase(servers: Servers, k: int, phase: str, args: argparse.Namespace) -> dict:
@@ -289,9 +289,9 @@ def child(args: argparse.Namespace) -> None:
     worker.train_cell = no_op_cell
     config = SimpleNamespace(train=SimpleNamespace(epochs=args.epochs))
 
-    def cell_for(trial):
-        axes = trial.user_attrs["axes"]
-        return trial.user_attrs["cell_id"], dict(axes), config
+    def cell_for(claim):
+        axes = claim.user_attrs["axes"]
+        return claim.user_attrs["cell_id"], dict(axes), config
 
     ready = threading.Barrier(args.threads + 1)
 

@@ -37,7 +37,7 @@ def cells_frame(ledger: Ledger, names: StudyNames, *, tuned: bool = False) -> pd
     re-runs): axes, metrics, status, `role` (select/report) and `bracket_round` (0 outside bracketing)."""
     rows = []
     for name, bracket_round, role in studies_of(ledger, names, tuned=tuned):
-        for t in ledger.study(name).get_trials(deepcopy=False, states=FINISHED):
+        for t in ledger.trials(ledger.study(name), FINISHED):
             rows.append({"cell_id": t.user_attrs.get("cell_id"), **trial_axes(t), **t.user_attrs.get("result", {}),
                          ROLE: role, "trial": t.number, "bracket_round": bracket_round,
                          "tuned_params": t.user_attrs.get("overrides"), "history": t.user_attrs.get("history")})

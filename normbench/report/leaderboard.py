@@ -148,7 +148,7 @@ def tuning_budget_section(ledger: Ledger, names: StudyNames) -> list[str]:
     nan = float("nan")
     rows = []
     for name in sorted(n for n in ledger.study_names() if names.tune_point(n) is not None):
-        trials = ledger.study(name).get_trials(deepcopy=False)
+        trials = ledger.trials(ledger.study(name))
         spent = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
         best = max((t.value for t in spent if t.value is not None), default=nan)
         rows.append({"study": names.tune_point(name), "trials": len(spent),

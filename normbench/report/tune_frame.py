@@ -37,7 +37,7 @@ def tune_cells(ledger: Ledger, names: StudyNames, suite: Suite, tuned: pd.DataFr
         name = names.tune(cell_id(key))
         if name not in present:
             continue
-        for t in ledger.study(name).get_trials(deepcopy=False, states=FINISHED):
+        for t in ledger.trials(ledger.study(name), FINISHED):
             rows.append({"cell_id": t.user_attrs.get(LABEL, f"{cell_id(key)},trial={t.number}"), **key,
                          "seed": search_seed(suite), **t.params, **t.user_attrs.get("result", {}), ROLE: SELECTS,
                          "trial": t.number, "bracket_round": 0, "history": t.user_attrs.get("history")})

@@ -8,8 +8,9 @@ or pid); on a database, its heartbeat stops for longer than the grace period. Ei
 WAITING copy is queued, so the cell runs again, up to NORMBENCH_MAX_ATTEMPTS (default 3) attempts in a row that
 each lost their worker: then the cell is failed for good (a FAIL record with the attempts' hosts, pids and verdicts),
 so a cell that kills every worker (OOM, segfault) cannot walk through the fleet; `normbench run --retry-failed`
-gives it another round. A database outage is waited out (normbench.store.retry); a worker whose
-claim was taken while it was stalled or cut off stops that cell (`claim_held`) instead of finishing it twice.
+gives it another round. A database outage is waited out at each call that reads or writes the ledger
+(`Ledger.call`, normbench.store.retry); a worker whose claim was taken while it was stalled or cut off stops that
+cell (store/claim.py) instead of finishing it twice.
 """
 
 from __future__ import annotations
@@ -17,11 +18,10 @@ from __future__ import annotations
 import copy
 import datetime
 import os
-import threading
 import time
+import uuid
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +31,14 @@ from optuna.trial import FrozenTrial, TrialState
 
 from normbench import settings
 from normbench.contracts.names import OutputFolder, StudyNames
-from normbench.contracts.results import CellResult
-from normbench.contracts.selection import score_value, select_value
 from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
+from normbench.store.claim import Claim
 from normbench.store.journal import SafeJournalFileBackend, lock_lost
 from normbench.store.locks import LifeLock, holder_dead
 from normbench.store.migrations import legacy_claim_verdict, trial_cell_id
-from normbench.store.optuna_api import RDB_RETRIED, TrialIds
+from normbench.store.optuna_api import TRIAL_KEY, TrialIds, find_trial_by_key
 from normbench.store.queue_lock import queue_lock
-from normbench.store.retry import Outage, raw, redact, retrying
+from normbench.store.retry import NOT_LANDED, Outage, redact
 from normbench.store.trial_params import add_waiting_trial, axis_distributions
 
 WORKER_ATTRS = ("worker_host", "worker_pid", "mlflow_run_id")
@@ -91,7 +90,7 @@ class Ledger:
         self.max_attempts = max_attempts or max_attempts_from_env()
         self._stale: list[FrozenTrial] = []
         self._life: LifeLock | None = None  # journal ledgers: held while this process lives, named by its claims
-        self._lost: set[int] = set()  # trial ids whose claim another worker took (seen by the heartbeat)
+        self.outage: Outage | None = None  # database ledgers: the outage their calls wait out together
         if url is None or "://" not in url:
             Path(self.url).parent.mkdir(parents=True, exist_ok=True)
             self.journal: SafeJournalFileBackend | None = SafeJournalFileBackend(self.url)
@@ -106,10 +105,9 @@ class Ledger:
         error: Exception | None = None
         for attempt in range(3):
             try:
-                self.storage = retrying(optuna.storages.RDBStorage(
+                self.storage = optuna.storages.RDBStorage(
                     url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
-                    heartbeat_stale_trial_callback=self._on_stale, engine_kwargs=engine_kwargs(url, grace_period)),
-                    what=self.outage.what, outage=self.outage, private=RDB_RETRIED)
+                    heartbeat_stale_trial_callback=self._on_stale, engine_kwargs=engine_kwargs(url, grace_period))
                 error = None
                 break
             except Exception as e:  # sqlalchemy raises many types; all mean "cannot use this URL"
@@ -124,7 +122,16 @@ class Ledger:
                 "password and database exist (e.g. `createdb normbench`). Nothing finished is lost: results already "
                 "in the ledger stay there."
             ) from None
+        find_trial_by_key(self.storage)
         self.ids, self.heartbeats = TrialIds(self.storage), True
+
+    def call(self, fn: Callable[..., Any], *args: Any, unsafe: bool = False,
+             landed: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)`, one read or write of the ledger, retried through a database outage (see
+        normbench.store.retry for `unsafe` and `landed`); a journal file is called as it is."""
+        if self.outage is None:
+            return fn(*args, **kwargs)
+        return self.outage.call(fn, *args, unsafe=unsafe, landed=landed, **kwargs)
 
     # ------------------------------------------------------------------------------------------------ studies
 
@@ -137,6 +144,9 @@ class Ledger:
         """Study `name`, created when missing (stamped with the suite served, if any). An existing one is loaded
         without a write (create_study appends a record to the journal even when the study exists, and workers look
         their studies up in a loop)."""
+        return self.call(self._study, name, **kwargs)
+
+    def _study(self, name: str, **kwargs: Any) -> optuna.Study:
         try:
             study = optuna.load_study(study_name=name, storage=self.storage, **kwargs)
         except KeyError:
@@ -152,15 +162,27 @@ class Ledger:
         return study
 
     def study_names(self) -> list[str]:
-        return [s.study_name for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)]
+        summaries = self.call(optuna.get_all_study_summaries, self.storage, include_best_trial=False)
+        return [s.study_name for s in summaries]
+
+    def trials(self, study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list[FrozenTrial]:
+        """The study's trials (in `states`), read through an outage."""
+        return self.call(study.get_trials, deepcopy=False, states=states)
+
+    def failed_for_good(self, study: optuna.Study) -> list[FrozenTrial]:
+        return self.call(failed_for_good, study)
 
     def enqueue(self, study: optuna.Study, items: dict[str, dict[str, Any]],
                 extra: dict[str, dict[str, Any]] | None = None) -> int:
         """Queue each `cell_id -> axes` that has no live trial yet (with `extra[cell_id]` as further user attrs);
-        returns how many were queued."""
+        returns how many were queued. Retried whole through an outage: a try reads what an earlier one queued."""
+        return self.call(self._enqueue, study, items, extra)
+
+    def _enqueue(self, study: optuna.Study, items: dict[str, dict[str, Any]],
+                 extra: dict[str, dict[str, Any]] | None) -> int:
         # ids in the current format: a ledger written before ids sorted their axes is not queued twice; a cell failed
         # for good stays out of the queue until `--retry-failed` (else every starting worker would feed it again)
-        with queue_lock(self.storage, getattr(self, "outage", None), study.study_name, self.grace_period):
+        with queue_lock(self.storage, self.outage, study.study_name, self.grace_period):
             present = {trial_cell_id(t) for t in study.get_trials(deepcopy=False, states=LIVE)}
             present |= {trial_cell_id(t) for t in failed_for_good(study)}
             missing = {cid: axes for cid, axes in items.items() if cid not in present}
@@ -168,35 +190,36 @@ class Ledger:
             distributions = axis_distributions([*queued, *missing.values()])  # the axes as params, for the dashboard
             for cid, axes in missing.items():
                 add_waiting_trial(study, axes, distributions,
-                                  user_attrs={"cell_id": cid, "axes": axes, **(extra or {}).get(cid, {})})
+                                  user_attrs={"cell_id": cid, "axes": axes, **(extra or {}).get(cid, {})},
+                                  system_attrs=self._key())
         return len(missing)
 
     # ---------------------------------------------------------------------------------------------- claiming
 
-    def claim(self, study: optuna.Study) -> optuna.Trial | None:
+    def claim(self, study: optuna.Study) -> Claim | None:
         """Take one WAITING trial for this process, or None when none is left. Raises NormbenchError if the study
-        is no longer the served suite's (see `serve`)."""
-        for i, frozen in enumerate(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))):
+        is no longer the served suite's (see `serve`). A claim whose answer an outage lost is replayed: it then
+        reads "taken", and that trial, never signed, is freed by `reclaim` without counting an attempt."""
+        for i, frozen in enumerate(self.trials(study, (TrialState.WAITING,))):
             if i == 0:  # once per claim that finds work, not on every idle poll
                 self._check_owner(study)
             try:
-                trial_id = self.ids.of(study, frozen.number)
-                if not self.storage.set_trial_state_values(trial_id, state=TrialState.RUNNING):
+                trial_id = self.call(self.ids.of, study, frozen.number)
+                if not self.call(self.storage.set_trial_state_values, trial_id, state=TrialState.RUNNING):
                     continue  # another worker took it first
             except UpdateFinishedTrialError:
                 continue
             if self.heartbeats:  # beat at once: a worker lost before its cell's heartbeat thread starts is still seen
-                self.storage.record_heartbeat(trial_id)  # type: ignore[attr-defined]
-            trial = optuna.Trial(study, trial_id)
+                self.call(self.storage.record_heartbeat, trial_id)  # type: ignore[attr-defined]
+            claim = Claim(self, study, optuna.Trial(study, trial_id), trial_id)
             try:
-                with self.owned(trial):
-                    self._sign(trial)
-                    if self._duplicate(study, frozen):
-                        study.tell(trial, state=TrialState.FAIL)
-                        continue
+                self._sign(claim)
+                if self._duplicate(study, frozen):
+                    claim.fail("a lower-numbered copy of this cell runs")
+                    continue
             except ClaimLostError:  # stalled past the grace while signing: a peer failed and re-queued it
                 continue
-            return trial
+            return claim
         return None
 
     def _check_owner(self, study: optuna.Study) -> None:
@@ -214,13 +237,13 @@ class Ledger:
                 "it. Check --storage (each team or suite family its own database: docs/cluster.md), or give the "
                 "suite another name.")
 
-    def _sign(self, trial: optuna.Trial) -> None:
+    def _sign(self, claim: Claim) -> None:
         """Write who holds the trial, so peers can tell a dead holder from a live one."""
         if not self.heartbeats:  # a journal file: peers tell this process alive by its OS lock
             self._life = self._life or LifeLock(Path(self.url).parent)
-            trial.set_user_attr("worker_lock", self._life.path.name)
-        trial.set_user_attr("worker_host", worker_host())
-        trial.set_user_attr("worker_pid", os.getpid())
+            claim.set_attr("worker_lock", self._life.path.name)
+        claim.set_attr("worker_host", worker_host())
+        claim.set_attr("worker_pid", os.getpid())
 
     def _duplicate(self, study: optuna.Study, claimed: FrozenTrial) -> bool:
         """Two workers can queue the same cell at once. The copy that runs is the lowest-numbered one not failed:
@@ -230,8 +253,7 @@ class Ledger:
         cid = claimed.user_attrs.get("cell_id")
         if cid is None:
             return False
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING,
-                                                          TrialState.COMPLETE, TrialState.PRUNED)):
+        for t in self.trials(study, LIVE):
             if t.user_attrs.get("cell_id") != cid or t.number == claimed.number:
                 continue
             if t.state in (TrialState.COMPLETE, TrialState.PRUNED) or t.number < claimed.number:
@@ -246,7 +268,8 @@ class Ledger:
             raise lost
         failed: list[FrozenTrial] = []
         host = worker_host()
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        running = self.trials(study, (TrialState.RUNNING,))
+        for t in running:
             lock = t.user_attrs.get("worker_lock")
             if lock is not None:  # its OS lock: free means dead, whatever host or pid it had
                 dead = not self.heartbeats and holder_dead(Path(self.url).parent / OutputFolder.LOCKS / lock)
@@ -256,15 +279,32 @@ class Ledger:
                 verdict = legacy_claim_verdict(t, host, pid_alive, None if self.heartbeats else self.grace_period)
                 dead = verdict is not None
             if dead or _never_owned(t, self.grace_period):
-                if self._fail(self.ids.of(study, t.number)):  # only the process whose FAIL lands counts the attempt
+                if self.fail_trial(self.call(self.ids.of, study, t.number)):  # only the process whose FAIL lands counts
                     self._count_lost_attempt(study, t, verdict if dead else "claimed, but its worker never signed "
                                              "it (killed between claiming and starting the cell)")
                     failed.append(t)
         if self.heartbeats and not self._beats_may_be_missing():
-            self._stale = []
-            optuna.storages.fail_stale_trials(study)  # calls _on_stale for each
-            failed += self._stale
+            failed += self._fail_stale(study, running)
         return failed
+
+    def _fail_stale(self, study: optuna.Study, running: list[FrozenTrial]) -> list[FrozenTrial]:
+        """Fail the RUNNING trials whose heartbeat stopped (Optuna's `fail_stale_trials`, which calls `_on_stale`
+        for each FAIL of this process that landed) and count their attempts. A FAIL whose answer an outage lost gets
+        no call back: after a retried call, a trial that was RUNNING, is FAIL now, recorded no error of its own and
+        was queued again by nobody is taken as one of those."""
+        assert self.outage is not None
+        self._stale, errors = [], self.outage.errors
+        self.call(optuna.storages.fail_stale_trials, study)
+        stale = self._stale
+        if self.outage.errors != errors:
+            now = {t.number: t for t in self.trials(study)}
+            requeued = {n for t in now.values() for n in t.system_attrs.get("retry_history", [])}
+            stale += [now[t.number] for t in running if t.number not in requeued | {s.number for s in stale}
+                      and now[t.number].state == TrialState.FAIL and "error" not in now[t.number].user_attrs]
+        for t in stale:
+            self._count_lost_attempt(study, t, f"no heartbeat for over {self.grace_period} s: its worker died "
+                                     "(killed, crashed), hung, or lost the network")
+        return stale
 
     def _beats_may_be_missing(self) -> bool:
         """A heartbeat missed while the ledger itself was down says nothing about its worker. For one grace after
@@ -272,13 +312,13 @@ class Ledger:
         measured it, plus up to two beat intervals: one before this process noticed it, one before the peer's next
         beat landed), no peer is judged stale. A shorter blip (a dropped session, a quick restart) cannot have."""
         outage = self.outage
+        assert outage is not None
         return (outage.back_within(self.grace_period)
                 and outage.down_for + 2 * self.heartbeat_interval >= self.grace_period)
 
     def _on_stale(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        # Optuna calls this only in the process whose FAIL of the stale trial landed: one count per lost attempt
-        self._count_lost_attempt(study, trial, f"no heartbeat for over {self.grace_period} s: its worker died "
-                                 "(killed, crashed), hung, or lost the network")
+        # Optuna calls this only in the process whose FAIL of the stale trial landed: one count per lost attempt,
+        # counted once `fail_stale_trials` returns (a write in here would not be retried on its own)
         self._stale.append(trial)
 
     def _count_lost_attempt(self, study: optuna.Study, lost: FrozenTrial, verdict: str) -> None:
@@ -287,37 +327,55 @@ class Ledger:
         A claim its worker never signed is queued again without counting: the cell never ran, so it cannot be what
         killed the worker (a kill between claim and start, or a claim whose answer the network lost)."""
         if "worker_pid" not in lost.user_attrs:
-            requeue(study, lost)
+            self.requeue(study, lost)
             return
-        attempts = [*lost.user_attrs.get(ATTEMPTS, []), attempt_record(lost, verdict, worker_exits(study))]
+        exits = self.call(worker_exits, study)
+        attempts = [*lost.user_attrs.get(ATTEMPTS, []), attempt_record(lost, verdict, exits)]
         if len(attempts) < self.max_attempts:
-            requeue(study, lost, {ATTEMPTS: attempts})
+            self.requeue(study, lost, {ATTEMPTS: attempts})
         else:
-            requeue(study, lost, {ATTEMPTS: attempts, FAILED_FOR_GOOD: True}, state=TrialState.FAIL)
+            self.requeue(study, lost, {ATTEMPTS: attempts, FAILED_FOR_GOOD: True}, state=TrialState.FAIL)
 
     def retry_failed(self, study: optuna.Study) -> list[str]:
         """Queue the cells failed for good in `study` for another round of `max_attempts` attempts
-        (`normbench run --retry-failed`); returns their ids. Their earlier rounds stay in the ledger."""
+        (`normbench run --retry-failed`); returns their ids. Their earlier rounds stay in the ledger. Retried whole
+        through an outage: a try skips what an earlier one queued."""
+        return self.call(self._retry_failed, study)
+
+    def _retry_failed(self, study: optuna.Study) -> list[str]:
         retried = []
         for record in failed_for_good(study):
-            requeue(study, record, {RETRY_ROUND: record.user_attrs.get(RETRY_ROUND, 0) + 1},
-                    drop=(ATTEMPTS, FAILED_FOR_GOOD))
+            self.requeue(study, record, {RETRY_ROUND: record.user_attrs.get(RETRY_ROUND, 0) + 1},
+                         drop=(ATTEMPTS, FAILED_FOR_GOOD))
             retried.append(record.user_attrs.get("cell_id", f"trial {record.number}"))
         return retried
 
-    def id(self, trial: optuna.Trial) -> int:
-        """The storage's id of a claimed trial."""
-        return self.ids.of(trial.study, trial.number)
+    def requeue(self, study: optuna.Study, failed: FrozenTrial, user_attrs: dict[str, Any] | None = None, *,
+                drop: tuple[str, ...] = (), state: TrialState = TrialState.WAITING) -> None:
+        """`requeue` (below), retried through an outage: after a lost answer the copy is looked up by its key."""
+        key = self._key()
 
-    def frozen(self, trial: optuna.Trial) -> FrozenTrial:
-        """A claimed trial as the ledger holds it now (state, attrs, its place in `retry_history`)."""
-        return self.storage.get_trial(self.id(trial))
+        def landed() -> Any:
+            return None if any(t.system_attrs.get(TRIAL_KEY) == key[TRIAL_KEY] for t in self.trials(study)) \
+                else NOT_LANDED
 
-    def _fail(self, trial_id: int) -> bool:
+        self.call(requeue, study, failed, user_attrs, drop=drop, state=state, system_attrs=key, unsafe=True,
+                  landed=landed if key else None)
+
+    def fail_trial(self, trial_id: int) -> bool:
+        """FAIL a RUNNING trial; True when this process's FAIL landed (the one that counts and re-queues it)."""
+        def landed() -> Any:
+            return True if self.storage.get_trial(trial_id).state == TrialState.FAIL else NOT_LANDED
+
         try:
-            return self.storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+            return self.call(self.storage.set_trial_state_values, trial_id, state=TrialState.FAIL, unsafe=True,
+                             landed=landed)
         except UpdateFinishedTrialError:
             return False  # someone else already finished or failed it
+
+    def _key(self) -> dict[str, str]:
+        """A fresh key for a trial queued on a database (`TRIAL_KEY`), by which a lost answer is looked up."""
+        return {TRIAL_KEY: uuid.uuid4().hex} if self.outage is not None else {}
 
     def close(self) -> None:
         """This process claims no more cells: free its OS lock (the kernel would at exit; a library caller lives on)."""
@@ -325,89 +383,10 @@ class Ledger:
             self._life.release()
             self._life = None
 
-    def release(self, study: optuna.Study, trial: optuna.Trial) -> None:
-        """Give a claimed trial back (Ctrl-C): failed here, queued again for the next run."""
-        if self._fail(self.id(trial)):
-            requeue(study, self.frozen(trial))
-
-    @contextmanager
-    def heartbeat(self, trial: optuna.Trial) -> Iterator[None]:
-        """Beat while a cell trains, so other machines can tell a live worker from a lost one."""
-        if not self.heartbeats:
-            yield
-            return
-        stop = threading.Event()
-        record, get_trial = raw(self.storage, "record_heartbeat"), raw(self.storage, "get_trial")
-        trial_id = self.id(trial)
-
-        def beat() -> None:
-            # Its own rhythm, not the retrying wrapper's backoff: after a blip the next beat must come within the
-            # grace period, and a failed beat must never end the thread (peers would take the live cell).
-            missed_since: float | None = None  # monotonic time of the first failed beat of an outage
-            while not stop.is_set():
-                wait = float(self.heartbeat_interval)
-                try:
-                    if get_trial(trial_id).state != TrialState.RUNNING:  # failed as stale while we stalled
-                        self._lost.add(trial_id)
-                        return
-                    record(trial_id)
-                    if missed_since is not None:  # peers' beats were lost too (see _beats_may_be_missing)
-                        self.outage.came_back(time.monotonic() - missed_since)
-                        missed_since = None
-                except Exception:  # the database is away (or slow): try again soon, never give up while training
-                    wait = min(wait, 0.5)
-                    missed_since = time.monotonic() if missed_since is None else missed_since
-                stop.wait(wait)
-
-        thread = threading.Thread(target=beat, daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join()
-
-    # ---------------------------------------------------------------------------------------------- finishing
-
-    def claim_held(self, trial: optuna.Trial, *, ask: bool = False) -> bool:
-        """False once another worker took this trial over (this one stalled or was cut off past the grace period).
-        From the heartbeat's last look; `ask=True` asks the ledger now."""
-        if self.id(trial) in self._lost:
-            return False
-        if ask and self.frozen(trial).state != TrialState.RUNNING:
-            self._lost.add(self.id(trial))
-            return False
-        return True
-
-    def finish(self, study: optuna.Study, trial: optuna.Trial, result: CellResult) -> None:
-        """Store the metrics on the trial (user attrs "result": `result.summary()`, "history": the epochs), then
-        mark it COMPLETE (or PRUNED). Raises ClaimLostError when another worker took the trial over meanwhile (it
-        trains the cell; this result is not recorded twice)."""
-        summary = result.summary()
-        with self.owned(trial):
-            trial.set_user_attr("result", summary)
-            trial.set_user_attr("history", result.history_records())
-            # numbers optuna-dashboard can show and sort by, as the leaderboard scores them (0 when diverged)
-            trial.set_user_attr("test_top1", score_value(summary))
-            trial.set_user_attr("val_top1", select_value(summary))
-            if result.status == "pruned":
-                study.tell(trial, state=TrialState.PRUNED)
-            else:  # the value `normbench tune` ranks by: the selection rule's, final-epoch val
-                study.tell(trial, select_value(summary))
-
-    @contextmanager
-    def owned(self, trial: optuna.Trial) -> Iterator[None]:
-        """Write to a claimed trial. If another worker failed it as stale meanwhile (this one stalled past the
-        grace at any point, even before its first epoch), the write raises ClaimLostError, not Optuna's error."""
-        try:
-            yield
-        except UpdateFinishedTrialError:
-            self._lost.add(self.id(trial))
-            raise ClaimLostError(f"trial {trial.number} was taken over by another worker") from None
-
 
 def requeue(study: optuna.Study, failed: FrozenTrial, user_attrs: dict[str, Any] | None = None, *,
-            drop: tuple[str, ...] = (), state: TrialState = TrialState.WAITING) -> None:
+            drop: tuple[str, ...] = (), state: TrialState = TrialState.WAITING,
+            system_attrs: dict[str, Any] | None = None) -> None:
     """Queue a WAITING copy of a failed trial: same params and cell, no worker, `user_attrs` added and `drop`
     removed. `state=FAIL` writes the record that ends the cell's attempts instead of queueing it."""
     kept = {k: v for k, v in failed.user_attrs.items() if k not in (*WORKER_ATTRS, *drop)}
@@ -415,7 +394,8 @@ def requeue(study: optuna.Study, failed: FrozenTrial, user_attrs: dict[str, Any]
     study.add_trial(optuna.create_trial(
         state=state, params=failed.params, distributions=failed.distributions,
         user_attrs={**kept, **(user_attrs or {})},
-        system_attrs={**failed.system_attrs, "failed_trial": history[0], "retry_history": history}))
+        system_attrs={**failed.system_attrs, "failed_trial": history[0], "retry_history": history,
+                      **(system_attrs or {})}))
 
 
 def attempt_record(lost: FrozenTrial, verdict: str, exits: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:

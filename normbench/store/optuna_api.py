@@ -5,12 +5,11 @@ tests/store/test_optuna_api.py on the installed Optuna (a new minor that moves a
   `get_study_id_from_name` / `get_trial_id_from_study_id_trial_number` (and remembers: an id never changes).
 - The journal's operation codes and the fields Optuna's replay reads without a default: the on-disk format that
   store/journal.py checks a record against. Optuna keeps them in a private enum; the numbers are the file format.
-- RDBStorage internals two features reach into, with no public equivalent:
-  * `RDB_RETRIED`: the private storage methods Optuna's own cache (the wrapper every Study puts around an RDBStorage)
-    and `fail_stale_trials` call; store/retry.py must wait out an outage in them as in the public ones;
-  * `find_trial_by_key`: Optuna retries a trial's creation itself after an error of its commit, and a commit whose
-    answer was lost would be created twice; store/idempotent.py hooks the one step of each try that inserts the trial
-    so a try finds the row an earlier one committed (Optuna exposes no hook for it).
+- One RDBStorage step with no public equivalent: Optuna retries a trial's creation itself after an error of its
+  commit, and a commit whose answer was lost would then be created twice. `find_trial_by_key` hooks the step of each
+  try that inserts the trial (`INSERT_STEP`), so a try finds the row an earlier one committed by the key the ledger
+  gives every trial it queues (`TRIAL_KEY`); it reads Optuna's tables by their SQL names (`trials`,
+  `trial_system_attributes`), the schema Optuna migrates with alembic and keeps stable across versions.
 """
 
 from __future__ import annotations
@@ -67,26 +66,26 @@ SET_STATE = 6
 # finished state (COMPLETE 1, PRUNED 2, FAIL 3) its completion
 STATE_TIMES = {"datetime_start": (0,), "datetime_complete": (1, 2, 3)}
 
-RDB_RETRIED = ("_get_trials", "_get_stale_trial_ids", "_get_best_trial_id", "_create_new_trial", "_set_trial_param")
+TRIAL_KEY = "normbench_key"  # Optuna system attr of each trial the ledger queues: what its creation is found by
 INSERT_STEP = "_get_prepared_new_trial"  # RDBStorage: (study_id, template_trial, session) -> the inserted TrialModel
 
 
-def find_trial_by_key(storage: Any, key_name: str) -> None:
-    """Make each try of `storage`'s trial creation first look for a trial of the study whose system attr
-    `key_name` equals the template's (a row an earlier try committed before its answer was lost) and return it."""
+def find_trial_by_key(storage: Any) -> None:
+    """Make each try of `storage`'s trial creation first look for a trial of the study whose system attr TRIAL_KEY
+    equals the template's (a row an earlier try committed before its answer was lost) and return it."""
     insert: Callable[..., Any] = getattr(storage, INSERT_STEP)
+    from sqlalchemy import text  # noqa: PLC0415 (only RDB ledgers get here)
+
+    found_by_key = text(
+        "SELECT t.trial_id, t.number, t.datetime_start, t.state FROM trials t JOIN trial_system_attributes a "
+        "ON a.trial_id = t.trial_id WHERE t.study_id = :study AND a.key = :key AND a.value_json = :value LIMIT 1")
 
     def find_or_insert(study_id: int, template_trial: Any, session: Any) -> Any:
-        key = template_trial.system_attrs.get(key_name) if template_trial is not None else None
+        key = template_trial.system_attrs.get(TRIAL_KEY) if template_trial is not None else None
         if key is not None:
-            from optuna.storages._rdb import models  # noqa: PLC0415 (the ORM, only for this lookup)
-
-            found = (session.query(models.TrialModel).join(models.TrialSystemAttributeModel)
-                     .filter(models.TrialModel.study_id == study_id,
-                             models.TrialSystemAttributeModel.key == key_name,
-                             models.TrialSystemAttributeModel.value_json == json.dumps(key)).first())
-            if found is not None:
-                return found
+            row = session.execute(found_by_key, {"study": study_id, "key": TRIAL_KEY, "value": json.dumps(key)}).first()
+            if row is not None:  # what Optuna reads of the inserted row: trial_id, number, datetime_start
+                return row
         return insert(study_id, template_trial, session)
 
     setattr(storage, INSERT_STEP, find_or_insert)

@@ -1,24 +1,21 @@
 """Wait out a database or tracking-server outage instead of dying on the first refused connection.
 
-`retrying(obj, what=url)` replaces each public method of `obj` (an Optuna storage, an MlflowClient) on that instance,
-and the private ones named in `private=`, by one that retries transient errors (connection refused or reset,
-timeouts, a 5xx, SQLAlchemy's OperationalError) with backoff for up to NORMBENCH_RETRY_SECONDS (default 300), saying
-once what it waits for. Logic errors (a finished trial, a missing run) are raised at once. When the time runs out it
-raises ServerUnreachableError (exit 3) naming the URL; after that the object fails fast, so closing runs on the way
-out does not wait a second budget.
-Patching the instance, not proxying it, keeps `isinstance` checks (Optuna's heartbeat code makes them) true.
-A retried method that calls another runs it once, unwrapped: the outermost call retries, within one budget.
+The ledger runs each of its operations through `Outage.call` at the call site (store/ledger.py, store/claim.py):
+transient errors (connection refused or reset, timeouts, a 5xx, SQLAlchemy's OperationalError) are retried with
+backoff for up to NORMBENCH_RETRY_SECONDS (default 300), saying once what it waits for. Logic errors (a finished
+trial) are raised at once. When the time runs out it raises ServerUnreachableError (exit 3) naming the URL; after
+that calls fail fast, so giving the cell back on the way out does not wait a second budget. A call made inside
+another runs once: the outermost call retries, within one budget.
 
-Only a call safe to repeat is replayed blindly. A write that is not (creating a run or a trial, finishing a trial)
-may have been applied by a server whose answer was then lost (a timeout, a reset, a proxy's 502 after the commit):
-such a method (normbench.store.idempotent names them) is retried at once only when the error proves the request
-never left (connection refused); after an ambiguous error it is first asked whether the write landed (the write
-carries a key to look it up by) and replayed only if it did not; with no way to ask, the error is raised.
+Only a call safe to repeat is replayed blindly. A write that is not (queueing a trial, finishing one) may have been
+applied by a server whose answer was then lost (a timeout, a reset, a proxy's 502 after the commit): it is passed
+with `unsafe=True` and replayed at once only when the error proves the request never left (connection refused);
+after an ambiguous error its `landed()` check is asked first whether the write is on the server (a queued trial
+carries a key to look it up by), and it is replayed only if not; with no way to ask, the error is raised.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import random
 import re
@@ -30,11 +27,11 @@ from typing import Any, TypeVar
 
 from normbench import settings, stopping
 from normbench.errors import ServerUnreachableError
-from normbench.store.idempotent import NOT_LANDED, Unsafe, unsafe_methods
 
 T = TypeVar("T")
 
 FIRST_WAIT, MAX_WAIT = 0.5, 10.0
+NOT_LANDED = object()  # what a `landed()` check answers when the write is not on the server
 
 # Words in the message of an exception (or of one it wraps) that mean "the server is away", not "you asked wrong".
 _TRANSIENT_TEXT = re.compile(
@@ -110,6 +107,7 @@ class Outage:
         self.what = redact(what)
         self.seconds = retry_seconds() if seconds is None else seconds
         self.gave_up = False
+        self.errors = 0  # transient errors met so far: a caller can tell whether its call was retried
         self.back_at = -math.inf  # time.monotonic() when the server last came back after an outage
         self.down_for = 0.0  # how long that outage lasted, from this process's first failed call to its success
         self._down_since: float | None = None
@@ -129,35 +127,33 @@ class Outage:
         with self._lock:
             self.back_at, self.down_for = time.monotonic(), down_for
 
-    def call(self, fn: Callable[..., T], *args: Any, unsafe: Unsafe | None = None, **kwargs: Any) -> T:
-        """`fn(*args, **kwargs)`, retried; `unsafe` when a replay of `fn` could apply it twice (see Unsafe). A
-        composite that is idempotent as a whole (find, else create) is passed as `fn` and retried whole."""
+    def call(self, fn: Callable[..., T], *args: Any, unsafe: bool = False,
+             landed: Callable[[], Any] | None = None, **kwargs: Any) -> T:
+        """`fn(*args, **kwargs)`, retried. `unsafe`: a replay could apply the write twice; `landed()` then returns
+        what `fn` would have returned if the write is on the server, else NOT_LANDED. A composite that is idempotent
+        as a whole (find, else create) is passed as `fn` and retried whole."""
         if getattr(self._inside, "active", False):
             return fn(*args, **kwargs)
         self._inside.active = True
         try:
-            if unsafe is not None and unsafe.prepare is not None:
-                args, kwargs = unsafe.prepare(args, kwargs)
-            return self._retry(fn, *args, unsafe=unsafe, **kwargs)
+            return self._retry(lambda: fn(*args, **kwargs), unsafe, landed)
         finally:
             self._inside.active = False
 
-    def _retry(self, fn: Callable[..., T], *args: Any, unsafe: Unsafe | None = None, **kwargs: Any) -> T:
+    def _retry(self, fn: Callable[[], T], unsafe: bool, landed: Callable[[], Any] | None) -> T:
         deadline = time.monotonic() + (0.0 if self.gave_up else self.seconds)
         wait = FIRST_WAIT
         maybe_applied = False  # an earlier try may have reached the server: ask before replaying
         while True:
             try:
-                if maybe_applied and unsafe is not None and unsafe.landed is not None:
-                    found = unsafe.landed(*args, **kwargs)
-                    if found is not NOT_LANDED:
-                        return self._back(found)
-                result = fn(*args, **kwargs)
+                if maybe_applied and landed is not None and (found := landed()) is not NOT_LANDED:
+                    return self._back(found)
+                result = fn()
             except Exception as e:
                 if not is_transient(e):
                     raise
-                if unsafe is not None and not undelivered(e):
-                    if unsafe.landed is None:
+                if unsafe and not undelivered(e):
+                    if landed is None:
                         raise  # it may have been applied and nothing tells: a replay could apply it twice
                     maybe_applied = True
                 left = deadline - time.monotonic()
@@ -169,6 +165,7 @@ class Outage:
                         "same command to resume: finished cells are kept, the cell in flight is queued again."
                     ) from None
                 with self._lock:
+                    self.errors += 1
                     if self._down_since is None:
                         self._down_since = time.monotonic()
                     if not self._said:
@@ -191,40 +188,3 @@ class Outage:
                     self._down_since = None
                 self._said = self.gave_up = False
         return result
-
-
-def retrying(obj: T, what: str, *, seconds: float | None = None, outage: Outage | None = None,
-             private: tuple[str, ...] = (), unsafe: dict[str, Unsafe] | None = None) -> T:
-    """Patch every public method of `obj`, and the private ones in `private` (those a wrapper around `obj` calls,
-    as Optuna's cache calls its storage's `_get_trials`), to retry transient errors (see the module docstring);
-    returns `obj`. `unsafe` names the writes a replay could apply twice (default: normbench.store.idempotent's
-    list for `obj`'s type). The original methods stay reachable as `obj._normbench_raw[name]`."""
-    outage = outage or Outage(what, seconds)
-    if unsafe is None:
-
-        unsafe = unsafe_methods(obj)
-    raw: dict[str, Callable[..., Any]] = {}
-    for name in dir(type(obj)):
-        if name.startswith("_") and name not in private:
-            continue
-        method = getattr(obj, name, None)
-        if not callable(method) or isinstance(method, type):
-            continue
-        raw[name] = method
-        setattr(obj, name, _retry_method(method, outage, unsafe.get(name)))
-    obj._normbench_raw = raw  # type: ignore[attr-defined]
-    obj._normbench_outage = outage  # type: ignore[attr-defined]
-    return obj
-
-
-def raw(obj: Any, name: str) -> Callable[..., Any]:
-    """`obj.name` without retries (for callers that keep their own rhythm, e.g. the heartbeat)."""
-    return getattr(obj, "_normbench_raw", {}).get(name) or getattr(obj, name)
-
-
-def _retry_method(method: Callable[..., Any], outage: Outage, unsafe: Unsafe | None) -> Callable[..., Any]:
-    @functools.wraps(method)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return outage.call(method, *args, unsafe=unsafe, **kwargs)
-
-    return call

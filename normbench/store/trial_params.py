@@ -51,7 +51,7 @@ def trial_params(axes: dict[str, Any], distributions: dict[str, BaseDistribution
 
 
 def add_waiting_trial(study: optuna.Study, axes: dict[str, Any], distributions: dict[str, BaseDistribution],
-                      user_attrs: dict[str, Any]) -> None:
+                      user_attrs: dict[str, Any], system_attrs: dict[str, Any] | None = None) -> None:
     """Queue a WAITING trial carrying `axes` as params. A shared database refuses a categorical whose choices grew
     (see the module's docstring): the trial is then queued with its numeric params only."""
     params = trial_params(axes, distributions)
@@ -59,7 +59,8 @@ def add_waiting_trial(study: optuna.Study, axes: dict[str, Any], distributions: 
     for kept in (params, numeric):
         try:
             study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, params=kept, user_attrs=user_attrs,
-                                                      distributions={k: distributions[k] for k in kept}))
+                                                      distributions={k: distributions[k] for k in kept},
+                                                      system_attrs=system_attrs))
             return
         except ValueError:  # "CategoricalDistribution does not support dynamic value space."
             if kept is numeric:

@@ -22,7 +22,7 @@ def open_study_of_recipe(ledger: Ledger, suite: Suite, name: str, **study_kwargs
     study = ledger.study(name, **study_kwargs)  # an existing study loads without a write: a refused run leaves the
     check_recipe(ledger, suite, study)           # ledger byte for byte as it was
     if "recipe" not in study.user_attrs:
-        study.set_user_attr("recipe", suite.recipe_hash())
+        ledger.call(study.set_user_attr, "recipe", suite.recipe_hash())
     return study
 
 

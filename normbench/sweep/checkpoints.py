@@ -24,7 +24,8 @@ import optuna
 
 from normbench.contracts.names import WEIGHTS_ATTR, OutputFolder
 from normbench.contracts.recipe import CellConfig
-from normbench.store.ledger import Ledger, worker_host
+from normbench.store.claim import Claim
+from normbench.store.ledger import worker_host
 from normbench.train.checkpoint import CheckpointUnusable, Keeper, read, recipe_of, where
 
 CHECKPOINT_ATTR = "checkpoint"  # trial user attr: the cell's last checkpoint, as `Keeper.saved` reports it
@@ -107,34 +108,32 @@ class CellCheckpoints:
               f"{_duration(ago)} ago): {_duration(saved)} of training saved{processes}", file=sys.stderr, flush=True)
         return state
 
-    def keeper(self, trial: optuna.Trial, ledger: Ledger) -> Keeper:
+    def keeper(self, claim: Claim) -> Keeper:
         """Writes this cell's checkpoints and records each on its trial (best effort: the file is the cache, the
         record only finds it faster and tells a person where it is); none once another worker holds the cell."""
         tc = self.config.train
 
         def saved(info: dict[str, Any]) -> None:
             try:
-                with ledger.owned(trial):
-                    trial.set_user_attr(CHECKPOINT_ATTR, {"file": self.folder.relative(self.path), **info,
-                                                          "host": worker_host()})
+                record = {"file": self.folder.relative(self.path), **info, "host": worker_host()}
+                claim.set_attr(CHECKPOINT_ATTR, record)
             except Exception:  # the ledger is away or the claim lost: the next epoch's call notices either
                 pass
 
         return Keeper(path=self.path, recipe=recipe_of(self.config), interval_s=60.0 * tc.checkpoint_minutes,
-                      saved=saved, may_write=lambda: ledger.claim_held(trial),
+                      saved=saved, may_write=claim.held,
                       weights=self.weights if tc.keep_weights == "final" else None,
                       label=self.cell_id)
 
-    def before_finish(self, trial: optuna.Trial, ledger: Ledger) -> Path | None:
+    def before_finish(self, claim: Claim) -> Path | None:
         """Trained, about to be recorded: its checkpoint record cleared (`clean` deletes the file once the ledger
         has the cell) and its kept weights' file recorded; returns that file, if the cell wrote one."""
         weights = self.weights if self.config.train.keep_weights == "final" and self.weights.is_file() else None
         try:
-            with ledger.owned(trial):
-                if trial.user_attrs.get(CHECKPOINT_ATTR):
-                    trial.set_user_attr(CHECKPOINT_ATTR, None)
-                if weights is not None:
-                    trial.set_user_attr(WEIGHTS_ATTR, self.folder.relative(weights))
+            if claim.trial.user_attrs.get(CHECKPOINT_ATTR):
+                claim.set_attr(CHECKPOINT_ATTR, None)
+            if weights is not None:
+                claim.set_attr(WEIGHTS_ATTR, self.folder.relative(weights))
         except Exception:  # best effort: the ledger's finish just after says whether the claim still holds
             pass
         return weights

@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 from normbench.contracts.names import OutputFolder, StudyNames
 from normbench.contracts.selection import BUDGETS, REPORTS, SELECTS
 from normbench.contracts.suite import Suite
+from normbench.store.claim import Claim
 from normbench.store.ledger import LIVE, UNFINISHED, Ledger
 from normbench.store.migrations import trial_cell_id
 from normbench.sweep.bracket import bracket_axes
@@ -40,9 +41,9 @@ def run_job(suite: Suite, study: optuna.Study) -> Job:
     names = StudyNames(suite.name)
     role = {names.report: REPORTS, names.budget: BUDGETS}.get(study.study_name, SELECTS)
 
-    def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
+    def cell_for(claim: Claim) -> tuple[str, dict[str, Any], Any]:
         # The axes come from the trial's user attrs; its params show them in optuna-dashboard (store/trial_params.py).
-        axes = dict(trial.user_attrs["axes"])
+        axes = dict(claim.trial.user_attrs["axes"])
         cell = suite.cell(axes)
         return cell.cell_id, {**cell_params(axes, cell.config), "role": role}, cell.config
 
@@ -64,7 +65,7 @@ def stage_study_names(ledger: Ledger, suite: Suite) -> list[str]:
 def queued_cells(ledger: Ledger, study_name: str) -> dict[str, dict[str, Any]]:
     """`{cell_id: axes}` of the study's live cells."""
     return {t.user_attrs["cell_id"]: t.user_attrs["axes"]
-            for t in ledger.study(study_name).get_trials(deepcopy=False, states=LIVE) if "axes" in t.user_attrs}
+            for t in ledger.trials(ledger.study(study_name), LIVE) if "axes" in t.user_attrs}
 
 
 def cell_cost(suite: Suite, axes: dict[str, Any]) -> float:
@@ -93,8 +94,8 @@ def run_jobs(suite: Suite, study: optuna.Study, ledger: Ledger, progress: Progre
 
     def jobs() -> list[Job]:
         selecting = [study, *(ledger.study(n) for n in bracket_study_names(ledger, suite))]
-        if not any(s.get_trials(deepcopy=False, states=UNFINISHED) for s in selecting):
-            trials = [t for s in selecting for t in s.get_trials(deepcopy=False, states=LIVE)]
+        if not any(ledger.trials(s, UNFINISHED) for s in selecting):
+            trials = [t for s in selecting for t in ledger.trials(s, LIVE)]
             finished = [(t.user_attrs["axes"], t.user_attrs.get("result", {})) for t in trials
                         if t.state == TrialState.COMPLETE]
             new = next_bracket_round(suite, finished, {t.user_attrs.get("cell_id") for t in trials})
@@ -155,7 +156,7 @@ def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
     for name in rounds:
         queued.update(queued_cells(ledger, name))
     finished = {trial_cell_id(t) for s in [study, *map(ledger.study, rounds)]
-                for t in s.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if "axes" in t.user_attrs}
+                for t in ledger.trials(s, (TrialState.COMPLETE,)) if "axes" in t.user_attrs}
     costs = {cid: cell_cost(suite, axes) for cid, axes in queued.items() if cid not in finished}
     progress = Progress(total=len(queued), done=len(finished), quiet=quiet, costs=costs)
     progress.note(f"suite {suite.name}: {len(queued)} cells ({len(queued) - len(cells)} from bracketing and report "

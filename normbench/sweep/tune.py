@@ -22,7 +22,8 @@ from normbench.contracts.names import StudyNames
 from normbench.contracts.suite import Suite, TuneConfig, cell_id, with_overrides
 from normbench.contracts.tuning import LABEL, search_keys, search_seed, seeds
 from normbench.errors import ClaimLostError, SuiteError
-from normbench.store.ledger import Ledger
+from normbench.store.claim import Claim
+from normbench.store.ledger import UNFINISHED, Ledger
 from normbench.sweep.cells import cell_params, check_recipe, open_study_of_recipe
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import JobList
@@ -66,7 +67,7 @@ def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
     existing = set(ledger.study_names())
     for name in [*searches.values(), names.tuned]:  # every check before any write: a refused tune changes nothing
         if name in existing:
-            check_recipe(ledger, suite, optuna.load_study(study_name=name, storage=ledger.storage))
+            check_recipe(ledger, suite, ledger.study(name))
     studies = []
     for key in keys:
         study = open_study_of_recipe(ledger, suite, searches[cell_id(key)], **_sampler_and_pruner(tune))
@@ -74,20 +75,20 @@ def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
         studies.append((key, study))
 
     def search_job(key: dict[str, Any], study: optuna.Study) -> Job:
-        def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
+        def cell_for(claim: Claim) -> tuple[str, dict[str, Any], Any]:
             axes = {**key, "seed": search_seed(suite)}
-            sampled = {k: suggest(trial, k, d) for k, d in tune.space.items()}
+            sampled = ledger.call(lambda: {k: suggest(claim.trial, k, d) for k, d in tune.space.items()})
             config = with_overrides(suite.cell(axes), sampled)
-            label = trial_label(key, sampled, trial.number)
-            with contextlib.suppress(ClaimLostError), ledger.owned(trial):  # a lost claim: run_cell notices it
-                trial.set_user_attr(LABEL, label)  # for the parent of local workers, which prints it
+            label = trial_label(key, sampled, claim.number)
+            with contextlib.suppress(ClaimLostError):  # a lost claim: run_cell notices it
+                claim.set_attr(LABEL, label)  # for the parent of local workers, which prints it
             return label, cell_params(axes, config), config
 
         return Job(study=study, cell_for=cell_for, report=True)
 
     def rerun_job(study: optuna.Study) -> Job:
-        def cell_for(trial: optuna.Trial) -> tuple[str, dict[str, Any], Any]:
-            axes, overrides = trial.user_attrs["axes"], trial.user_attrs["overrides"]
+        def cell_for(claim: Claim) -> tuple[str, dict[str, Any], Any]:
+            axes, overrides = claim.trial.user_attrs["axes"], claim.trial.user_attrs["overrides"]
             config = with_overrides(suite.cell(axes), overrides)
             return cell_id(axes), cell_params(axes, config), config
 
@@ -95,13 +96,12 @@ def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
 
     def jobs() -> list[Job]:
         current = [search_job(key, study) for key, study in studies]
-        if any(study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
-               for _, study in studies):
+        if any(ledger.trials(study, UNFINISHED) for _, study in studies):
             return current
         tuned = open_study_of_recipe(ledger, suite, names.tuned)
         items, extra = {}, {}
         for key, study in studies:
-            complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            complete = ledger.trials(study, (TrialState.COMPLETE,))
             if not complete:
                 continue  # every trial pruned: nothing to re-run
             # the selection rule's: the best final-epoch val, ties to the smaller lr (report/tune_frame.py relies on it)

@@ -27,7 +27,7 @@ def newly_finished(ledger: Ledger, study_names: list[str], seen: set[tuple[str, 
     existing = set(ledger.study_names())
     new = []
     for name in (n for n in study_names if n in existing):
-        for t in ledger.study(name).get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        for t in ledger.trials(ledger.study(name), (TrialState.COMPLETE, TrialState.PRUNED)):
             if (name, t.number) not in seen:
                 seen.add((name, t.number))
                 new.append(t)

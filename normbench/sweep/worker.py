@@ -24,7 +24,8 @@ from normbench import settings, stopping
 from normbench.contracts.recipe import CellConfig
 from normbench.contracts.results import EpochRecord
 from normbench.errors import ClaimLostError, NormbenchError
-from normbench.store.ledger import ATTEMPTS, Ledger, failed_for_good
+from normbench.store.claim import Claim
+from normbench.store.ledger import ATTEMPTS, UNFINISHED, Ledger
 from normbench.sweep.checkpoints import CellCheckpoints, CheckpointFolder
 from normbench.sweep.progress import Progress
 from normbench.tracking.tracker import Tracker
@@ -42,7 +43,7 @@ class Job:
     """One study's cells and how to turn a claimed trial into a recipe."""
 
     study: optuna.Study
-    cell_for: Callable[[optuna.Trial], tuple[str, dict[str, Any], CellConfig]]  # -> cell_id, params, recipe
+    cell_for: Callable[[Claim], tuple[str, dict[str, Any], CellConfig]]  # -> cell_id, params, recipe
     report: bool = False  # feed per-epoch val accuracy to the study's pruner
 
 
@@ -130,7 +131,7 @@ def _work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, devic
         turn_started = time.perf_counter()
         for job in current:
             ledger.reclaim(job.study)  # dead workers' cells back to the queue (their runs: the next sync's)
-        claimed = next(((job, t) for job in current if (t := ledger.claim(job.study)) is not None), None)
+        claimed = next(((job, c) for job in current if (c := ledger.claim(job.study)) is not None), None)
         if claimed is not None:
             outcome, trained = run_cell(*claimed, ledger=ledger, tracker=tracker, device=device, progress=progress,
                                         suite_name=suite_name, dist=dist, checkpoints=checkpoints)
@@ -140,75 +141,72 @@ def _work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, devic
             summary.train_seconds += trained
             summary.busy_seconds += time.perf_counter() - turn_started
             continue
-        if any(job.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
-               for job in current):
+        if any(ledger.trials(job.study, UNFINISHED) for job in current):
             stopping.wait(poll)  # others are training; if one dies, its cell comes back to the queue
             continue
         refreshed = jobs()
         if [j.study.study_name for j in refreshed] == [j.study.study_name for j in current]:
-            summary.failed_for_good = failed_cells(current)  # nothing left to run: say what will never finish
+            summary.failed_for_good = failed_cells(current, ledger)  # nothing left to run: what will never finish
             return summary
         current = refreshed
     return summary
 
 
-def failed_cells(jobs: list[Job]) -> dict[str, int]:
+def failed_cells(jobs: list[Job], ledger: Ledger) -> dict[str, int]:
     """`{cell id: attempts}` of the jobs' cells failed for good (each attempt killed its worker)."""
     return {t.user_attrs.get("cell_id", f"trial {t.number}"): len(t.user_attrs.get(ATTEMPTS, []))
-            for job in jobs for t in failed_for_good(job.study)}
+            for job in jobs for t in ledger.failed_for_good(job.study)}
 
 
-def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
+def run_cell(job: Job, claim: Claim, *, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
              suite_name: str, dist: Dist | None = None,
              checkpoints: CheckpointFolder | None = None) -> tuple[str, float]:
     """Train one claimed cell. Returns its outcome, TRAINED, FAILED (it raised: recorded as a failed trial, retried
     on the next run) or LOST (another worker took the claim over), and the seconds spent training, not counting the
     logging and pruning calls made between epochs."""
-    cell_id, params, config = job.cell_for(trial)
-    frozen = ledger.frozen(trial)  # its attempt (a re-queued copy's run is named `#2`)
+    trial = claim.trial
+    cell_id, params, config = job.cell_for(claim)
+    frozen = claim.frozen()  # its attempt (a re-queued copy's run is named `#2`)
     run_id = tracker.start(cell_id, params, tags={  # queued: never waits for MLflow
         "suite": suite_name, "study": job.study.study_name, "trial": str(trial.number),
         "attempt": str(1 + len(frozen.system_attrs.get("retry_history", [])))})
-    if not ledger.claim_held(trial, ask=True):  # stalled between the claim and here: another worker's cell now
+    if not claim.held(ask=True):  # stalled between the claim and here: another worker's cell now
         return _lost_claim(cell_id, run_id, tracker, progress), 0.0
     progress.start_cell(cell_id, config.train.epochs)
     between_epochs = 0.0
     kept = CellCheckpoints(checkpoints, job.study.study_name, cell_id, config) if checkpoints is not None else None
     resume = kept.resume(trial, dist.world if dist else 1) if kept is not None else None
     if resume is not None:  # this attempt's run and trial get the epochs the checkpoint holds
-        _replay(resume["progress"]["history"], trial, run_id, ledger, tracker, progress)
+        _replay(resume["progress"]["history"], claim, run_id, tracker, progress)
 
     def on_epoch(record: EpochRecord) -> bool:
         nonlocal between_epochs
         started = time.perf_counter()
-        if not ledger.claim_held(trial):  # another worker took this cell over: stop training it
+        if not claim.held():  # another worker took this cell over: stop training it
             raise ClaimLostError(f"trial {trial.number} was taken over")
         tracker.log_epoch(run_id, record)
         progress.epoch(record)
-        with ledger.owned(trial):  # optuna-dashboard's curve and the pruner's input, at step = optimizer steps
-            trial.report(record["val_top1"], record["step"])
-        prune = job.report and trial.should_prune()
+        claim.report(record["val_top1"], record["step"])  # at step = optimizer steps
+        prune = job.report and claim.should_prune()
         between_epochs += time.perf_counter() - started
         return prune
 
     train_started = time.perf_counter()
     try:
-        with ledger.heartbeat(trial):
+        with claim.heartbeat():
             broadcast(config, dist)  # the other ranks train the same cell, from the same checkpoint
             broadcast(str(kept.resumed_from) if resume is not None and kept is not None else None, dist)
             result = train_cell(config, device=device, on_epoch=on_epoch, dist=dist, resume=resume,
-                                keeper=kept.keeper(trial, ledger) if kept is not None else None)
+                                keeper=kept.keeper(claim) if kept is not None else None)
     except ClaimLostError:
         return _lost_claim(cell_id, run_id, tracker, progress), time.perf_counter() - train_started - between_epochs
     except (KeyboardInterrupt, NormbenchError):  # stop the suite; the cell goes back to the queue
-        release(job, trial, run_id, ledger, tracker)
+        release(claim, run_id, tracker)
         raise
     except Exception as e:  # a crash in one cell must not take the suite down
         tracker.fail(run_id)
         try:
-            with ledger.owned(trial):
-                trial.set_user_attr("error", f"{type(e).__name__}: {e}"[:1000])
-                job.study.tell(trial, state=TrialState.FAIL)
+            claim.fail(f"{type(e).__name__}: {e}")
         except ClaimLostError:  # already failed as stale and queued again: nothing more to record here
             pass
         progress.note(f"cell {cell_id} failed: {type(e).__name__}: {e} (it is retried on the next run)")
@@ -217,35 +215,33 @@ def run_cell(job: Job, trial: optuna.Trial, *, ledger: Ledger, tracker: Tracker,
         return FAILED, time.perf_counter() - train_started - between_epochs
     trained = time.perf_counter() - train_started - between_epochs
     try:
-        if not ledger.claim_held(trial, ask=True):
+        if not claim.held(ask=True):
             raise ClaimLostError(f"trial {trial.number} was taken over")
         tracker.log_telemetry(run_id, result.telemetry)
         tracker.summarize(run_id, result)
-        if kept is not None and (weights := kept.before_finish(trial, ledger)) is not None:
+        if kept is not None and (weights := kept.before_finish(claim)) is not None:
             tracker.log_artifact(run_id, weights)
-        ledger.finish(job.study, trial, result)  # the cell counts from here
+        claim.finish(result)  # the cell counts from here
         if kept is not None:
             kept.clean()  # a finished cell leaves no checkpoint behind
         tracker.close(run_id, _state(result))
     except ClaimLostError:
         return _lost_claim(cell_id, run_id, tracker, progress), trained
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the result is logged: no trial or run may stay RUNNING
-        settle(job, trial, run_id, ledger, tracker)
+        settle(claim, run_id, tracker)
         raise
     progress.end_cell(result)
     return TRAINED, trained
 
 
-def _replay(history: list[EpochRecord], trial: optuna.Trial, run_id: str, ledger: Ledger, tracker: Tracker,
-            progress: Progress) -> None:
+def _replay(history: list[EpochRecord], claim: Claim, run_id: str, tracker: Tracker, progress: Progress) -> None:
     """A resumed cell's earlier epochs, logged again for this attempt: its MLflow run and its trial's curve (what
     optuna-dashboard and the pruner read) are whole, as if it had never stopped."""
     for record in history:
         tracker.log_epoch(run_id, record)
         progress.epoch(record)
         try:
-            with ledger.owned(trial):
-                trial.report(record["val_top1"], record["step"])
+            claim.report(record["val_top1"], record["step"])
         except ClaimLostError:  # taken over meanwhile: the first epoch's call stops the cell
             return
 
@@ -266,27 +262,27 @@ def _state(result: Any) -> str:
     return TrialState.PRUNED.name if result.status == "pruned" else TrialState.COMPLETE.name
 
 
-def release(job: Job, trial: optuna.Trial, run_id: str, ledger: Ledger, tracker: Tracker) -> None:
+def release(claim: Claim, run_id: str, tracker: Tracker) -> None:
     """Give a claimed cell back on the way out (Ctrl-C, SIGTERM, a ledger outage past the budget): its run KILLED,
     its trial queued again. Best effort: the ledger that stopped us may be the one we cannot tell."""
     tracker.fail(run_id, "KILLED")
     try:
-        ledger.release(job.study, trial)
+        claim.release()
     except Exception:  # the ledger is away: the heartbeat (database) or the lock (journal) frees the cell instead
         pass
 
 
-def settle(job: Job, trial: optuna.Trial, run_id: str, ledger: Ledger, tracker: Tracker) -> None:
+def settle(claim: Claim, run_id: str, tracker: Tracker) -> None:
     """Stopped between training and closing the run: the run closed FINISHED if the ledger has recorded the cell,
     else the cell given back (`release`). Best effort, as `release`."""
     try:
-        state = ledger.frozen(trial).state
+        state = claim.frozen().state
     except Exception:  # the ledger is away: give the cell back; it runs again if it was not recorded
         state = TrialState.RUNNING
     if state in (TrialState.COMPLETE, TrialState.PRUNED):
         tracker.close(run_id, state.name)
     else:
-        release(job, trial, run_id, ledger, tracker)
+        release(claim, run_id, tracker)
 
 
 def _lost_claim(cell_id: str, run_id: str, tracker: Tracker, progress: Progress) -> str:

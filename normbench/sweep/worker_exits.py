@@ -102,12 +102,12 @@ def after_exit(proc: WorkerProcess, ledger: Ledger, study_names: list[str]) -> W
     present = set(ledger.study_names())
     studies = [ledger.study(name) for name in study_names if name in present]
     host = worker_host()
-    held = next((s for s in studies for t in s.get_trials(deepcopy=False)
+    held = next((s for s in studies for t in ledger.trials(s)
                  if t.user_attrs.get("worker_pid") == proc.pid and t.user_attrs.get("worker_host") == host), None)
     if held is None:  # died before claiming: nothing of a cell's to note, and no reason to think another would live
         return None
-    note_worker_exit(held, host, proc.pid, proc.seen())
-    if not any(s.get_trials(deepcopy=False, states=UNFINISHED) for s in studies):
+    ledger.call(note_worker_exit, held, host, proc.pid, proc.seen())
+    if not any(ledger.trials(s, UNFINISHED) for s in studies):
         return None
     return proc.respawn()
 

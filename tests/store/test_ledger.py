@@ -56,7 +56,7 @@ def test_claim_runs_one_copy_and_fails_the_other(two_copies):
 def test_a_finished_cell_drops_any_later_copy(two_copies):
     ledger, study = two_copies
     first = ledger.claim(study)
-    study.tell(first, 50.0)
+    study.tell(first.trial, 50.0)
     later = study.get_trials(deepcopy=False)[1]
     ledger.storage.set_trial_state_values(later._trial_id, state=TrialState.RUNNING)
     assert ledger._duplicate(study, study.get_trials(deepcopy=False)[1])
@@ -79,8 +79,7 @@ def test_a_finished_trials_value_is_the_selection_rule_final_epoch_val(tmp_path,
     ledger = Ledger(None, tmp_path)
     study = ledger.study("tune:sel")
     ledger.enqueue(study, {"c": AXES})
-    trial = ledger.claim(study)
-    ledger.finish(study, trial, CellResult.from_summary(result))
+    ledger.claim(study).finish(CellResult.from_summary(result))
     assert study.get_trials(deepcopy=False)[0].value == value  # what `normbench tune` ranks trials by
 
 
@@ -97,8 +96,7 @@ def test_a_finished_trial_stores_the_summary_and_history_as_before(tmp_path):
     ledger = Ledger(None, tmp_path)
     study = ledger.study("run:json")
     ledger.enqueue(study, {"c": AXES})
-    trial = ledger.claim(study)
-    ledger.finish(study, trial, result)
+    ledger.claim(study).finish(result)
     stored = Ledger(None, tmp_path).study("run:json").get_trials(deepcopy=False)[0]
     assert json.dumps(stored.user_attrs["result"]) == (
         '{"status": "diverged", "best_val_top1": 40.0, "final_val_top1": 40.0, "val_top1": null, "test_top1": null, '

@@ -84,7 +84,7 @@ def test_a_cell_given_back_on_ctrl_c_is_not_an_attempt(tmp_path):
     ledger = Ledger(None, tmp_path, max_attempts=1)
     study = ledger.study("run:stop")
     ledger.enqueue(study, {CELL: AXES})
-    ledger.release(study, ledger.claim(study))
+    ledger.claim(study).release()
     assert states(study) == [TrialState.FAIL, TrialState.WAITING] and failed_for_good(study) == []
     assert ATTEMPTS not in study.get_trials(deepcopy=False)[1].user_attrs
 

@@ -34,10 +34,10 @@ def train_all(ledger: Ledger, matrix: dict[str, list[Any]]) -> int:
     study = ledger.study("run:grow")
     ledger.enqueue(study, cells(matrix))
     finished = 0
-    while (trial := ledger.claim(study)) is not None:
-        axes = trial.user_attrs["axes"]
+    while (claim := ledger.claim(study)) is not None:
+        axes = claim.user_attrs["axes"]
         score = 10.0 * axes["depth"] + (50.0 if axes["layer"] == "layernorm" else 0.0) + 1000 * axes["lr"]
-        ledger.finish(study, trial, CellResult.from_summary({"status": "ok", "best_val_top1": score}))
+        claim.finish(CellResult.from_summary({"status": "ok", "best_val_top1": score}))
         finished += 1
     return finished
 

@@ -27,7 +27,7 @@ def _ledger_with_a_claim(tmp_path, grace=2):
 def _beat_through_an_outage(ledger, trial, monkeypatch, failures=2):
     """Run the heartbeat while its first `failures` beats hit a server that is away, until a beat lands again.
     Returns each call's (start, end) monotonic times, the last one's end once it has landed."""
-    real = ledger.storage._normbench_raw["record_heartbeat"]
+    real = ledger.storage.record_heartbeat
     calls = []
 
     def flaky(trial_id):
@@ -39,8 +39,8 @@ def _beat_through_an_outage(ledger, trial, monkeypatch, failures=2):
         finally:
             calls[-1][1] = time.monotonic()
 
-    monkeypatch.setitem(ledger.storage._normbench_raw, "record_heartbeat", flaky)
-    with ledger.heartbeat(trial):
+    monkeypatch.setattr(ledger.storage, "record_heartbeat", flaky)
+    with trial.heartbeat():
         deadline = time.monotonic() + 10
         while len(calls) <= failures and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -63,7 +63,7 @@ def test_a_beat_that_lands_after_failed_ones_marks_the_server_back(tmp_path, mon
 
 def test_beats_that_never_failed_leave_the_server_as_it_was(tmp_path):
     ledger, _, trial = _ledger_with_a_claim(tmp_path)
-    with ledger.heartbeat(trial):
+    with trial.heartbeat():
         time.sleep(1.5)
     assert not ledger.outage.back_within(60)
 
@@ -74,7 +74,7 @@ def test_a_peer_silent_through_the_outage_is_not_judged_stale_until_a_grace_has_
     time.sleep(2.2)  # the peer's last beat is now older than the grace
     _beat_through_an_outage(ledger, mine, monkeypatch)
     assert ledger.reclaim(study) == []  # the server came back less than one grace ago: no verdict
-    assert study._storage.get_trial(peer._trial_id).state == TrialState.RUNNING
+    assert ledger.storage.get_trial(peer.id).state == TrialState.RUNNING
     time.sleep(2.2)
     assert peer.number in [t.number for t in ledger.reclaim(study)]  # a grace later, silence means lost
 

@@ -125,9 +125,9 @@ def test_the_parent_sees_each_finished_cell_once(tmp_path):
     ledger.enqueue(study, {"layer=a": {"layer": "a"}, "layer=b": {"layer": "b"}})
     seen: set[tuple[str, int]] = set()
     assert newly_finished(ledger, ["run:p", "tune:absent"], seen) == []
-    trial = ledger.claim(study)
-    ledger.finish(study, trial, CellResult.from_summary({"status": "ok", "best_val_top1": 50.0}))
+    claim = ledger.claim(study)
+    claim.finish(CellResult.from_summary({"status": "ok", "best_val_top1": 50.0}))
     [finished] = newly_finished(ledger, ["run:p"], seen)
-    assert finished.user_attrs["cell_id"] == trial.user_attrs["cell_id"]
+    assert finished.user_attrs["cell_id"] == claim.user_attrs["cell_id"]
     assert finished.user_attrs["result"]["best_val_top1"] == 50.0
     assert newly_finished(ledger, ["run:p"], seen) == []

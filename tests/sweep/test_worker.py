@@ -53,14 +53,14 @@ def test_a_cell_taken_over_before_its_first_write_is_stopped_not_crashed(write_s
     study = open_run_study(ledger, suite)
     ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
     job = run_jobs(suite, study, ledger)()[0]
-    trial = ledger.claim(job.study)
+    claim = ledger.claim(job.study)
     tracker = _TakenOverAtStart(job.study)
     progress = Progress(total=1, quiet=True)
-    outcome, trained = run_cell(job, trial, ledger=ledger, tracker=tracker, device="cpu", progress=progress,
+    outcome, trained = run_cell(job, claim, ledger=ledger, tracker=tracker, device="cpu", progress=progress,
                                 suite_name=suite.name)
     assert (outcome, trained) == (LOST, 0.0)
     assert tracker.calls == [("run-1", "KILLED")]  # its MLflow run never reads FINISHED
-    frozen = job.study.get_trials(deepcopy=False)[trial.number]
+    frozen = job.study.get_trials(deepcopy=False)[claim.number]
     assert frozen.state == TrialState.FAIL and "mlflow_run_id" not in frozen.user_attrs
 
 

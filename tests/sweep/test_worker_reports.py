@@ -33,8 +33,8 @@ def test_run_cells_report_each_epochs_val_to_their_trial(write_suite, tmp_path, 
     study = open_run_study(ledger, suite)
     ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
     job = run_jobs(suite, study, ledger)()[0]
-    while (trial := ledger.claim(job.study)) is not None:
-        outcome, _ = run_cell(job, trial, ledger=ledger, tracker=_NoTracking(), device="cpu",
+    while (claim := ledger.claim(job.study)) is not None:
+        outcome, _ = run_cell(job, claim, ledger=ledger, tracker=_NoTracking(), device="cpu",
                               progress=Progress(total=2, quiet=True), suite_name="iv")
         assert outcome == TRAINED
 

@@ -1,0 +1,152 @@
+"""A cell a worker holds: its trial, claimed from the ledger, until it is finished, failed or given back.
+
+Every write to the trial goes through the claim, so a claim another worker took over (this one stalled or was cut
+off past the heartbeat grace, and a peer failed and re-queued the trial) is noticed at the next write and ends the
+cell here (ClaimLostError) instead of recording it twice. Each write is retried through a database outage at its
+call here (`Ledger.call`); a write a replay could apply twice says how to tell whether it landed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import FrozenTrial, TrialState
+
+from normbench.contracts.results import CellResult
+from normbench.contracts.selection import score_value, select_value
+from normbench.errors import ClaimLostError
+from normbench.store.retry import NOT_LANDED
+
+if TYPE_CHECKING:
+    from normbench.store.ledger import Ledger
+
+
+@dataclass(eq=False)
+class Claim:
+    """Trial `trial` (storage id `id`) of `study`, held by this process in `ledger`."""
+
+    ledger: Ledger
+    study: optuna.Study
+    trial: optuna.Trial
+    id: int
+    lost: bool = False  # another worker took it over (seen by the heartbeat or a refused write)
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
+
+    @property
+    def user_attrs(self) -> dict[str, Any]:
+        """The trial's user attrs: the cell's id and axes, and what this worker wrote."""
+        return self.trial.user_attrs
+
+    def frozen(self) -> FrozenTrial:
+        """The trial as the ledger holds it now (state, attrs, its place in `retry_history`)."""
+        return self.ledger.call(self.ledger.storage.get_trial, self.id)
+
+    def held(self, *, ask: bool = False) -> bool:
+        """False once another worker took this trial over. From the heartbeat's last look; `ask=True` asks the
+        ledger now."""
+        if not self.lost and ask and self.frozen().state != TrialState.RUNNING:
+            self.lost = True
+        return not self.lost
+
+    @contextmanager
+    def owned(self) -> Iterator[None]:
+        """Write to the trial. If another worker failed it as stale meanwhile (this one stalled past the grace at
+        any point, even before its first epoch), the write raises ClaimLostError, not Optuna's error."""
+        try:
+            yield
+        except (UpdateFinishedTrialError, ValueError) as e:
+            if isinstance(e, ValueError) and not str(e).startswith("Cannot tell a"):  # Study.tell's word for it
+                raise
+            self.lost = True
+            raise ClaimLostError(f"trial {self.number} was taken over by another worker") from None
+
+    def set_attr(self, key: str, value: Any) -> None:
+        with self.owned():
+            self.ledger.call(self.trial.set_user_attr, key, value)
+
+    def report(self, value: float, step: int) -> None:
+        """optuna-dashboard's curve and the pruner's input."""
+        with self.owned():
+            self.ledger.call(self.trial.report, value, step)
+
+    def should_prune(self) -> bool:
+        return self.ledger.call(self.trial.should_prune)
+
+    def finish(self, result: CellResult) -> None:
+        """Store the metrics on the trial (user attrs "result": `result.summary()`, "history": the epochs), then
+        mark it COMPLETE (or PRUNED). Raises ClaimLostError when another worker took the trial over meanwhile (it
+        trains the cell; this result is not recorded twice)."""
+        summary = result.summary()
+        self.set_attr("result", summary)
+        self.set_attr("history", result.history_records())
+        # numbers optuna-dashboard can show and sort by, as the leaderboard scores them (0 when diverged)
+        self.set_attr("test_top1", score_value(summary))
+        self.set_attr("val_top1", select_value(summary))
+        if result.status == "pruned":
+            self._tell(TrialState.PRUNED)
+        else:  # the value `normbench tune` ranks by: the selection rule's, final-epoch val
+            self._tell(TrialState.COMPLETE, select_value(summary))
+
+    def fail(self, error: str) -> None:
+        """The cell raised: record the error and fail the trial (the next run queues it again)."""
+        self.set_attr("error", error[:1000])
+        self._tell(TrialState.FAIL)
+
+    def _tell(self, state: TrialState, value: float | None = None) -> None:
+        def landed() -> Any:  # the answer was lost: is the trial already in `state` (with `value`)?
+            now = self.frozen()
+            return True if now.state == state and (value is None or now.values == [value]) else NOT_LANDED
+
+        with self.owned():
+            self.ledger.call(self.study.tell, self.trial, values=value, state=state, unsafe=True, landed=landed)
+
+    def release(self) -> None:
+        """Give the trial back (Ctrl-C, SIGTERM): failed here, queued again for the next run."""
+        if self.ledger.fail_trial(self.id):
+            self.ledger.requeue(self.study, self.frozen())
+
+    @contextmanager
+    def heartbeat(self) -> Iterator[None]:
+        """Beat while the cell trains (database ledgers), so other machines can tell a live worker from a lost one."""
+        ledger = self.ledger
+        if not ledger.heartbeats:
+            yield
+            return
+        stop = threading.Event()
+
+        def beat() -> None:
+            # Its own rhythm, not the retries' backoff: after a blip the next beat must come within the grace
+            # period, and a failed beat must never end the thread (peers would take the live cell).
+            missed_since: float | None = None  # monotonic time of the first failed beat of an outage
+            while not stop.is_set():
+                wait = float(ledger.heartbeat_interval)
+                try:
+                    if ledger.storage.get_trial(self.id).state != TrialState.RUNNING:  # failed as stale meanwhile
+                        self.lost = True
+                        return
+                    ledger.storage.record_heartbeat(self.id)  # type: ignore[attr-defined]
+                    if missed_since is not None:  # peers' beats were lost too (Ledger._beats_may_be_missing)
+                        ledger.outage.came_back(time.monotonic() - missed_since)
+                        missed_since = None
+                except Exception:  # the database is away (or slow): try again soon, never give up while training
+                    wait = min(wait, 0.5)
+                    missed_since = time.monotonic() if missed_since is None else missed_since
+                stop.wait(wait)
+
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()

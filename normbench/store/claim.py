@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
@@ -22,10 +22,24 @@ from optuna.trial import FrozenTrial, TrialState
 from normbench.contracts.results import CellResult
 from normbench.contracts.selection import score_value, select_value
 from normbench.errors import ClaimLostError
-from normbench.store.retry import NOT_LANDED
+from normbench.store.retry import NOT_LANDED, Outage
 
-if TYPE_CHECKING:
-    from normbench.store.ledger import Ledger
+
+class Ledger(Protocol):
+    """What a claim uses of the ledger that handed it out (store/ledger.py; named here, not imported: the ledger
+    imports this module)."""
+
+    storage: Any
+    heartbeats: bool
+    heartbeat_interval: int
+    outage: Outage | None
+
+    def call(self, fn: Callable[..., Any], *args: Any, unsafe: bool = False,
+             landed: Callable[[], Any] | None = None, **kwargs: Any) -> Any: ...
+
+    def fail_trial(self, trial_id: int) -> bool: ...
+
+    def requeue(self, study: optuna.Study, failed: FrozenTrial) -> None: ...
 
 
 @dataclass(eq=False)
@@ -135,7 +149,7 @@ class Claim:
                         self.lost = True
                         return
                     ledger.storage.record_heartbeat(self.id)  # type: ignore[attr-defined]
-                    if missed_since is not None:  # peers' beats were lost too (Ledger._beats_may_be_missing)
+                    if missed_since is not None and ledger.outage is not None:  # peers' beats were lost too
                         ledger.outage.came_back(time.monotonic() - missed_since)
                         missed_since = None
                 except Exception:  # the database is away (or slow): try again soon, never give up while training

@@ -1,11 +1,8 @@
-"""Opening an MLflow tracking store: which URI, the folder's SQLite file created whole, the suite's experiment and
-its parent run. Shared by the live logger (tracker.py) and `sync` (sync.py), so both find the same experiment and
-parent.
-
-The URI: an explicit one (`--tracking-uri`), else MLFLOW_TRACKING_URI, else `sqlite:///OUT/mlflow.db` (never MLflow's
-default `./mlflow.db`). The folder's SQLite store is a view the ledger rebuilds at any time (`normbench sync`), so it
-is written without an fsync per transaction (`PRAGMA synchronous=OFF`: a crashed process loses nothing, only a
-crashed machine can, and a sync repairs that); that makes syncing a folder several times faster.
+"""Opening an MLflow store, shared by the live logger (tracker.py), `sync` (sync.py) and `normbench ui`, so all find
+the same experiment and parent run. The URI: `--tracking-uri`, else MLFLOW_TRACKING_URI, else `sqlite:///OUT/mlflow.db`
+(never MLflow's default `./mlflow.db`). That folder's store is a view the ledger rebuilds at any time, so it is written
+without an fsync per transaction (`PRAGMA synchronous=OFF`: only a crashed machine can lose a write, and a sync
+repairs that); syncing a folder is several times faster for it.
 """
 
 from __future__ import annotations
@@ -13,50 +10,67 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from normbench.contracts.names import OutputFolder
 from normbench.store.locks import folder_lock
 
 PARENT_RUN = "leaderboard"  # the suite's parent run: holds the leaderboard files; every cell is nested under it
 KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"  # MLflow 3: a model-training experiment
-_UNSYNCED: set[Path] = set()  # SQLite files whose connections skip the fsync (see the module docstring)
+_UNSYNCED: set[Path] = set()  # SQLite files whose connections skip the fsync
 
+Point = tuple[str, float, int, int]  # (key, value, timestamp ms, step): an MLflow metric point, before mlflow loads
 
-# Fail fast on an unreachable server instead of MLflow's minutes of retries (nothing waits on MLflow any more: the
-# next sync repairs what a write missed). A connection per session (NullPool), so a store file deleted or replaced
-# mid-run is seen at its path, not written through a connection to the old file. A user's own setting wins.
+# Fail fast on an unreachable server instead of MLflow's minutes of retries (nothing waits on MLflow: the next sync
+# repairs what a write missed). A connection per session (NullPool), so a store file deleted or replaced mid-run is
+# seen at its path, not written through a connection to the old file. A user's own setting wins.
 MLFLOW_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
                    "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SQLALCHEMYSTORE_POOLCLASS": "NullPool"}
 
 
-def configure_mlflow() -> None:
-    """normbench's MLflow defaults, set in this process before it opens a client or starts a server (MLflow reads
-    them from the environment); never at import."""
-    for name, value in MLFLOW_DEFAULTS.items():
-        os.environ.setdefault(name, value)
+def suite_yaml(out_dir: Path) -> dict[str, Any]:
+    """The folder's suite.yaml as plain YAML, {} when missing or unreadable: read without loading the suite, which
+    would import torch."""
+    try:
+        raw = yaml.safe_load(OutputFolder(out_dir).suite.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
 
 
 def tracking_uri(out_dir: Path, explicit: str | None = None) -> str:
-    return (explicit or os.environ.get("MLFLOW_TRACKING_URI")
-            or f"sqlite:///{Path(out_dir).resolve() / OutputFolder.MLFLOW_DB}")
+    return explicit or os.environ.get("MLFLOW_TRACKING_URI") or _own_uri(out_dir)
 
 
 def own_store(uri: str, out_dir: Path) -> bool:
     """Whether `uri` is the folder's own SQLite store (created here, with its artifacts beside it)."""
-    return uri == f"sqlite:///{Path(out_dir).resolve() / OutputFolder.MLFLOW_DB}"
+    return uri == _own_uri(out_dir)
+
+
+def _own_uri(out_dir: Path) -> str:
+    return f"sqlite:///{Path(out_dir).resolve() / OutputFolder.MLFLOW_DB}"
 
 
 def open_client(uri: str, out_dir: Path) -> Any:
-    """An MlflowClient on `uri`; the folder's own store is created first (whole, under the folder's lock)."""
-    quiet_mlflow_logging()
+    """An MlflowClient on `uri`; the folder's own store is created first (whole, under the folder's lock). Every
+    MLflow client and server of normbench starts here: normbench's MLflow defaults go into the environment (never
+    at import), and MLflow's and alembic's log lines down to warnings (their INFO lines and a traceback per database
+    error say nothing a user acts on: normbench says what failed, once)."""
+    for name, value in MLFLOW_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    for name in ("mlflow", "alembic"):
+        logger = logging.getLogger(name)
+        if logger.getEffectiveLevel() < logging.WARNING:
+            logger.setLevel(logging.WARNING)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     from mlflow.tracking import MlflowClient
 
     if own_store(uri, out_dir):
-        db = OutputFolder(out_dir).mlflow_db.resolve()
-        _skip_fsync(db)
-        create_sqlite_store(Path(out_dir))
+        _create_sqlite_store(Path(out_dir))
     return MlflowClient(tracking_uri=uri)
 
 
@@ -78,7 +92,9 @@ def experiment_id(client: Any, name: str, uri: str, out_dir: Path) -> str:
 
 def parent_run(client: Any, experiment: str, tags: dict[str, str]) -> str:
     """The suite's `leaderboard` run with these tags (the folder's ledger and recipe: a new ledger on a shared server
-    gets its own), the oldest if processes raced; created FINISHED (a container, never RUNNING) when missing."""
+    gets its own; an empty one is left out), the oldest if processes raced; created FINISHED (a container, never
+    RUNNING) when missing."""
+    tags = {k: v for k, v in tags.items() if v}
     query = " and ".join([f"tags.kind = '{PARENT_RUN}'", *(f"tags.{k} = '{v}'" for k, v in tags.items())])
 
     def oldest() -> str | None:
@@ -95,6 +111,23 @@ def parent_run(client: Any, experiment: str, tags: dict[str, str]) -> str:
     return kept
 
 
+def log_batches(client: Any, run_id: str, params: Mapping[str, str] | None = None, points: Iterable[Point] = (),
+                tags: Mapping[str, str] | None = None) -> None:
+    """Params, metrics and tags in as few log_batch calls as MLflow's caps allow (100 params, 100 tags, 1000
+    entities a call); tags alone still make one call."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    params_left = [Param(k, v) for k, v in (params or {}).items()]
+    tags_left = [RunTag(k, v) for k, v in (tags or {}).items()]
+    metrics_left = [Metric(*p) for p in points]
+    while params_left or tags_left or metrics_left:
+        ps, params_left = params_left[:100], params_left[100:]
+        ts, tags_left = tags_left[:100], tags_left[100:]
+        room = 1000 - len(ps) - len(ts)
+        ms, metrics_left = metrics_left[:room], metrics_left[room:]
+        client.log_batch(run_id, metrics=ms, params=ps, tags=ts)
+
+
 def describe_error(error: BaseException) -> str:
     """`Type: first line` of the error at the root of `error`'s chain: what went wrong (`OperationalError: attempt
     to write a readonly database`, `ConnectionRefusedError: ...`), not MLflow's or SQLAlchemy's wrapping of it."""
@@ -107,22 +140,12 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0][:300]}" if lines else type(error).__name__
 
 
-def quiet_mlflow_logging() -> None:
-    """MLflow's and alembic's INFO lines ("Creating initial MLflow database tables...") say nothing a user acts on;
-    MLflow's log line with a traceback for each database error neither (normbench says what failed, once)."""
-    configure_mlflow()  # before any MLflow client or server: called first by all of them
-    for name in ("mlflow", "alembic"):
-        logger = logging.getLogger(name)
-        if logger.getEffectiveLevel() < logging.WARNING:
-            logger.setLevel(logging.WARNING)
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
-
-
-def create_sqlite_store(out_dir: Path) -> None:
+def _create_sqlite_store(out_dir: Path) -> None:
     """Create `<out>/mlflow.db` atomically: under the folder's lock (N runs started at once wait for the first), in a
     temporary file renamed into place, so a kill -9 during MLflow's table creation leaves no half-made store. An
     empty file (what SQLite leaves when it opens a deleted store's path) counts as missing."""
     db = OutputFolder(out_dir).mlflow_db
+    _skip_fsync(db)
     if _has_store(db):
         return
     with folder_lock(out_dir):

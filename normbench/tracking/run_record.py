@@ -1,14 +1,16 @@
-"""What a ledger trial looks like as an MLflow run, written once: its key, name, tags, params and metrics. The live
-logger (tracker.py) and `sync` (sync.py) both build runs from here, so a run logged live and one rebuilt from the
-ledger are the same run.
+"""What a ledger trial looks like as an MLflow run, written once, so a run logged live (tracker.py) and one rebuilt
+from the ledger (sync.py) are the same run.
 
 - key: the tags `study` and `trial` (the trial's number) under the folder's parent run: one run per attempt of a
   cell, found again by a later sync however it was made.
 - `ledger_state`: the trial state the run mirrors completely (COMPLETE, PRUNED, FAIL); written last, only when
   every earlier write of the run landed. A run without it (logging cut off, a worker killed) is completed by sync.
 - `layout`: this module's version. A run of an older layout (epochs at step = epoch) is replaced by sync.
-- per-epoch metrics at step = optimizer steps (the history's `step`): val_top1, train_loss, scheduled_lr (the
-  schedule's lr; `lr` is the cell's peak, an axis and a param), grad_norm, images_per_sec.
+- name: read like a table row (`d36 layerscale lr3e-3 s0`), so the pinned Run Name column already shows the axes.
+- per-epoch metrics at step = optimizer steps; `scheduled_lr` is the schedule's lr (`lr` is the cell's peak, a param).
+- telemetry under `telemetry/` (so the model metrics keep MLflow's "Model metrics" section), only for the first,
+  middle and last block (as the leaderboard's telemetry table), named by position: `telemetry/last/grad_norm` is the
+  deepest block at every depth, so runs of several depths compare like with like.
 - final metrics, as the leaderboard defines them (contracts/selection.py): `test_top1` is its score (test top-1 at the
   final epoch, 0 when diverged), `val_top1_final` what selects (val top-1 at the final epoch, 0 when diverged).
 """
@@ -21,7 +23,7 @@ from typing import Any
 
 from normbench.contracts.names import BRACKET, BUDGET, REPORT, RUN, TUNE, TUNED, study_kind, study_suite
 from normbench.contracts.selection import BUDGETS, DIVERGED, REPORTS, SCORE, SELECT, SELECTS, cell_scores
-from normbench.tracking.naming import logged_blocks, telemetry_metric
+from normbench.tracking.mlflow_store import Point
 
 LAYOUT = "2"
 LAYOUT_TAG, STATE_TAG = "layout", "ledger_state"
@@ -33,7 +35,12 @@ FINAL_NAMES = {SCORE: "test_top1", SELECT: "val_top1_final"}  # spec.selection's
 KINDS = {RUN: (SELECTS, SELECTS), BRACKET: (BRACKET, SELECTS), REPORT: (REPORT, REPORTS), BUDGET: (BUDGET, BUDGETS),
          TUNE: (TUNE, TUNE), TUNED: (TUNED, REPORTS)}
 
-Point = tuple[str, float, int, int]  # (key, value, timestamp ms, step): an MLflow metric point, before mlflow loads
+# Run names: an axis shown as prefix + value; `layer` shows as its bare value; any other axis as `key=value`.
+SHORT = {"depth": "d", "lr": "lr", "seed": "s", "trial": "trial", "epochs": "ep", "batch_size": "bs",
+         "weight_decay": "wd", "embed_dim": "dim", "num_heads": "heads", "patch_size": "p"}
+FIRST, LAST = ("depth", "layer"), ("seed", "trial")  # the rest in between, by name (as in the cell id)
+TELEMETRY_PREFIX = "telemetry/"
+POSITIONS = ("first", "middle", "last")
 
 
 def kind_and_role(study: str) -> tuple[str, str]:
@@ -41,25 +48,16 @@ def kind_and_role(study: str) -> tuple[str, str]:
     return KINDS.get(study_kind(study), ("", ""))
 
 
-def axes_of(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The axes among a cell's params: keys without a section prefix (sweep/cells.py cell_params), role aside."""
-    return {k: v for k, v in params.items() if "." not in k and k != "role"}
-
-
 def run_tags(cell_id: str, axes: Mapping[str, Any], study: str, trial: int, attempt: int = 1) -> dict[str, str]:
     """The tags a run is created with: its key, cell, axes (tags too, so a search can filter on them), kind, role,
-    and its layer's colour. (Its name is run_name(cell_id, attempt).)"""
-    kind, role = kind_and_role(study)
-    return {"study": study, "trial": str(trial), "cell_id": cell_id, "attempt": str(attempt), "kind": kind,
-            "role": role, LAYOUT_TAG: LAYOUT, "status": "running", "suite": study_suite(study) or "",
-            **{k: str(v) for k, v in axes.items()}, **run_colour(axes)}
-
-
-def run_colour(axes: Mapping[str, Any]) -> dict[str, str]:
-    """`mlflow.runColor`: the layer's colour in the leaderboard's figures (report/style.py), when it has a layer."""
+    and its layer's colour in the leaderboard's figures (`mlflow.runColor`)."""
     from normbench.report.style import layer_colour
 
-    return {"mlflow.runColor": layer_colour(str(axes["layer"]))} if "layer" in axes else {}
+    kind, role = kind_and_role(study)
+    colour = {"mlflow.runColor": layer_colour(str(axes["layer"]))} if "layer" in axes else {}
+    return {"study": study, "trial": str(trial), "cell_id": cell_id, "attempt": str(attempt), "kind": kind,
+            "role": role, LAYOUT_TAG: LAYOUT, "status": "running", "suite": study_suite(study) or "",
+            **{k: str(v) for k, v in axes.items()}, **colour}
 
 
 def one_param_per_axis(params: Mapping[str, Any]) -> dict[str, str]:
@@ -79,7 +77,7 @@ def epoch_points(record: Mapping[str, Any], timestamp: int) -> list[Point]:
 
 
 def telemetry_points(records: Iterable[Mapping[str, Any]], timestamp: int) -> list[Point]:
-    """Telemetry of the first, middle and last block (tracking/naming.py) at their optimizer steps."""
+    """Telemetry of the first, middle and last block (logged_blocks) at their optimizer steps."""
     records = list(records)
     picks = logged_blocks(max((int(r["block"]) for r in records), default=0) + 1)
     return [(telemetry_metric(position, k), float(v), timestamp, int(r["step"]))
@@ -96,6 +94,43 @@ def final_points(summary: Mapping[str, Any], timestamp: int) -> list[Point]:
     return [(k, float(v), timestamp, 0) for k, v in values.items() if v is not None and math.isfinite(float(v))]
 
 
-def status_of(summary: Mapping[str, Any] | None) -> str:
-    """The run's `status` tag: the cell's (ok, diverged, pruned), or `failed` for an attempt that did not finish."""
-    return str(summary.get("status", "ok")) if summary else "failed"
+def run_name(cell_id: str, attempt: int = 1) -> str:
+    """`depth=36,layer=layerscale,lr=0.003,seed=0` -> `d36 layerscale lr3e-3 s0`; a second attempt gets ` #2`.
+    The cell id (or a tune trial's label, `,trial=N`) is parsed, not the params, so the name lists exactly what
+    tells the run apart. A part without `=` is kept as it is."""
+    parts = dict(p.split("=", 1) if "=" in p else (p, "") for p in cell_id.split(",") if p)
+    keys = [*(k for k in FIRST if k in parts), *sorted(k for k in parts if k not in FIRST + LAST),
+            *(k for k in LAST if k in parts)]
+    shown = " ".join(_part(k, parts[k]) for k in keys)
+    return shown if attempt == 1 else f"{shown} #{attempt}"
+
+
+def _part(key: str, value: str) -> str:
+    if not value:
+        return key
+    if key == "layer":
+        return value
+    return f"{SHORT[key]}{short_number(value)}" if key in SHORT else f"{key}={short_number(value)}"
+
+
+def short_number(value: str) -> str:
+    """`0.003` -> `3e-3`, `0.0003162` -> `3.16e-4`, `0.05` -> `5e-2`; integers, 0.1 and up and text stay as they are."""
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    if number == 0 or abs(number) >= 0.1 or number.is_integer():
+        return value
+    mantissa, exponent = f"{number:.2e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def logged_blocks(depth: int) -> dict[str, int]:
+    """The blocks whose telemetry goes to MLflow, by position, as report.telemetry_figures.end_table picks them (at
+    depth 2 the middle block is the last)."""
+    return dict(zip(POSITIONS, (0, depth // 2, depth - 1), strict=True))
+
+
+def telemetry_metric(position: str, quantity: str) -> str:
+    """`telemetry/last/grad_norm`: MLflow charts it in the section `telemetry/last`."""
+    return f"{TELEMETRY_PREFIX}{position}/{quantity}"

@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -25,20 +26,17 @@ from normbench.store.ledger import Ledger
 from normbench.store.migrations import trial_axes, trial_cell_id
 from normbench.store.retry import redact
 from normbench.tracking import mlflow_store
-from normbench.tracking.naming import run_name
-from normbench.tracking.recipe_params import RecipeParams
 from normbench.tracking.run_record import (
     LAYOUT,
     LAYOUT_TAG,
     STATE_TAG,
     TUNE_LABEL,
-    Point,
     epoch_points,
     final_points,
     kind_and_role,
     one_param_per_axis,
+    run_name,
     run_tags,
-    status_of,
     telemetry_points,
 )
 
@@ -70,16 +68,49 @@ class RunContent:
     name: str
     tags: dict[str, str]
     params: dict[str, str]
-    points: list[Point]
+    points: list[mlflow_store.Point]
     status: str
     start: int
     end: int
 
 
+class RecipeParams:
+    """A synced run's recipe params, as the live run logs them (sweep/cells.py cell_params): every model, train and
+    data value of the cell, from the folder's suite.yaml (the axes alone when it has none this normbench reads)."""
+
+    def __init__(self, folder: OutputFolder) -> None:
+        self.folder = folder
+        name = mlflow_store.suite_yaml(folder.path).get("name")
+        self.suite_name = str(name) if name else None
+
+    @cached_property
+    def _suite(self) -> Any:
+        from normbench.contracts.suite import load_suite
+
+        try:
+            return load_suite(self.folder.suite) if self.suite_name else None
+        except Exception:  # a suite file this normbench no longer reads: the axes still say what the cell was
+            return None
+
+    def flat(self, axes: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        """`section.key -> value` of the cell of `axes` (with a tuned re-run's `overrides`); {} without a suite."""
+        if self._suite is None:
+            return {}
+        from normbench.contracts.suite import with_overrides
+        from normbench.data.config import DATASET_ONLY_KEYS
+
+        try:
+            cell = self._suite.cell(axes)
+            config = with_overrides(cell, overrides) if overrides else cell.config
+        except Exception:  # axes the suite no longer has (a renamed layer, a removed key)
+            return {}
+        foreign = {k for name, keys in DATASET_ONLY_KEYS.items() if name != config.data.name for k in keys}
+        return {k: v for k, v in config.flat().items() if not (k.startswith("data.") and k[5:] in foreign)}
+
+
 def sync(out_dir: Path, storage: str | None = None, tracking_uri: str | None = None) -> SyncSummary:
-    """Bring the MLflow store (`tracking_uri`, else MLFLOW_TRACKING_URI, else OUT/mlflow.db) up to date with the
-    ledger of `out_dir` (or `storage`). Raises NormbenchError (one line, exit 2) for a folder without a ledger or a
-    store that cannot be written."""
+    """Bring the MLflow store (mlflow_store.tracking_uri) up to date with the ledger of `out_dir` (or `storage`); a
+    folder without a ledger or a store that cannot be written raises a one-line NormbenchError (exit 2)."""
     started = time.perf_counter()
     folder = OutputFolder(out_dir)
     if storage is None and not folder.ledger.exists():  # opening it would leave an empty ledger.journal behind
@@ -89,11 +120,12 @@ def sync(out_dir: Path, storage: str | None = None, tracking_uri: str | None = N
     ledger = Ledger(storage, folder.path)
     uri = mlflow_store.tracking_uri(folder.path, tracking_uri)
     summary = SyncSummary(uri)
-    studies = suite_studies(ledger.study_names(), RecipeParams(folder).suite_name)
+    recipes = RecipeParams(folder)
+    studies = suite_studies(ledger.study_names(), recipes.suite_name)
     try:
         client = mlflow_store.open_client(uri, folder.path)
         for suite, names in studies.items():
-            _sync_suite(client, uri, folder, ledger, suite, names, summary)
+            _sync_suite(client, uri, ledger, recipes, suite, names, summary)
     except (NormbenchError, KeyboardInterrupt):
         raise
     except Exception as e:  # MLflow's, SQLAlchemy's and requests' errors all mean: this store cannot be written
@@ -115,13 +147,13 @@ def suite_studies(names: list[str], only: str | None = None) -> dict[str, list[s
     return {only: by_suite[only]} if only in by_suite else by_suite
 
 
-def _sync_suite(client: Any, uri: str, folder: OutputFolder, ledger: Ledger, suite: str, names: list[str],
+def _sync_suite(client: Any, uri: str, ledger: Ledger, recipes: RecipeParams, suite: str, names: list[str],
                 summary: SyncSummary) -> None:
+    folder = recipes.folder
     experiment = mlflow_store.experiment_id(client, suite, uri, folder.path)
     studies = {name: ledger.study(name) for name in names}
     recipe = next((s.user_attrs["recipe"] for s in studies.values() if "recipe" in s.user_attrs), "")
-    parent = mlflow_store.parent_run(client, experiment, {k: v for k, v in {
-        "recipe": recipe, "ledger": ledger_identity(ledger.journal)}.items() if v})
+    parent = mlflow_store.parent_run(client, experiment, {"recipe": recipe, "ledger": ledger_identity(ledger.journal)})
     existing: dict[tuple[str, int], Any] = {}
     own = mlflow_store.own_store(uri, folder.path)  # nothing but this folder's runs belongs there
     for run in _all_runs(client, experiment):  # the one search
@@ -138,30 +170,34 @@ def _sync_suite(client: Any, uri: str, folder: OutputFolder, ledger: Ledger, sui
                                             or own and tags.get("kind") == mlflow_store.PARENT_RUN):
             client.delete_run(run.info.run_id)  # an older layout; in the folder's own store, a replaced ledger's too
             summary.replaced += 1
-    recipes = RecipeParams(folder)
     for name, study in studies.items():
-        for trial in study.get_trials(deepcopy=False, states=SYNCED):
+        for trial in ledger.trials(study, SYNCED):
             run = existing.get((name, trial.number))
-            if run is None and not _worth_a_run(trial):
+            # a FAIL trial gets a run when it trained (its epochs are its intermediate values) or crashed; not the
+            # records of the ledger's bookkeeping (a duplicate claim, a cell failed for good)
+            if run is None and trial.state == TrialState.FAIL and not trial.intermediate_values \
+                    and "error" not in trial.user_attrs:
                 continue
             if run is not None and run.data.tags.get(STATE_TAG) == trial.state.name \
                     and run.info.status == RUN_STATUS[trial.state]:
                 summary.present += 1
-            elif run is None:
-                run_id = _create(client, experiment, parent, trial_run(name, trial, recipes))
-                _attach_weights(client, run_id, folder, trial)
+                continue
+            content = trial_run(name, trial, recipes)
+            if run is None:
+                run_id = client.create_run(experiment, start_time=content.start, run_name=content.name,
+                                           tags={**content.tags, "mlflow.parentRunId": parent}).info.run_id
+                mlflow_store.log_batches(client, run_id, content.params, content.points)
+                client.set_terminated(run_id, content.status, end_time=content.end)
                 summary.added += 1
             else:
-                _complete(client, run, trial_run(name, trial, recipes))
-                _attach_weights(client, run.info.run_id, folder, trial)
+                run_id = run.info.run_id
+                _complete(client, run, content)
                 summary.completed += 1
-    summary.artifacts = _log_artifacts(client, parent, folder)
-
-
-def _worth_a_run(trial: FrozenTrial) -> bool:
-    """A FAIL trial gets a run when it trained (its epochs are its intermediate values) or crashed; not the records
-    of the ledger's bookkeeping (a duplicate claim, a cell failed for good)."""
-    return trial.state != TrialState.FAIL or bool(trial.intermediate_values) or "error" in trial.user_attrs
+            _attach_weights(client, run_id, folder, trial)
+    files = sorted({p for pattern in ARTIFACTS for p in folder.path.glob(pattern) if p.is_file()})
+    for path in files:  # logged again each time: a regenerated leaderboard replaces them
+        client.log_artifact(parent, str(path))
+    summary.artifacts = len(files)
 
 
 def _all_runs(client: Any, experiment: str) -> Iterator[Any]:
@@ -197,8 +233,9 @@ def trial_run(study: str, trial: FrozenTrial, recipes: RecipeParams) -> RunConte
         params.update({f"data.{k}": result[k] for k in ("train_size", "val_size", "test_size") if result.get(k)})
     if kind not in (TUNE, TUNED):  # a tuning study's cells take no `role` param (sweep/tune.py's cell_for)
         params["role"] = role
-    tags = {**run_tags(cell_id, axes, study, trial.number, attempt), "status": status_of(result),
-            STATE_TAG: trial.state.name}
+    # the `status` tag: the cell's (ok, diverged, pruned), or `failed` for an attempt that did not finish
+    tags = {**run_tags(cell_id, axes, study, trial.number, attempt),
+            "status": str(result.get("status", "ok")) if result else "failed", STATE_TAG: trial.state.name}
     if attrs.get("worker_host"):
         tags["host"] = str(attrs["worker_host"])
     if attrs.get("error"):
@@ -227,59 +264,24 @@ def _ms(when: Any) -> int:
     return int(when.timestamp() * 1000) if when is not None else 0
 
 
-def _create(client: Any, experiment: str, parent: str, content: RunContent) -> str:
-    run = client.create_run(experiment, start_time=content.start, run_name=content.name,
-                            tags={**content.tags, "mlflow.parentRunId": parent})
-    _log(client, run.info.run_id, content.params, content.points)
-    client.set_terminated(run.info.run_id, content.status, end_time=content.end)
-    return run.info.run_id
-
-
 def _attach_weights(client: Any, run_id: str, folder: OutputFolder, trial: FrozenTrial) -> None:
-    """The cell's kept weights (`train.keep_weights: final`; the trial's `weights` attr names the file under the
-    folder's checkpoints) as the run's artifact, as the live run logs them, when the file is here and the run lacks
-    it. Weights kept under another `--checkpoint-dir` stay there: the attr still names them."""
+    """The cell's kept weights (`train.keep_weights: final`, named by the trial's `weights` attr under the folder's
+    checkpoints) as the run's artifact, as the live run logs them, when the file is here and the run lacks it.
+    Weights kept under another `--checkpoint-dir` stay there: the attr still names them."""
     name = trial.user_attrs.get(WEIGHTS_ATTR)
     path = folder.checkpoints / name if isinstance(name, str) else None
-    if path is None or not path.is_file():
-        return
-    if path.name not in {a.path for a in client.list_artifacts(run_id)}:
+    if path is not None and path.is_file() and path.name not in {a.path for a in client.list_artifacts(run_id)}:
         client.log_artifact(run_id, str(path))
 
 
 def _complete(client: Any, run: Any, content: RunContent) -> None:
     """Add what a run logged live lacks: params it has not (MLflow refuses to change one), each metric's missing
     steps (a metric it has, from its history: these are the few runs cut short), the tags, the final status."""
-    from mlflow.entities import RunTag
-
     run_id, data = run.info.run_id, run.data
-    params = {k: v for k, v in content.params.items() if k not in data.params}
-    have: dict[str, set[int]] = {}
-    for key in {p[0] for p in content.points} & set(data.metrics):
-        have[key] = {m.step for m in client.get_metric_history(run_id, key)}
-    points = [p for p in content.points if p[3] not in have.get(p[0], ())]
-    tags = {k: v for k, v in content.tags.items() if k != STATE_TAG}
-    client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()][:100])
-    _log(client, run_id, params, points)
-    client.log_batch(run_id, tags=[RunTag(STATE_TAG, content.tags[STATE_TAG])])  # last: the run is complete now
+    have = {key: {m.step for m in client.get_metric_history(run_id, key)}
+            for key in {p[0] for p in content.points} & set(data.metrics)}
+    mlflow_store.log_batches(client, run_id, {k: v for k, v in content.params.items() if k not in data.params},
+                             [p for p in content.points if p[3] not in have.get(p[0], ())],
+                             {k: v for k, v in content.tags.items() if k != STATE_TAG})
+    mlflow_store.log_batches(client, run_id, tags={STATE_TAG: content.tags[STATE_TAG]})  # last: the run is complete
     client.set_terminated(run_id, content.status, end_time=content.end)
-
-
-def _log(client: Any, run_id: str, params: dict[str, str], points: list[Point]) -> None:
-    """Params and metrics in as few log_batch calls as MLflow's caps allow (100 params, 1000 entities a batch)."""
-    from mlflow.entities import Metric, Param
-
-    params_left = [Param(k, v) for k, v in params.items()]
-    metrics_left = [Metric(*p) for p in points]
-    while params_left or metrics_left:
-        ps, params_left = params_left[:100], params_left[100:]
-        ms, metrics_left = metrics_left[:1000 - len(ps)], metrics_left[1000 - len(ps):]
-        client.log_batch(run_id, metrics=ms, params=ps)
-
-
-def _log_artifacts(client: Any, parent: str, folder: OutputFolder) -> int:
-    """The leaderboard's files as the parent run's artifacts (logged again: a regenerated leaderboard replaces them)."""
-    files = sorted({p for pattern in ARTIFACTS for p in folder.path.glob(pattern) if p.is_file()})
-    for path in files:
-        client.log_artifact(parent, str(path))
-    return len(files)

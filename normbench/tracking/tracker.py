@@ -1,11 +1,8 @@
-"""Live logging to MLflow while cells train: best effort, never in training's way.
-
-The ledger is the truth; MLflow is a view of it that `normbench sync` (tracking/sync.py) rebuilds at any time, and
-every `normbench run` syncs at its end. Live logging only keeps the view fresh while cells train, so it must never
-stop or slow them: each write goes through a queue to one background thread and the training thread never waits
-for MLflow. A write MLflow refuses (server down, slow past the queue, store deleted, read-only or full) costs one
-warning, the first time; that run's later writes are skipped (it never gets its `ledger_state` tag), and the next
-sync completes it from the ledger. Nothing is retried or spooled here: the ledger already holds everything.
+"""Live logging to MLflow while cells train: best effort, never in training's way. MLflow is a view of the ledger
+that `normbench sync` rebuilds (every `normbench run` syncs at its end), so each write goes through a queue to one
+background thread and training never waits for MLflow. A write MLflow refuses (server down, slow past the queue,
+store deleted, read-only or full) costs one warning, the first time; that run's later writes are skipped (it never
+gets its `ledger_state` tag) and the next sync completes it from the ledger. Nothing is retried or spooled here.
 """
 
 from __future__ import annotations
@@ -23,18 +20,7 @@ from typing import Any
 
 from normbench.contracts.results import CellResult
 from normbench.store.retry import redact
-from normbench.tracking import mlflow_store
-from normbench.tracking.naming import run_name
-from normbench.tracking.run_record import (
-    STATE_TAG,
-    Point,
-    axes_of,
-    epoch_points,
-    final_points,
-    one_param_per_axis,
-    run_tags,
-    telemetry_points,
-)
+from normbench.tracking import mlflow_store, run_record
 
 MAX_PENDING = 10_000  # writes waiting for a slow store; past this a run's writes are dropped (sync repairs them)
 DRAIN_SECONDS = 15.0  # how long the end of a run waits for the writes still queued
@@ -45,11 +31,10 @@ class Tracker:
     `parent_tags`: the ledger's identity and the recipe). Constructing one touches nothing; the store is opened by
     the background thread at the first write. Methods take the handle `start` returns."""
 
-    def __init__(self, out_dir: Path, experiment: str, *, parent_tags: dict[str, str] | None = None,
-                 tracking_uri: str | None = None) -> None:
+    def __init__(self, out_dir: Path, experiment: str, *, parent_tags: dict[str, str] | None = None) -> None:
         self.out_dir, self.experiment = Path(out_dir), experiment
-        self.uri = mlflow_store.tracking_uri(self.out_dir, tracking_uri)
-        self.parent_tags = {k: v for k, v in (parent_tags or {}).items() if v}
+        self.uri = mlflow_store.tracking_uri(self.out_dir)
+        self.parent_tags = parent_tags or {}
         self._queue: queue.Queue = queue.Queue(maxsize=MAX_PENDING)
         self._thread: threading.Thread | None = None
         self._opened: tuple[Any, str, str] | None = None  # (client, experiment id, parent run id), in the thread
@@ -67,16 +52,16 @@ class Tracker:
         return handle
 
     def log_epoch(self, handle: str, record: Mapping[str, Any]) -> None:
-        self._put(handle, self._log, epoch_points(record, _now()), {})
+        self._put(handle, self._log, run_record.epoch_points(record, _now()), {})
 
     def log_telemetry(self, handle: str, records: list[dict[str, Any]]) -> None:
         if records:
-            self._put(handle, self._log, telemetry_points(records, _now()), {})
+            self._put(handle, self._log, run_record.telemetry_points(records, _now()), {})
 
     def summarize(self, handle: str, result: CellResult) -> None:
         """The cell's final metrics and its status tag (before the ledger records it; `close` after)."""
         summary = result.summary()
-        self._put(handle, self._log, final_points(summary, _now()), {"status": str(summary["status"])})
+        self._put(handle, self._log, run_record.final_points(summary, _now()), {"status": str(summary["status"])})
 
     def log_artifact(self, handle: str, path: Path) -> None:
         """A file of the cell's (its kept weights) copied into the run's artifacts."""
@@ -84,11 +69,11 @@ class Tracker:
 
     def close(self, handle: str, state: str = "COMPLETE") -> None:
         """The ledger has recorded the cell (`state`, its trial's): the run says so and is FINISHED."""
-        self._put(handle, self._end, "FINISHED", {STATE_TAG: state})
+        self._put(handle, self._log, [], {run_record.STATE_TAG: state}, "FINISHED")
 
     def fail(self, handle: str, status: str = "FAILED") -> None:
         """End a run that will not finish (crash, lost claim, Ctrl-C): FAILED or KILLED; sync settles it later."""
-        self._put(handle, self._end, status, {"status": status.lower()})
+        self._put(handle, self._log, [], {"status": status.lower()}, status)
 
     def finish(self, timeout: float = DRAIN_SECONDS) -> None:
         """Wait up to `timeout` s for the queued writes (the end of a run, before it syncs); then write no more."""
@@ -138,37 +123,26 @@ class Tracker:
         return self._opened
 
     def _create(self, handle: str, cell_id: str, params: dict[str, Any], tags: dict[str, str], started: int) -> None:
-        from mlflow.entities import Param
-
         client, experiment, parent = self._open()
         attempt = int(tags.get("attempt", 1))
         trial = int(tags["trial"]) if str(tags.get("trial", "")).isdigit() else -1
-        all_tags = {**default_tags(), **tags, **run_tags(cell_id, axes_of(params), tags.get("study", ""), trial,
-                                                         attempt), "mlflow.parentRunId": parent}
-        run = client.create_run(experiment, start_time=started, tags=all_tags, run_name=run_name(cell_id, attempt))
+        axes = {k: v for k, v in params.items() if "." not in k and k != "role"}  # sweep/cells.py cell_params
+        all_tags = {**default_tags(), **tags, "mlflow.parentRunId": parent,
+                    **run_record.run_tags(cell_id, axes, tags.get("study", ""), trial, attempt)}
+        run = client.create_run(experiment, start_time=started, tags=all_tags,
+                                run_name=run_record.run_name(cell_id, attempt))
         self._run_ids[handle] = run.info.run_id
-        items = [Param(k, v) for k, v in one_param_per_axis(params).items()]
-        for i in range(0, len(items), 100):  # MLflow's cap on params per batch
-            client.log_batch(run.info.run_id, params=items[i:i + 100])
+        mlflow_store.log_batches(client, run.info.run_id, run_record.one_param_per_axis(params))
 
-    def _log(self, handle: str, points: list[Point], tags: dict[str, str]) -> None:
-        from mlflow.entities import Metric, RunTag
-
+    def _log(self, handle: str, points: list[mlflow_store.Point], tags: dict[str, str], end: str = "") -> None:
+        """Metrics and tags; with `end`, the run's final status after them."""
         client = self._open()[0]
-        metrics = [Metric(*p) for p in points]
-        for i in range(0, max(len(metrics), 1), 1000):  # MLflow's cap on metrics per batch
-            client.log_batch(self._run_ids[handle], metrics=metrics[i:i + 1000],
-                             tags=[RunTag(k, v) for k, v in tags.items()] if i == 0 else [])
+        mlflow_store.log_batches(client, self._run_ids[handle], points=points, tags=tags)
+        if end:
+            client.set_terminated(self._run_ids[handle], end)
 
     def _artifact(self, handle: str, path: str) -> None:
         self._open()[0].log_artifact(self._run_ids[handle], path)
-
-    def _end(self, handle: str, status: str, tags: dict[str, str]) -> None:
-        from mlflow.entities import RunTag
-
-        client = self._open()[0]
-        client.log_batch(self._run_ids[handle], tags=[RunTag(k, v) for k, v in tags.items()])
-        client.set_terminated(self._run_ids[handle], status)
 
     def _say(self, what: str) -> None:
         """One warning per process: what failed and what repairs it."""

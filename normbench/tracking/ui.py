@@ -1,16 +1,9 @@
-"""`normbench ui`: MLflow's UI opened on the suite's comparison, not on its GenAI overview, in seconds. The CLI
-syncs the store from the ledger first (tracking/sync.py), so every output folder opens, a published one too.
-
-MLflow 3 opens an experiment on GenAI pages unless the experiment's kind (`mlflow.experimentKind`) and the UI's
-workflow (`?workflowType=machine_learning`) say model training. The table's columns, the grouping by layer and the
-chart sections come from a shared view (tracking/view_state.py) that we store as an experiment tag and name in the URL.
-
-The server is one process: uvicorn serving MLflow's own app (`mlflow.server.fastapi_app:app`), configured through
-the environment as `mlflow server` configures its workers. `mlflow ui` itself starts 15 processes (its CLI, a uvicorn
-supervisor with 4 workers, a job runner with 7 huey consumers), ~27 CPU-seconds before it answers against ~5 here;
-the job runner serves only GenAI jobs (judges, trace rollups), which a suite's runs never use. The app is MLflow's
-with the groups' colours added to its page (tracking/ui_app.py); its output (warnings, startup lines) goes to
-`<out>/mlflow-ui.log`.
+"""`normbench ui`: MLflow's UI opened on the suite's comparison in seconds; the CLI syncs the store first, so every
+output folder opens. MLflow 3 shows an experiment as GenAI unless its kind (`mlflow.experimentKind`) and the URL
+(`workflowType=machine_learning`) say model training; the columns, grouping and charts are a shared view
+(view_state.py) stored as an experiment tag and named in the URL. The server is one process, uvicorn serving MLflow's
+app (ui_app.py), configured as `mlflow server` configures its workers, without its GenAI job runner: ~5 CPU-seconds
+before it answers, against ~27 for `mlflow ui`'s 15 processes. Its output goes to `<out>/mlflow-ui.log`.
 """
 
 from __future__ import annotations
@@ -29,7 +22,7 @@ from typing import Any
 from normbench import stopping
 from normbench.contracts.names import OutputFolder
 from normbench.errors import NormbenchError
-from normbench.tracking.mlflow_store import KIND, KIND_TAG, quiet_mlflow_logging
+from normbench.tracking.mlflow_store import KIND, KIND_TAG, open_client, suite_yaml
 from normbench.tracking.view_state import SHARE_KEY, SHARE_TAG, group_colours, view_state
 
 UI_LOG = "mlflow-ui.log"
@@ -42,10 +35,8 @@ NO_JOBS_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
 
 
 def ui_url(host: str, port: int, experiment_id: str, charts: bool = False) -> str:
-    """The experiment's runs table (or, with `charts`, its chart view) in the model-training workflow, with the
-    shared view applied."""
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    return (f"http://{shown}:{port}/#/experiments/{experiment_id}/runs"
+    """The experiment's runs table (or its chart view) in the model-training workflow, with the shared view."""
+    return (f"http://{_reachable(host)}:{port}/#/experiments/{experiment_id}/runs"
             f"?workflowType=machine_learning&viewStateShareKey={SHARE_KEY}" + ("&compareRunsMode=CHART" * charts))
 
 
@@ -53,15 +44,10 @@ def suite_axes(out: Path, params: list[dict[str, str]]) -> list[str]:
     """The columns that tell cells apart: the suite's matrix axes and tuned keys when `out/suite.yaml` exists, in
     its order; else every param without a section prefix (an axis, see sweep/cells.py cell_params). Reads the YAML
     only: loading the suite would import torch, seconds before the UI answers."""
-    import yaml
-
     logged = {k for p in params for k in p}
     axes = sorted(k for k in logged if "." not in k)
-    try:
-        suite = yaml.safe_load(OutputFolder(out).suite.read_text()) if OutputFolder(out).suite.exists() else None
-    except (OSError, yaml.YAMLError):
-        suite = None
-    if not isinstance(suite, dict) or not isinstance(suite.get("matrix"), dict):
+    suite = suite_yaml(out)
+    if not isinstance(suite.get("matrix"), dict):
         return axes
     matrix = list(suite["matrix"])
     space = suite["tune"].get("space") if isinstance(suite.get("tune"), dict) else None
@@ -70,20 +56,15 @@ def suite_axes(out: Path, params: list[dict[str, str]]) -> list[str]:
     return [a for a in ordered if a in logged] + [a for a in axes if a not in ordered]
 
 
-def _not_role(axes: list[str]) -> list[str]:
-    return [a for a in axes if a != "role"]  # a param too, but no axis: its tag filters the view
-
 def prepare_experiment(uri: str, out: Path) -> tuple[str, dict[str, str]]:
     """Tag the suite's experiment with the model-training kind and the comparison view; returns its id and its
     groups' colours (view_state.group_colours)."""
-    quiet_mlflow_logging()
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
+    client = open_client(uri, out)
     experiment = _suite_experiment(client, out)
     runs = client.search_runs([experiment.experiment_id], max_results=50_000)
     metrics = {k for r in runs for k in r.data.metrics}
-    axes = _not_role(suite_axes(out, [r.data.params for r in runs]))
+    # `role` is a param too, but no axis: its tag filters the view
+    axes = [a for a in suite_axes(out, [r.data.params for r in runs]) if a != "role"]
     reports = any(r.data.tags.get("role") == "report" for r in runs)
     colours = group_colours((r.data.params for r in runs), axes)
     state = view_state(axes, metrics, reports, groups=colours)
@@ -94,12 +75,9 @@ def prepare_experiment(uri: str, out: Path) -> tuple[str, dict[str, str]]:
 
 def _suite_experiment(client: Any, out: Path) -> Any:
     """The experiment named by `out/suite.yaml`, else the one experiment with runs (the newest if several)."""
-    if OutputFolder(out).suite.exists():
-        import yaml
-
-        name = (yaml.safe_load(OutputFolder(out).suite.read_text()) or {}).get("name")
-        if name and (found := client.get_experiment_by_name(str(name))) is not None:
-            return found
+    name = suite_yaml(out).get("name")
+    if name and (found := client.get_experiment_by_name(str(name))) is not None:
+        return found
     experiments = [e for e in client.search_experiments() if e.name != "Default"]
     if not experiments:
         raise NormbenchError(f"{out}: its ledger holds no finished cell yet; run the suite first "
@@ -141,8 +119,7 @@ def run_ui(uri: str, out: Path, host: str, port: int, open_browser: bool) -> int
     with open(log_path, "w") as log:
         server = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     try:
-        local = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-        if not _wait_until_up(f"http://{local}:{port}/health", server):
+        if not _wait_until_up(f"http://{_reachable(host)}:{port}/health", server):
             raise NormbenchError(f"the MLflow UI server exited with code {server.returncode} before answering; "
                                  f"its log, {log_path}, ends with:\n{_tail(log_path)}")
         url = ui_url(host, port, experiment_id)
@@ -157,6 +134,10 @@ def run_ui(uri: str, out: Path, host: str, port: int, open_browser: bool) -> int
         return server.returncode
     finally:
         _stop(server)
+
+
+def _reachable(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "::") else host  # a server on every interface answers on loopback
 
 
 def _wait_until_up(health: str, server: subprocess.Popen, timeout: float = 120.0) -> bool:

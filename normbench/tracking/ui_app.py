@@ -1,11 +1,8 @@
-"""The app `normbench ui` serves: MLflow's own (mlflow.server.fastapi_app), with its page given the groups' colours.
-
-MLflow's UI takes a run's colour from its `mlflow.runColor` tag but a group's only from the browser's localStorage
-(`experimentRunColors`, what its colour picker writes), else a hash of the group's id. So the page's HTML gets one
-script, ahead of MLflow's, that merges the suite's group colours (tracking/view_state.py `group_colours`: each
-layer's colour in the leaderboard's figures) into that entry, and keeps MLflow's assistant panel from opening by
-itself on a first visit (it takes a third of the width the comparison needs; its button still opens it). Every
-other request goes to MLflow untouched.
+"""The app `normbench ui` serves: MLflow's own, its page given the groups' colours. MLflow's UI takes a group's colour
+only from the browser's localStorage (`experimentRunColors`, what its colour picker writes), else a hash of the
+group's id; so the page gets one script, ahead of MLflow's, that merges the suite's group colours (each layer's in
+the leaderboard's figures) into that entry and keeps MLflow's assistant panel from opening by itself on a first
+visit (it takes a third of the width). Every other request goes to MLflow untouched.
 """
 
 from __future__ import annotations

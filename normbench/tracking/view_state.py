@@ -1,29 +1,18 @@
 """The suite's shared view in MLflow's UI: what the runs table and the chart view show when `normbench ui` opens.
-
-MLflow 3's experiment page applies the JSON stored in the experiment tag `mlflow.sharedViewState.<key>` when its URL
-carries `viewStateShareKey=<key>`. It keeps two parts of it (read from the installed UI bundle,
-mlflow/server/js/build, MLflow 3.17; tests/tracking/test_view_state.py checks the keys against that bundle):
-- search facets: searchFilter, orderByKey, orderByAsc, startTime, lifecycleFilter, ...;
-- UI state: selectedColumns, columnOrder, columnWidths, runsHiddenMode, compareRunCharts, compareRunSections,
-  isAccordionReordered, groupBy, useGroupedValuesInCharts, hideEmptyCharts, ... (runsHidden, runsPinned,
-  runsExpanded and runsVisibilityMap are dropped from shared views).
-
-What we set, and why:
-- runs grouped by `depth` and `layer` (`groupBy`): one row per (depth, layer), charts drawing each group's mean with
-  a min-max band; every run shown (`runsHiddenMode`), not MLflow's first 10. A group's colour is its layer's in the
-  leaderboard's figures (report/style.py): `group_colours` gives them, `normbench ui` puts them where MLflow's UI
-  keeps group colours (the browser's localStorage, tracking/ui_app.py); each run also carries its layer's colour as
-  its `mlflow.runColor` tag (tracking/run_record.py).
-- a suite with report seeds shows its report cells (`tags.role = 'report'`, finished): the runs the leaderboard
-  scores, at each row's chosen lr, so a group's mean `test_top1` is the leaderboard's score. Clearing the search
-  box shows every cell (selection seeds, bracketing, the 2x-epoch budget check).
-- the table's columns: the axes right after the pinned Run Name and Created (MLflow pins those two and keeps them
-  first), then the score columns; Duration after them. The short run name (tracking/naming.py) repeats the axes.
-- best score first; sorting by a metric also lists the cells flat instead of nested under the `leaderboard` run.
-- the chart view: MLflow sorts generated sections by name and puts "Model metrics" last, after every prefixed
-  section, unless the sections are given in order with `isAccordionReordered`. We give Model metrics first, with
-  val_top1 and train_loss as its first charts, then the telemetry sections (first, middle, last block); a metric
-  not listed gets its chart from MLflow, at the end of its section.
+MLflow 3's experiment page applies the JSON in the experiment tag `mlflow.sharedViewState.<key>` when its URL carries
+`viewStateShareKey=<key>`: its search facets and UI state, less runsHidden, runsPinned, runsExpanded and
+runsVisibilityMap (read from the installed UI bundle, MLflow 3.17; tests/tracking/test_view_state.py checks every key
+against it). What we set, and why:
+- runs grouped by `depth` and `layer`: a row each, charts drawing each group's mean with a min-max band in its
+  layer's colour of the leaderboard's figures (`group_colours`; ui_app.py puts them where MLflow's UI keeps group
+  colours, run_record.py gives each run its `mlflow.runColor`); every run shown, not MLflow's first 10.
+- a suite with report seeds shows its report cells: the runs the leaderboard scores, at each row's chosen lr, so a
+  group's mean `test_top1` is its score. Clearing the search box shows every cell.
+- the axes right after the pinned Run Name and Created columns, then the scores, best first (sorting by a metric
+  also lists the cells flat instead of nested under the `leaderboard` run).
+- charts: MLflow sorts generated sections by name and puts "Model metrics" last unless the sections come in order
+  with `isAccordionReordered`. We give Model metrics first (val_top1, train_loss leading), then the telemetry
+  sections (first, middle, last block); a metric not listed gets its chart from MLflow, at the end of its section.
 """
 
 from __future__ import annotations
@@ -31,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from normbench.tracking.naming import POSITIONS, TELEMETRY_PREFIX
+from normbench.tracking.run_record import POSITIONS, TELEMETRY_PREFIX
 
 SHARE_KEY = "normbench-comparison"
 SHARE_TAG = f"mlflow.sharedViewState.{SHARE_KEY}"
@@ -39,14 +28,13 @@ SHARE_TAG = f"mlflow.sharedViewState.{SHARE_KEY}"
 SCORE_COLUMNS = ("test_top1", "val_top1_final", "diverged")
 GROUP_AXES = ("depth", "layer")
 REPORT_FILTER = "tags.role = 'report' and attributes.status = 'FINISHED'"
-# Model metrics' charts, in this order: per-epoch curves (at step = optimizer steps: lines) then the cell's summary
-# (step 0: bars).
+# Model metrics' charts, in this order: per-epoch curves (lines) then the cell's summary (step 0: bars)
 LINES = ("val_top1", "train_loss", "scheduled_lr", "grad_norm", "images_per_sec")
 BARS = ("test_top1", "val_top1_final", "best_val_top1", "diverged", "epochs_run", "cell_seconds",
         "images_per_sec_mean", "params")
 MODEL_SECTION, SYSTEM_SECTION = "Model metrics", "System metrics"  # MLflow's names for its unprefixed sections
-# two wide, tall charts a row (MLflow: 3 a row, 360 px): a legend line per layer fits under the curves
-MODEL_LAYOUT = {"columns": 2, "cardHeight": 640}  # room for a legend line per (depth, layer) under the curves
+# two wide, tall charts a row (MLflow: 3 a row, 360 px): room for a legend line per (depth, layer) under the curves
+MODEL_LAYOUT = {"columns": 2, "cardHeight": 640}
 RUN_NAME, CREATED, DURATION = "attributes.`Run Name`", "runDateAndNestInfo", "duration"  # the table's column ids
 
 
@@ -106,21 +94,16 @@ def charts(metric_keys: Iterable[str] = ()) -> dict[str, Any]:
                  "deleted": False, "isGenerated": True, **(MODEL_LAYOUT if n == MODEL_SECTION else {})}
                 for i, n in enumerate(names)]
     model = sections[0]["uuid"]
-    cards = [_line(k, model) for k in LINES if k in keys] + [_bar(k, model) for k in BARS if k in keys]
+    cards = [_card("LINE", k, model) for k in LINES if k in keys] + [_card("BAR", k, model) for k in BARS if k in keys]
     return {"compareRunSections": sections, "compareRunCharts": cards, "isAccordionReordered": True}
 
 
 def _card(kind: str, key: str, section: str) -> dict[str, Any]:
     # the fields of MLflow's RunsChartsCardConfig (its `new` fills them the same way); the uuid names the metric
-    return {"uuid": f"normbench-chart-{key}", "type": kind, "runsCountToCompare": 10, "metricSectionId": section,
+    card = {"uuid": f"normbench-chart-{key}", "type": kind, "runsCountToCompare": 10, "metricSectionId": section,
             "deleted": False, "isGenerated": True, "displayName": key, "metricKey": key}
-
-
-def _line(key: str, section: str) -> dict[str, Any]:
-    return {**_card("LINE", key, section), "lineSmoothness": 0, "xAxisScaleType": "linear", "scaleType": "linear",
-            "range": {}, "xAxisKey": "step", "selectedXAxisMetricKey": "", "yAxisKey": "metric",
-            "yAxisExpressions": [], "ignoreOutliers": False, "useGlobalXaxisKey": True, "useGlobalLineSmoothing": True}
-
-
-def _bar(key: str, section: str) -> dict[str, Any]:
-    return _card("BAR", key, section)
+    if kind == "LINE":
+        card.update(lineSmoothness=0, xAxisScaleType="linear", scaleType="linear", range={}, xAxisKey="step",
+                    selectedXAxisMetricKey="", yAxisKey="metric", yAxisExpressions=[], ignoreOutliers=False,
+                    useGlobalXaxisKey=True, useGlobalLineSmoothing=True)
+    return card

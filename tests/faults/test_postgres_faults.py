@@ -125,7 +125,7 @@ def test_a_3_s_blip_trains_no_cell_twice(write_suite, tmp_path, own_database, po
     ts = trials(out, "tiny", fresh_postgres_url)
     # No cell's training was cut short and retried: a trial that failed never trained an epoch (none reported).
     # A claim whose answer the blip lost is such a trial (its replay reads "taken"); the ledger frees it without
-    # counting an attempt (store/claim.py, store/ledger.py `claim`), so a FAIL record may stay, but no cell carries a lost attempt.
+    # counting an attempt (store/ledger.py `claim`), so a FAIL record may stay, but no cell carries a lost attempt.
     started_then_failed = [(t.number, t.user_attrs) for t in ts
                            if t.state == TrialState.FAIL and t.intermediate_values]
     assert not started_then_failed

@@ -214,7 +214,7 @@ def test_ui_serves_the_suite_runs_over_mlflow_rest_api(write_suite, tmp_path):
         with urllib.request.urlopen(request, timeout=10) as r:
             runs = json.load(r)["runs"]
         cells = {run["info"]["run_name"] for run in runs if run["info"]["run_name"] != "leaderboard"}
-        assert cells == {"d1 layernorm lr1e-3 s0", "d1 layerscale lr1e-3 s0"}  # tracking/naming.py run_name
+        assert cells == {"d1 layernorm lr1e-3 s0", "d1 layerscale lr1e-3 s0"}  # tracking/run_record.py run_name
     finally:  # SIGTERM: a test run started in the background (`cmd &`) hands its children SIGINT ignored
         ui.send_signal(signal.SIGTERM)
         try:

@@ -11,7 +11,7 @@ from pathlib import Path
 import mlflow
 
 from normbench.report.style import layer_colour
-from normbench.tracking.naming import telemetry_metric
+from normbench.tracking.run_record import telemetry_metric
 from normbench.tracking.view_state import CREATED, REPORT_FILTER, RUN_NAME, group_colours, view_state
 from normbench.train.telemetry import QUANTITIES
 

@@ -8,7 +8,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from normbench.contracts.suite import cell_id
-from normbench.tracking.naming import logged_blocks, run_name, short_number, telemetry_metric
+from normbench.tracking.run_record import logged_blocks, run_name, short_number, telemetry_metric
 from normbench.tracking.tracker import Tracker
 from normbench.train.telemetry import QUANTITIES
 

@@ -1,0 +1,37 @@
+"""log_batches, the one writer of params, metrics and tags for sync and live logging: within MLflow's caps per call
+(100 params, 100 tags, 1000 entities), everything written once, in as few calls as the caps allow."""
+
+from __future__ import annotations
+
+from normbench.tracking.mlflow_store import log_batches
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def log_batch(self, run_id: str, metrics=(), params=(), tags=()) -> None:
+        self.calls.append({"metrics": list(metrics), "params": list(params), "tags": list(tags)})
+
+
+def test_batches_keep_within_mlflows_caps_and_write_everything_once() -> None:
+    client = Recorder()
+    params = {f"p{i}": str(i) for i in range(250)}
+    tags = {f"t{i}": str(i) for i in range(120)}
+    points = [("m", float(i), 0, i) for i in range(2500)]
+    log_batches(client, "run", params, points, tags)
+    for call in client.calls:
+        assert len(call["params"]) <= 100 and len(call["tags"]) <= 100
+        assert len(call["params"]) + len(call["tags"]) + len(call["metrics"]) <= 1000
+    assert sorted(p.key for c in client.calls for p in c["params"]) == sorted(params)
+    assert sorted(t.key for c in client.calls for t in c["tags"]) == sorted(tags)
+    assert [m.step for c in client.calls for m in c["metrics"]] == list(range(2500))
+    assert len(client.calls) == 3  # 2870 entities: the fewest calls of at most 1000
+
+
+def test_tags_alone_make_one_call_and_nothing_makes_none() -> None:
+    client = Recorder()
+    log_batches(client, "run", tags={"ledger_state": "COMPLETE"})
+    assert [[t.key for t in c["tags"]] for c in client.calls] == [["ledger_state"]]
+    log_batches(client, "run")
+    assert len(client.calls) == 1

@@ -21,9 +21,9 @@ OLD_NORMBENCH = """
 import os, sys
 from normbench.store.ledger import Ledger, worker_host
 
-def _sign(self, trial):
-    trial.set_user_attr("worker_host", worker_host())
-    trial.set_user_attr("worker_pid", os.getpid())
+def _sign(self, claim):
+    claim.set_attr("worker_host", worker_host())
+    claim.set_attr("worker_pid", os.getpid())
 
 Ledger._sign = _sign
 from normbench.cli import main

@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# GPU first contact: everything a first CUDA machine should measure, in one command, within 10 minutes.
-#   1. the CUDA-only tests (pytest -k cuda: CUDA iteration without host syncs, a compiled bf16 cell with fused AdamW)
-#   2. `normbench bench`, six mission layers x depth 12/36 x dim 192/384, batch 256, bf16 + torch.compile
-#   3. suites/gpu-first-contact.yaml (CIFAR-100-shaped synthetic data, depth 36, bf16 + compile) via `normbench run`
-#   4. cells/hour with 1 and 2 workers on one GPU (scripts/workers_per_device.py)
-#   5. the attention-path crossover on CUDA (scripts/attention_path.py)
-#   6. a cell checkpoint's size and write time at depth 12/36 x width 64/192 (scripts/bench_checkpoint.py)
-#   7. the block families' cost (hc, hc_dynamic, mhc, ngpt vs layernorm, depth 12/36 x width 64/192, batch 256,
-#      bf16, eager to fit its time) into results/bench-families/ (scripts/bench_families.py)
-# Every figure goes to results/ (bench-<gpu>-<torch>.*, gpu-first-contact/, workers-per-device-*, attention-path-*,
-# checkpoint-cost/),
-# and the whole console output to results/gpu-first-contact-<gpu>.log. Each stage has its own time limit; a stage
-# that fails or runs out of time is reported and the others still run; the exit status is 1 if any failed.
+# GPU first contact: everything a first CUDA machine should measure, stage by stage, each under its own time limit.
+#   1. tests: the CUDA-only tests (CUDA iteration without host syncs, a compiled bf16 cell with fused AdamW)
+#   2. suite: suites/gpu-first-contact.yaml (CIFAR-100-shaped synthetic data, depth 36, bf16 + compile) through
+#      `normbench run`; it resumes, so a cut-short stage finishes on the next machine if results/gpu-first-contact
+#      travels with the tree
+#   3. bench: `normbench bench`, six mission layers x depth 36/12 x dim 192/384, batch 256, bf16, eager (a row is
+#      written as soon as it is measured; compiling two models per row would fit a few rows, and the compiled path
+#      is stages 1 and 2)
+#   4. families: the block families' cost (hc, hc_dynamic, mhc, ngpt vs layernorm, depth 12/36 x width 64/192,
+#      batch 256, bf16, eager) into results/bench-families/ (scripts/bench_families.py)
+#   5. attention: the attention-path crossover on CUDA (scripts/attention_path.py)
+#   6. checkpoint: a cell checkpoint's size and write time at depth 12/36 x width 64/192 (scripts/bench_checkpoint.py)
+#   7. workers: cells/hour with 1 and 2 workers on one GPU (scripts/workers_per_device.py); it compiles four cells
+# The limits come from the first contact (H200, torch 2.11, 2026-11-26: a compiled depth-36 cell took 93 s) and add
+# up to about 17 minutes, more than one 10-minute command or one 15-minute lease: STAGES picks some, e.g.
+#   STAGES="tests suite bench" bash scripts/gpu-first-contact.sh, then STAGES="families attention checkpoint workers",
+# and LIMIT_<stage>=SECONDS overrides one stage's limit.
+# Every figure goes to results/ (bench-<gpu>-<torch>.*, gpu-first-contact/, bench-families/, attention-path-*,
+# checkpoint-cost/, workers-per-device-*), and the console output is appended to results/gpu-first-contact-<gpu>.log.
+# A stage that fails or runs out of time is reported and the others still run; the exit status is 1 if any failed.
 # On a machine without CUDA it refuses with exit 2 before doing anything.
 set -uo pipefail
 
@@ -29,15 +36,17 @@ export MLFLOW_DISABLE_TELEMETRY=true PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}
 slug=$("$python" -c 'import torch; from normbench.diagnostics.bench import device_slug; print(device_slug(torch.device("cuda")))')
 mkdir -p results
 log="results/gpu-first-contact-$slug.log"
-exec > >(tee "$log") 2>&1
+exec > >(tee -a "$log") 2>&1
 failed=()
 
 stage() {  # stage NAME SECONDS COMMAND...: run with a time limit (SIGINT first, so partial results get written)
-    local name=$1 limit=$2
+    local name=$1 override="LIMIT_$1"
+    local limit=${!override:-$2}  # LIMIT_bench=100 shortens one stage to fit what is left of a lease
     shift 2
+    [[ -z "${STAGES:-}" || " $STAGES " == *" $name "* ]] || return 0
     echo "=== $name (limit ${limit}s): $*"
     local t0=$SECONDS
-    timeout -s INT -k 20 "$limit" "$@"
+    timeout -s INT -k 10 "$limit" "$@"
     local rc=$?
     echo "=== $name: exit $rc after $((SECONDS - t0)) s"
     ((rc == 0)) || failed+=("$name (exit $rc)")
@@ -47,15 +56,16 @@ date -u
 nvidia-smi || true
 "$python" -c 'import torch, timm; print("torch", torch.__version__, "cuda", torch.version.cuda, "timm", timm.__version__)'
 
-stage tests 90 "$python" -m pytest -q -rs -k cuda tests
-stage bench 210 "$python" -m normbench bench --depth 12 36 --dim 192 384 --batch-size 256 --device cuda \
-    --compile auto --out results
-stage suite 150 "$python" -m normbench run suites/gpu-first-contact.yaml --device cuda --out results/gpu-first-contact
-stage workers 100 "$python" scripts/workers_per_device.py suites/gpu-first-contact.yaml --device cuda --workers 1 2
-stage attention 30 "$python" scripts/attention_path.py --device cuda
-stage checkpoint 20 "$python" scripts/bench_checkpoint.py --device cuda --repeats 3
-stage families 90 "$python" scripts/bench_families.py --device cuda --batch-size 256 --warmup 3 --steps 10 \
+stage tests 80 "$python" -m pytest -q -rs -k cuda tests/train/test_device.py tests/train/test_fastpath.py \
+    tests/data/test_data_device_loader.py
+stage suite 220 "$python" -m normbench run suites/gpu-first-contact.yaml --device cuda --out results/gpu-first-contact
+stage bench 240 "$python" -m normbench bench --depth 36 12 --dim 192 384 --batch-size 256 --device cuda \
+    --compile off --out results
+stage families 120 "$python" scripts/bench_families.py --device cuda --batch-size 256 --warmup 3 --steps 10 \
     --repeats 3 --op-iters 50 --compile off --out results/bench-families
+stage attention 25 "$python" scripts/attention_path.py --device cuda
+stage checkpoint 40 "$python" scripts/bench_checkpoint.py --device cuda --repeats 3
+stage workers 300 "$python" scripts/workers_per_device.py suites/gpu-first-contact.yaml --device cuda --workers 1 2
 
 if ((${#failed[@]})); then
     echo "gpu-first-contact.sh: failed or cut short: ${failed[*]}; figures so far are in results/, log in $log"

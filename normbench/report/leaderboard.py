@@ -94,7 +94,7 @@ def _ceiling(folder: OutputFolder, suite: Suite | None) -> str | None:
     """The data-ceiling line: computed once per output folder (ceiling.csv), then read."""
     if suite is None:
         return None
-    return ceiling_line(read_or_compute_ceiling(folder, suite.dataset), suite.dataset.name)
+    return ceiling_line(read_or_compute_ceiling(folder, suite.dataset), suite.dataset)
 
 
 TRANSFER_DEFINITION = (f"score = test top-1 (%) at each suite's own val-selected lr, mean over seeds (as above); "

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from normbench.layers import (
@@ -255,6 +256,21 @@ def test_learnable_scaler_formula():
     x = torch.randn(2, 7, 32)
     torch.testing.assert_close(scaler(x), scaler.a * x + scaler.b)
     torch.testing.assert_close(scaler(x), scaler.a[None, None, :] * x + scaler.b[None, None, :])
+
+
+def test_learnable_scaler_runs_where_batch_norm_refuses_eps_zero(monkeypatch):
+    # torch before 2.14 (the H200 image's 2.11) raises "batch_norm eps must be positive" for eps 0 in every mode
+    real = F.batch_norm
+
+    def strict(*args, **kwargs):
+        if kwargs["eps"] <= 0:
+            raise ValueError(f"batch_norm eps must be positive, but got {kwargs['eps']}")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(F, "batch_norm", strict)
+    scaler = LearnableScaler(8)
+    x = torch.randn(4, 8)
+    assert torch.equal(scaler(x), torch.addcmul(scaler.b, scaler.a, x))  # the eps changes no bit
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])

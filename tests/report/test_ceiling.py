@@ -60,7 +60,7 @@ def test_a_second_call_reads_the_cache_exactly_without_training(tmp_path: Path, 
     monkeypatch.setattr(ceiling, "compute_ceiling", refuse_training)
     second = read_or_compute_ceiling(folder, tiny_synthetic())
     pd.testing.assert_frame_equal(second, first, check_exact=True)  # full precision both ways
-    assert ceiling_line(second, "synthetic") == ceiling_line(first, "synthetic")
+    assert ceiling_line(second, tiny_synthetic()) == ceiling_line(first, tiny_synthetic())
     assert folder.ceiling.read_bytes() == written
 
 
@@ -88,8 +88,19 @@ def test_a_dataset_outside_the_bundled_ones_gets_no_ceiling_and_the_line_says_so
     folder = OutputFolder(tmp_path)
     assert read_or_compute_ceiling(folder, DataConfig(name="cifar10", root=str(tmp_path))) is None
     assert not folder.ceiling.exists()
-    assert ceiling_line(None, "cifar10") == \
+    assert ceiling_line(None, DataConfig(name="cifar10", root=str(tmp_path))) == \
         "data ceiling: not computed for dataset cifar10 (only for digits, mnist5k, synthetic)"
+
+
+def test_synthetic_data_of_cifar_shape_is_too_large_and_the_line_says_so(tmp_path: Path, monkeypatch):
+    # 8,192 x 32 x 32 x 3 (suites/gpu-first-contact.yaml): minutes of MLP fits at the end of a GPU suite
+    monkeypatch.setattr(ceiling, "compute_ceiling", refuse_training)
+    folder = OutputFolder(tmp_path)
+    cifar_shaped = tiny_synthetic(train_size=8192, synthetic_size=32, synthetic_channels=3)
+    assert read_or_compute_ceiling(folder, cifar_shaped) is None and not folder.ceiling.exists()
+    assert ceiling_line(None, cifar_shaped) == ("data ceiling: not computed (8,192 train images x 3,072 values = "
+                                                "25,165,824, over the 4,000,000 that train in seconds)")
+    assert ceiling.why_no_ceiling(tiny_synthetic(train_size=4096, synthetic_size=16)) is None  # 3.1M: computed
 
 
 def test_without_scikit_learn_the_leaderboard_goes_on(tmp_path: Path, monkeypatch):
@@ -100,7 +111,7 @@ def test_without_scikit_learn_the_leaderboard_goes_on(tmp_path: Path, monkeypatc
     monkeypatch.setattr(ceiling, "compute_ceiling", no_sklearn)
     folder = OutputFolder(tmp_path)
     assert read_or_compute_ceiling(folder, DataConfig(name="digits")) is None and not folder.ceiling.exists()
-    assert "scikit-learn is not installed" in ceiling_line(None, "digits")
+    assert "scikit-learn is not installed" in ceiling_line(None, DataConfig(name="digits"))
 
 
 def test_the_line_rounds_each_number_once():
@@ -110,7 +121,7 @@ def test_the_line_rounds_each_number_once():
         {"dataset": "digits", "model": MLP, "chosen": "alpha=0.001", "val_top1": 97.0, "test_top1": 97.2249,
          "fingerprint": "x"},  # 97.2249 -> 97.22, not 97.225 -> 97.23
     ])
-    assert ceiling_line(frame, "digits") == (
+    assert ceiling_line(frame, DataConfig(name="digits")) == (
         "data ceiling (simple models on the same train/val/test split, chosen on val, test top-1): "
         "logistic regression 96.67% (C=1), MLP (1x128) 97.22% (alpha=0.001)")
 

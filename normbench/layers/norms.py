@@ -17,8 +17,6 @@ from torch import nn
 
 from normbench.layers.registry import register_layer
 
-EXACT_EPS = torch.finfo(torch.float32).tiny  # > 0, yet 1 + EXACT_EPS == 1 in every float type batch_norm runs in
-
 
 @register_layer("layernorm", kind="norm", formula="γ ⊙ (x - μ) / √(σ² + ε) + β, over channels",
                 source="Ba et al. 2016, Layer Normalization, Sec. 3; torch.nn.LayerNorm (fused kernel)")
@@ -86,11 +84,13 @@ class LearnableScaler(nn.Module):
 
     def _affine(self, x: torch.Tensor) -> torch.Tensor:  # (N, C, ...) -> (N, C, ...), channels at dim 1
         # a ⊙ x + b, exactly: inference-mode batch_norm with mean 0 and variance 1 computes x / sqrt(1 + eps) · a + b,
-        # and 1 + EXACT_EPS rounds to 1 (torch before 2.14 refuses eps 0, which H200 images with torch 2.11 showed).
+        # and 1 + eps rounds to 1 for the smallest normal float32 (torch before 2.14 refuses eps 0, as an H200 image
+        # with torch 2.11 showed). A literal, not a module constant: TorchScript cannot read a global float.
         # Its forward and its backward (dx, da and db in one pass) are single fused kernels, where addcmul's
         # autograd runs four; on CPU that made the op ~1.5x faster
         # (0.70x LayerNorm's time against 1.09x, scripts/bench_scaler_op.py).
-        return F.batch_norm(x, self._mean0, self._var1, self.a, self.b, training=False, momentum=0.0, eps=EXACT_EPS)
+        return F.batch_norm(x, self._mean0, self._var1, self.a, self.b, training=False, momentum=0.0,
+                            eps=1.1754943508222875e-38)
 
 
 @register_layer("learnable_scaler_ones", kind="norm", formula="a ⊙ x + b, per channel; a = 1, b = 0",

@@ -30,6 +30,31 @@ TINY = {
 }
 
 
+# Tests whose processes race each other or a clock with little to spare: heartbeats judged against a grace of a few
+# seconds, a server stopped while a worker polls every 2 s, workers racing to claim cells, a bound of half a second.
+# They get the `serial` mark, and `scripts/test.sh` runs them on their own after the rest has run on two xdist
+# workers, so that no test next door slows one of their processes past its margin. The other fault tests wait for
+# events (a trial RUNNING, a checkpoint, a process stopped where it was seen), which a busy machine only delays.
+# Node id prefixes: a file, or one test.
+SERIAL = (
+    "tests/faults/test_postgres_faults.py",
+    "tests/faults/test_second_round.py::test_a_postgres_blip_while_a_worker_idles_and_polls_is_ridden_out",
+    "tests/faults/test_spool.py",
+    "tests/faults/test_tracking_outage.py::test_a_tracking_server_restart_mid_cell_costs_one_warning_and_the_runs",
+    "tests/train/test_distributed.py::test_three_workers_run_every_cell_exactly_once",
+    "tests/train/test_distributed.py::test_worker_killed_mid_cell_has_its_cell_finished_by_another",
+    "tests/store/test_ledger_heartbeat_outage.py",
+    "tests/store/test_ledger_attempts.py::test_a_database_ledger_counts_heartbeat_verdicts",
+    "tests/sweep/test_runner.py::test_two_local_workers_run_every_cell_exactly_once",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
+
+
 @pytest.fixture
 def write_suite(tmp_path: Path):
     """Write a suite YAML from TINY plus overrides (`None` deletes a key); returns its path."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -97,6 +98,24 @@ def wait_for(predicate, timeout: float = 120, step: float = 0.2, what: str = "th
                                  f"{alive.stderr.read() if alive.stderr else ''}")
         time.sleep(step)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def stop_when(proc: subprocess.Popen, predicate, timeout: float = 120, step: float = 0.05,
+              what: str = "the condition") -> None:
+    """Freeze `proc` (SIGSTOP) the moment `predicate` holds, checked again once it is frozen: what the test saw stays
+    so (a cell in flight stays in flight) for as long as the test needs, however fast the process would have moved
+    on, so a cell need not be long to be caught mid-way. The caller thaws it (SIGCONT) or kills it. Fails after
+    `timeout` s, or at once when the process ends first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        wait_for(predicate, timeout=deadline - time.monotonic(), step=step, what=what, alive=proc)
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            if predicate():
+                return
+        except Exception:  # read mid-write: look again
+            pass
+        os.kill(proc.pid, signal.SIGCONT)  # it moved on between the look and the stop
 
 
 def running(out: Path, suite: str, storage: str | None = None) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -21,10 +22,13 @@ from normbench.cli import main
 from normbench.store import reserve
 from normbench.store.journal import LedgerWriteError, SafeJournalFileBackend
 from normbench.tracking import tracker
-from tests.faults.helpers import assert_invariants, finish, mount_tmpfs, normbench, running, unmount, wait_for
+from tests.faults.helpers import assert_invariants, finish, mount_tmpfs, normbench, running, stop_when, unmount
 
 CELLS = ["depth=1,layer=layernorm,lr=0.001,seed=0", "depth=1,layer=layerscale,lr=0.001,seed=0"]
-LONG = {"epochs": 100, "batch_size": 64, "warmup_epochs": 0}  # long enough to fill the disk mid-cell
+# the disk is filled mid-cell: the run is stopped (SIGSTOP) while a cell that logged an epoch is in flight, and goes
+# on once the disk is full. An epoch's ledger record (~150 bytes) fills the journal's last page (4 KiB) before it
+# needs a page the disk no longer has: a cell of 50 epochs has that many (~30) left when its first epoch is logged
+LONG = {"epochs": 50, "batch_size": 64, "warmup_epochs": 0}
 
 
 def _running_runs(out: Path) -> list[str]:
@@ -51,11 +55,11 @@ def _assert_stopped_cleanly(out: Path, err: str, since: float, first: tuple[str,
 
 
 def _fill(path: Path) -> None:
-    with open(path, "wb") as f:
+    # unbuffered: a write the disk took part of leaves nothing behind for close() to flush (and fail on) again
+    with open(path, "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError as e:
             assert e.errno == errno.ENOSPC
 
@@ -75,8 +79,12 @@ def test_a_real_disk_filling_up_mid_cell_stops_at_once_and_gives_the_cell_back(w
     try:
         path = write_suite(train=LONG)
         proc = normbench("run", path, "--out", out, "--quiet")
-        wait_for(lambda: running(out, "tiny") and _epoch_logged(out), timeout=240, what="the first cell's epochs")
-        _fill(out / "filler")
+        try:
+            stop_when(proc, lambda: running(out, "tiny") and _epoch_logged(out), timeout=240,
+                      what="a cell in flight with its first epoch logged")
+            _fill(out / "filler")
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
         filled = time.monotonic()
         code, err = finish(proc)
         assert code == 2, err

@@ -4,17 +4,20 @@ traceback, no wait), and the next `normbench sync` shows every cell in MLflow, o
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
 import time
 
 import pandas as pd
 
 from normbench.cli import main
-from tests.faults.helpers import assert_invariants, finish, normbench, running, wait_for
+from tests.faults.helpers import assert_invariants, finish, normbench, running, stop_when
 
 CELLS = ["depth=1,layer=layernorm,lr=0.001,seed=0", "depth=1,layer=layerscale,lr=0.001,seed=0"]
-# cells of many epochs: the store is deleted after the first cell's first epoch reached it, mid-cell
-LONG = {"epochs": 200, "batch_size": 64, "warmup_epochs": 0}
+# the store is deleted mid-cell: after a cell's first epoch reached it, the run stopped (SIGSTOP) while the cell is
+# in flight; it then has most of its epochs (and the next cell) to write into the deleted store
+LONG = {"epochs": 20, "batch_size": 64, "warmup_epochs": 0}
 
 
 def _epoch_logged(out) -> bool:
@@ -38,8 +41,12 @@ def _main(capsys, *args) -> tuple[int, str]:
 def test_mlflow_db_deleted_mid_run_stops_nothing_and_the_next_sync_shows_every_cell(write_suite, tmp_path):
     path, out = write_suite(train=LONG), tmp_path / "out"
     proc = normbench("run", path, "--out", out, "--quiet")
-    wait_for(lambda: running(out, "tiny") and _epoch_logged(out), timeout=240, what="the first cell's first epoch")
-    (out / "mlflow.db").unlink()
+    try:
+        stop_when(proc, lambda: running(out, "tiny") and _epoch_logged(out), timeout=240,
+                  what="a cell in flight with its first epoch in the store")
+        (out / "mlflow.db").unlink()
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
     deleted = time.monotonic()
     code, err = finish(proc, timeout=600)
     assert code == 0, err

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -72,33 +73,50 @@ def _last_queries(url: str, pid: int) -> set[datetime.datetime]:
 def test_a_postgres_blip_while_a_worker_idles_and_polls_is_ridden_out(write_suite, tmp_path, postgres_url, request,
                                                                      seconds):
     """One cell, two workers: one trains it, the other polls the ledger every POLL_SECONDS (reclaim, claim, the
-    RUNNING check: `study.get_trials`, which Optuna's cache sends to the storage's private `_get_trials`)."""
+    RUNNING check: `study.get_trials`, which Optuna's cache sends to the storage's private `_get_trials`). The one
+    training is stopped (SIGSTOP) mid-cell until the server is back, so the cell is in flight for as long as the other
+    takes to start polling and for the whole blip, however fast it would train; only the poller can say it waited."""
     url, out = request.getfixturevalue("own_database"), tmp_path / "o"  # a database of its own: the server restarts
-    # ~35 s of training on a busy 2-core machine: the cell outlasts the margin below and the blip
-    path = write_suite(train={**SLOW, "epochs": 400}, matrix={"depth": [1], "layer": ["layernorm"], "lr": [1e-3],
-                                                               "seed": [0]})
+    # 30 epochs (~2 s on one core): the cell is still in flight a moment after its first epoch, when it is stopped
+    path = write_suite(train={**SLOW, "epochs": 30}, matrix={"depth": [1], "layer": ["layernorm"], "lr": [1e-3],
+                                                              "seed": [0]})
     server = Postgres(postgres_url)
-    procs = [normbench("worker", path, "--out", out, "--storage", url, "--quiet") for _ in range(2)]
-    wait_for(lambda: any("worker_pid" in t.user_attrs for t in trials(out, "tiny", url)), what="the cell in flight")
-    [busy] = [t.user_attrs["worker_pid"] for t in trials(out, "tiny", url)]
-    [idle] = [p for p in procs if p.pid != busy]
-    queries: set[datetime.datetime] = set()  # when the idle worker's sessions last sent the ledger a query
-
-    def polling() -> bool:
-        queries.update(_last_queries(url, idle.pid))
-        # past its start (it found nothing to claim) and asking again: queries more than a poll (2 s) apart
-        return bool(queries) and max(queries) - min(queries) > datetime.timedelta(seconds=3)
-
-    wait_for(polling, timeout=240, step=0.5, what="the worker without a cell polling the ledger")
-    assert all(p.poll() is None for p in procs), "both workers still running before the blip"
-    server.stop()
+    # a long grace: the stopped worker's heartbeats pause with it, and it must not be judged dead meanwhile
+    env = {"NORMBENCH_HEARTBEAT_GRACE": "600"}
+    procs = [normbench("worker", path, "--out", out, "--storage", url, "--quiet", env=env) for _ in range(2)]
+    busy = None
     try:
-        time.sleep(seconds)
+        def in_flight() -> bool:  # an epoch reported: training, between two short writes of the ledger
+            return any(t.state == optuna.trial.TrialState.RUNNING and t.intermediate_values
+                       for t in trials(out, "tiny", url))
+
+        wait_for(in_flight, step=0.05, what="the cell in flight")
+        [pid] = [t.user_attrs["worker_pid"] for t in trials(out, "tiny", url)]
+        [busy] = [p for p in procs if p.pid == pid]
+        [idle] = [p for p in procs if p.pid != pid]
+        os.kill(busy.pid, signal.SIGSTOP)
+        assert in_flight(), "the cell ended before its worker was stopped"
+        queries: set[datetime.datetime] = set()  # when the idle worker's sessions last sent the ledger a query
+
+        def polling() -> bool:
+            queries.update(_last_queries(url, idle.pid))
+            # past its start (it found nothing to claim) and asking again: queries more than a poll (2 s) apart
+            return bool(queries) and max(queries) - min(queries) > datetime.timedelta(seconds=3)
+
+        wait_for(polling, timeout=240, step=0.5, what="the worker without a cell polling the ledger")
+        assert all(p.poll() is None for p in procs), "both workers still running before the blip"
+        server.stop()
+        try:
+            time.sleep(seconds)
+        finally:
+            server.start()
     finally:
-        server.start()
+        if busy is not None:
+            os.kill(busy.pid, signal.SIGCONT)
     results = [finish(p) for p in procs]
     assert [code for code, _ in results] == [0, 0], results
-    assert any("is unreachable" in err and "is back" in err for _, err in results), results  # waited, said so
+    idle_err = results[procs.index(idle)][1]
+    assert "is unreachable" in idle_err and "is back" in idle_err, results  # the poller waited, and said so
     assert main(["leaderboard", str(out), "--storage", url]) == 0
     assert_invariants(out, "tiny", CELLS[:1], storage=url)
     assert not [t for t in trials(out, "tiny", url) if t.state == optuna.trial.TrialState.FAIL]  # trained once

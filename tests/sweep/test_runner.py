@@ -130,16 +130,19 @@ def _normbench(*args: str, **kwargs) -> subprocess.Popen:
 
 
 def test_kill_9_mid_suite_then_resume_runs_every_cell_exactly_once(write_suite, tmp_path):
-    layers = ["layernorm", "layerscale", "rezero", "rmsnorm"]
-    # 20 epochs: a cell of seconds, so the wait below sees one in flight however fast the machine (at 3 epochs an
-    # idle CI box finished all four between two looks)
+    layers = ["layernorm", "layerscale", "rezero"]  # once stopped: one cell finished, one in flight, one never begun
+    # 20 epochs (~1.3 s a cell at depth 2 on one core): once a cell's first epoch is in the ledger it has 19 to go,
+    # while the wait below looks every 0.05 s and stops the run (SIGSTOP) the moment it sees one; it fails at once
+    # if the run ends first (at 3 epochs and 0.5 s between looks an idle CI box finished all four cells unseen)
     path = write_suite(name="crash", train={"epochs": 20, "batch_size": 64, "warmup_epochs": 0},
-                       matrix={"depth": [4], "layer": layers, "lr": [1e-3], "seed": [0]})
+                       matrix={"depth": [2], "layer": layers, "lr": [1e-3], "seed": [0]})
     out = tmp_path / "out"
-    proc = _normbench("run", str(path), "--out", str(out), "--quiet")
+    # one thread, as a worker of `run --workers` gets: two threads of a tiny model thrash a busy 2-core machine
+    one_thread = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = _normbench("run", str(path), "--out", str(out), "--quiet", env=one_thread)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # wait for one finished cell and one in flight
-        time.sleep(0.2)
+        time.sleep(0.05)
         assert proc.poll() is None, "the run ended before a cell was caught in flight"
         if not (out / "ledger.journal").exists():
             continue
@@ -148,12 +151,15 @@ def test_kill_9_mid_suite_then_resume_runs_every_cell_exactly_once(write_suite, 
         # mid-cell: an epoch reported (its FAIL record then gets a FAILED MLflow run from the sync: tracking/sync.py)
         if TrialState.COMPLETE in states and any(t.state == TrialState.RUNNING and t.intermediate_values
                                                  for t in cells):
+            os.kill(proc.pid, signal.SIGSTOP)  # frozen where it was seen: it cannot finish the cell before the kill
             break
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    states = [t.state for t in ledger_cells(out, "crash")]
+    cells = ledger_cells(out, "crash")
+    states = [t.state for t in cells]
     assert TrialState.RUNNING in states and states.count(TrialState.COMPLETE) < len(layers)
-    assert _normbench("run", str(path), "--out", str(out), "--quiet").wait(timeout=300) == 0
+    assert [len(t.intermediate_values) for t in cells if t.state == TrialState.RUNNING][0] < 20  # killed mid-cell
+    assert _normbench("run", str(path), "--out", str(out), "--quiet", env=one_thread).wait(timeout=300) == 0
     assert_each_cell_once(out, "crash", len(layers))
     runs = mlflow_runs(out, "crash")
     assert [r.info.status for r in runs].count("FAILED") == 1  # the cut-off cell's first run, closed as failed

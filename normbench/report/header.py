@@ -160,8 +160,22 @@ def header(suite: Suite | None, cells: pd.DataFrame, analysis: Analysis | None, 
     if analysis is not None:
         lines.append(regime_line(analysis))
     lines += ceiling_text(ceiling)
-    lines += [f"- {machine_line()}", f"- {len(cells)} cells; {SCORE_DEFINITION}"]
+    lines += [*trained_on(cells), f"- {machine_line()}", f"- {len(cells)} cells; {SCORE_DEFINITION}"]
     if cells.attrs.get("legacy"):
         lines.append("- NOTE: this ledger predates the test split: every number below is the best-epoch VAL top-1, "
                      "chosen on the same split (optimistic); re-run the suite for test scores")
     return [*lines, ""]
+
+
+def trained_on(cells: pd.DataFrame) -> list[str]:
+    """`- trained on: NVIDIA H200 (2 cells, torch 2.11.0+cu130)`: where the cells ran, from their results (the
+    machine line says where the leaderboard was written). None for cells recorded before results named a device."""
+    if cells.empty or "device" not in cells:
+        return []
+    known = cells[cells["device"].fillna("").astype(str) != ""]
+    if known.empty:
+        return []
+    groups = known.fillna({"torch_version": "?"}).groupby(["device", "torch_version"], sort=True).size()
+    parts = [f"{device} ({n} cell{'s' if n != 1 else ''}, torch {torch})" for (device, torch), n in groups.items()]
+    unknown = len(cells) - len(known)
+    return [f"- trained on: {', '.join(parts)}" + (f"; {unknown} recorded none" if unknown else "")]

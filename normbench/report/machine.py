@@ -20,14 +20,10 @@ def versions() -> dict[str, str]:
 
 
 def device_name(device: Any = None) -> str:
-    """The GPU's name for a CUDA device, else `CPU (<processor>, <N> cores)`; `device` (a torch.device or its
-    name) defaults to the current GPU when there is one."""
-    import torch
+    """train/device.py's `device_name`, imported late: this module is read without torch."""
+    from normbench.train.device import device_name as name
 
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu") if device is None else torch.device(device)
-    if dev.type == "cuda":
-        return torch.cuda.get_device_name(dev)
-    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+    return name(device)
 
 
 def load_note() -> str:

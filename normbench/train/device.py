@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import platform
+
 import torch
 
 from normbench.errors import NormbenchError
@@ -19,3 +22,12 @@ def resolve_device(device: str | torch.device) -> torch.device:
             raise NormbenchError(f"device {device}: this machine sees {count} CUDA device(s); use --device cpu or "
                                  "--device auto, or check CUDA_VISIBLE_DEVICES and the driver (nvidia-smi)")
     return dev
+
+
+def device_name(device: str | torch.device | None = None) -> str:
+    """The GPU's name for a CUDA device, else `CPU (<processor>, <N> cores)`; `device` (a torch.device or its name)
+    defaults to the current GPU when there is one. A cell's result records it: where it trained, for its cost."""
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu") if device is None else torch.device(device)
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"

@@ -35,7 +35,7 @@ from normbench.train.aux_losses import from_config as aux_losses_from_config
 from normbench.train.cell_state import CellProgress, EpochSoFar
 from normbench.train.checkpoint import Keeper
 from normbench.train.checkpoint import restore as restore_checkpoint
-from normbench.train.device import resolve_device
+from normbench.train.device import device_name, resolve_device
 from normbench.train.distributed import Dist, all_sum, broadcast, wrap_ddp
 from normbench.train.optim_groups import param_groups
 from normbench.train.schedule import warmup_cosine
@@ -306,6 +306,8 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         seconds=progress.seconds_before + fit.attempt_seconds(),  # a resumed cell counts its earlier attempts
         history=history,
         telemetry=fit.telemetry.records(),
+        device=device_name(fit.dev),
+        torch_version=torch.__version__,
     )
 
 

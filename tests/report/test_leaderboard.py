@@ -94,3 +94,13 @@ def test_leaderboard_of_a_run_has_the_protocol_sections(write_suite, tmp_path: P
     csv = pd.read_csv(out / "results.csv")
     assert {"val_top1", "test_top1", "best_val_epoch", "train_size", "val_size", "test_size"} <= set(csv)
     assert csv["test_top1"].notna().all() and (csv["test_size"] == 360).all()
+
+
+def test_the_header_says_where_the_cells_trained_and_counts_those_that_did_not_say():
+    from normbench.report.header import trained_on
+
+    cells = frame().assign(device=["NVIDIA H200"] * 2 + ["CPU (x86_64, 2 cores)"] * 5 + [None],
+                           torch_version=["2.11.0+cu130"] * 2 + ["2.14.1"] * 5 + [None])
+    assert trained_on(cells) == ["- trained on: CPU (x86_64, 2 cores) (5 cells, torch 2.14.1), NVIDIA H200 (2 cells, "
+                                 "torch 2.11.0+cu130); 1 recorded none"]
+    assert trained_on(frame()) == []  # a ledger from before results named their device: no line, nothing guessed

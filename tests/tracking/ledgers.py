@@ -37,16 +37,18 @@ def history(epochs: int, diverged: bool = False) -> list[dict]:
     return rows
 
 
-def result(epochs: int, diverged: bool = False) -> dict:
+def result(epochs: int, diverged: bool = False, device: str = "") -> dict:
     ok = not diverged
     return {"status": "diverged" if diverged else "ok", "best_val_top1": 40.0, "final_val_top1": 40.0,
             "val_top1": 40.0 if ok else None, "test_top1": 38.5 if ok else None, "best_val_epoch": 2,
             "train_size": 1077, "val_size": 360, "test_size": 360, "num_classes": 10, "train_loss": 1.8,
-            "epochs_run": epochs, "images_per_sec": 100.0, "params": 1234, "seconds": 3.0, "telemetry": []}
+            "epochs_run": epochs, "images_per_sec": 100.0, "params": 1234, "seconds": 3.0, "telemetry": [],
+            **({"device": device, "torch_version": "2.11.0+cu130"} if device else {})}
 
 
 def write_ledger(out: Path, layers: tuple[str, ...] = ("layernorm", "layerscale"), epochs: int = 3,
-                 diverged: tuple[str, ...] = (), kept: tuple[str, ...] = ()) -> list[str]:
+                 diverged: tuple[str, ...] = (), kept: tuple[str, ...] = (), devices: dict[str, str] | None = None
+                 ) -> list[str]:
     """`out` with suite.yaml (TINY) and a ledger of one finished cell per layer; returns the cell ids. The cells of
     the `kept` layers record kept weights (`run:tiny/<cell id>/weights.safetensors` under OUT/checkpoints)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -59,7 +61,7 @@ def write_ledger(out: Path, layers: tuple[str, ...] = ("layernorm", "layerscale"
         gone = layer in diverged
         study.add_trial(optuna.trial.create_trial(
             state=TrialState.COMPLETE, value=40.0, user_attrs={
-                "cell_id": cell_id(axes), "axes": axes, "result": result(epochs, gone),
+                "cell_id": cell_id(axes), "axes": axes, "result": result(epochs, gone, (devices or {}).get(layer, "")),
                 "history": history(epochs, gone), "worker_host": "h",
                 **({"weights": f"run:tiny/{cell_id(axes)}/weights.safetensors"} if layer in kept else {})},
             intermediate_values={(e + 1) * STEPS_PER_EPOCH: 20.0 + 10 * e for e in range(epochs)}))

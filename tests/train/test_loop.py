@@ -33,6 +33,13 @@ def test_same_seed_same_history_on_cpu():
     assert [h["train_loss"] for h in c.history] != [h["train_loss"] for h in a.history]
 
 
+def test_a_result_names_the_device_and_torch_it_trained_with():
+    result = train_cell(cell(epochs=1), device="cpu")
+    assert result.device.startswith("CPU (") and result.device.endswith(" cores)")
+    assert result.torch_version == torch.__version__
+    assert {"device", "torch_version"} <= set(result.summary())  # the ledger keeps them
+
+
 def test_huge_lr_ends_the_cell_as_diverged_instead_of_raising():
     result = train_cell(cell(lr=50.0, clip_grad=None, epochs=3), device="cpu")
     assert result.status == "diverged"

@@ -29,6 +29,8 @@ from normbench.store.ledger import ATTEMPTS, UNFINISHED, Ledger
 from normbench.sweep.checkpoints import CellCheckpoints, CheckpointFolder
 from normbench.sweep.progress import Progress
 from normbench.tracking.tracker import Tracker
+from normbench.train.cpu_share import CpuShare
+from normbench.train.device import resolve_device
 from normbench.train.distributed import Dist, broadcast
 from normbench.train.loop import CellAbandoned, train_cell
 
@@ -123,6 +125,17 @@ def follow(device: str, dist: Dist) -> int:
 def _work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
           suite_name: str, max_cells: int | None, dist: Dist | None,
           checkpoints: CheckpointFolder | None = None) -> WorkSummary:
+    share = CpuShare() if dist is None and resolve_device(device).type == "cpu" else None
+    try:
+        return _work_loop(jobs, ledger, tracker, device, progress, suite_name, max_cells, dist, checkpoints, share)
+    finally:
+        if share is not None:
+            share.close()
+
+
+def _work_loop(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
+               suite_name: str, max_cells: int | None, dist: Dist | None, checkpoints: CheckpointFolder | None,
+               share: CpuShare | None) -> WorkSummary:
     summary = WorkSummary()
     poll = poll_seconds()  # a bad setting is refused before the first claim, not when the queue runs dry
     current = jobs()
@@ -133,6 +146,8 @@ def _work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, devic
             ledger.reclaim(job.study)  # dead workers' cells back to the queue (their runs: the next sync's)
         claimed = next(((job, c) for job in current if (c := ledger.claim(job.study)) is not None), None)
         if claimed is not None:
+            if share is not None:
+                share.apply()  # the cores' share as of now: another run may have started or ended since the last cell
             outcome, trained = run_cell(*claimed, ledger=ledger, tracker=tracker, device=device, progress=progress,
                                         suite_name=suite_name, dist=dist, checkpoints=checkpoints)
             summary.cells_run += outcome != LOST

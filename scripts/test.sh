@@ -30,8 +30,7 @@ if [ "$whole_suite" = 0 ]; then
 fi
 
 status=0
-# one thread per xdist worker: two workers of torch's default two threads each spin for each other's cores
-OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" .venv/bin/python -m pytest -n 2 -m "not serial" "$@" || status=$?
+.venv/bin/python -m pytest -n 2 -m "not serial" "$@" || status=$?
 if [ "$status" != 0 ] && [ "$stop_at_first" = 1 ]; then
   exit "$status"
 fi

@@ -71,7 +71,9 @@ def test_beats_that_never_failed_leave_the_server_as_it_was(tmp_path):
 def test_a_peer_silent_through_the_outage_is_not_judged_stale_until_a_grace_has_passed(tmp_path, monkeypatch):
     ledger, study, mine = _ledger_with_a_claim(tmp_path, grace=2)
     peer = ledger.claim(study)  # the other cell: its worker's beats stop (lost with the server, in the story)
-    time.sleep(2.2)  # the peer's last beat is now older than the grace
+    # the peer's last beat is now older than the grace, as Optuna sees it: its clock is SQLite's CURRENT_TIMESTAMP,
+    # whole seconds, so a beat 2.2 s old can read as 2 s, not over the grace of 2
+    time.sleep(3.2)
     _beat_through_an_outage(ledger, mine, monkeypatch)
     assert ledger.reclaim(study) == []  # the server came back less than one grace ago: no verdict
     assert ledger.storage.get_trial(peer.id).state == TrialState.RUNNING
@@ -90,7 +92,7 @@ def test_a_blip_too_short_to_hide_a_beat_holds_off_no_verdict(tmp_path):
             raise optuna.exceptions.StorageInternalError("server closed the connection unexpectedly")
         return "ok"
 
-    time.sleep(4.5)  # both claims' beats are older than the grace
+    time.sleep(5.5)  # both claims' beats are older than the grace, in Optuna's whole seconds too (see above)
     assert ledger.outage.call(dropped_once) == "ok"
     assert ledger.outage.back_within(4) and ledger.outage.down_for < 1.5  # 0.5 s give or take, + 2 x 1 s < 4
     assert peer.number in [t.number for t in ledger.reclaim(study)]

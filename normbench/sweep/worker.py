@@ -125,7 +125,7 @@ def follow(device: str, dist: Dist) -> int:
 def _work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
           suite_name: str, max_cells: int | None, dist: Dist | None,
           checkpoints: CheckpointFolder | None = None) -> WorkSummary:
-    share = CpuShare() if dist is None and resolve_device(device).type == "cpu" else None
+    share = CpuShare.sign_in() if dist is None and resolve_device(device).type == "cpu" else None
     try:
         return _work_loop(jobs, ledger, tracker, device, progress, suite_name, max_cells, dist, checkpoints, share)
     finally:

@@ -30,6 +30,7 @@ class CpuShare:
 
     def __init__(self, folder: Path = FOLDER) -> None:
         self.folder = folder
+        self._threads_before = torch.get_num_threads()  # given back at close: `run` called from Python leaves none
         folder.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError):
             folder.chmod(0o1777)  # one folder for every user of the machine, like /tmp itself
@@ -41,6 +42,14 @@ class CpuShare:
                 if os.stat(self.path).st_ino == os.fstat(self._fd).st_ino:
                     return
             os.close(self._fd)
+
+    @classmethod
+    def sign_in(cls, folder: Path | None = None) -> CpuShare | None:
+        """A share, or None where the folder cannot be written (a read-only /tmp): cells then keep torch's threads."""
+        try:
+            return cls(folder or FOLDER)
+        except OSError:
+            return None
 
     def live(self) -> int:
         """Processes signed in and alive, this one included; a file nobody holds is a dead worker's: removed."""
@@ -77,6 +86,8 @@ class CpuShare:
         return share
 
     def close(self) -> None:
+        if torch.get_num_threads() != self._threads_before:
+            torch.set_num_threads(self._threads_before)
         with contextlib.suppress(OSError):
             self.path.unlink()
         with contextlib.suppress(OSError):

@@ -42,6 +42,7 @@ def restore_threads(monkeypatch):
 
 def test_two_live_workers_split_the_cores_and_a_dead_one_stops_counting(tmp_path, monkeypatch, restore_threads):
     monkeypatch.setattr(cpu_share, "cores", lambda: 4)
+    torch.set_num_threads(1)  # what the caller had: given back at close
     mine = CpuShare(tmp_path)
     assert mine.live() == 1 and mine.apply() == 4 and torch.get_num_threads() == 4
     other = hold(tmp_path)
@@ -53,7 +54,7 @@ def test_two_live_workers_split_the_cores_and_a_dead_one_stops_counting(tmp_path
     assert mine.live() == 1 and mine.apply() == 4  # killed -9: its lock went with it
     assert [p.name for p in tmp_path.iterdir()] == [mine.path.name]  # its file was swept
     mine.close()
-    assert not any(tmp_path.iterdir())
+    assert not any(tmp_path.iterdir()) and torch.get_num_threads() == 1
 
 
 def test_more_workers_than_cores_get_one_thread_each(tmp_path, monkeypatch, restore_threads):
@@ -90,10 +91,15 @@ def test_a_cpu_run_signs_in_while_it_trains_and_out_when_it_ends(write_suite, tm
         return real(*args, **kwargs)
 
     monkeypatch.setattr(worker, "run_cell", spy)
-    monkeypatch.setattr(worker, "CpuShare", lambda: CpuShare(tmp_path / "signers"))
     from normbench.cli import main
 
     suite = write_suite(matrix={"depth": [1], "layer": ["layernorm"], "lr": [1e-3], "seed": [0]})
     assert main(["run", str(suite), "--out", str(tmp_path / "out"), "--device", "cpu", "--quiet"]) == 0
     assert seen and all(names == [str(os.getpid())] for names in seen)
     assert not any((tmp_path / "signers").iterdir())  # signed out at the end
+
+
+def test_a_folder_that_cannot_be_written_means_no_share_not_a_crash(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a file where the folder should be: mkdir fails as on a read-only /tmp
+    assert CpuShare.sign_in(blocker / "signers") is None

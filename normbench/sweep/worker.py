@@ -149,7 +149,7 @@ def _work_loop(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, 
             if share is not None:
                 share.apply()  # the cores' share as of now: another run may have started or ended since the last cell
             outcome, trained = run_cell(*claimed, ledger=ledger, tracker=tracker, device=device, progress=progress,
-                                        suite_name=suite_name, dist=dist, checkpoints=checkpoints)
+                                        suite_name=suite_name, dist=dist, checkpoints=checkpoints, share=share)
             summary.cells_run += outcome != LOST
             summary.errors += outcome == FAILED
             summary.lost_claims += outcome == LOST
@@ -175,7 +175,7 @@ def failed_cells(jobs: list[Job], ledger: Ledger) -> dict[str, int]:
 
 def run_cell(job: Job, claim: Claim, *, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
              suite_name: str, dist: Dist | None = None,
-             checkpoints: CheckpointFolder | None = None) -> tuple[str, float]:
+             checkpoints: CheckpointFolder | None = None, share: CpuShare | None = None) -> tuple[str, float]:
     """Train one claimed cell. Returns its outcome, TRAINED, FAILED (it raised: recorded as a failed trial, retried
     on the next run) or LOST (another worker took the claim over), and the seconds spent training, not counting the
     logging and pruning calls made between epochs."""
@@ -199,6 +199,8 @@ def run_cell(job: Job, claim: Claim, *, ledger: Ledger, tracker: Tracker, device
         started = time.perf_counter()
         if not claim.held():  # another worker took this cell over: stop training it
             raise ClaimLostError(f"trial {trial.number} was taken over")
+        if share is not None:  # a run started mid-cell halves this one's cores now, not after a 10-minute cell
+            share.apply()
         tracker.log_epoch(run_id, record)
         progress.epoch(record)
         claim.report(record["val_top1"], record["step"])  # at step = optimizer steps

@@ -3,7 +3,8 @@
 torch gives every process one thread per core. Two `normbench run`s on one 2-core machine then ran 4.5-6.5x slower
 per epoch than with one thread each (the sweeps' ledgers, 2026-11-26): each run's OpenMP threads spin waiting for
 cores the other run holds. So each worker training on the CPU signs a file in a machine-wide folder and holds a lock
-on it while it lives; before each cell it takes cores // (live signers) threads. A dead worker's file is unlocked,
+on it while it lives; before each cell and after each epoch it takes cores // (live signers) threads (a run
+started mid-cell would otherwise leave this one's long cell on too many threads). A dead worker's file is unlocked,
 so it stops counting at once. OMP_NUM_THREADS, when set, wins (`run --workers N` sets it for its own workers).
 """
 
@@ -26,7 +27,8 @@ def cores() -> int:
 
 
 class CpuShare:
-    """This process's signature in `folder`; `apply()` before each cell sets torch's threads to its share."""
+    """This process's signature in `folder`; `apply()` (before each cell, after each epoch) sets torch's threads to
+    its share."""
 
     def __init__(self, folder: Path = FOLDER) -> None:
         self.folder = folder

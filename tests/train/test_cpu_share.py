@@ -14,6 +14,7 @@ import torch
 
 from normbench.train import cpu_share
 from normbench.train.cpu_share import CpuShare
+from tests.conftest import TINY
 
 HOLDER = textwrap.dedent("""
     import sys, time
@@ -103,3 +104,37 @@ def test_a_folder_that_cannot_be_written_means_no_share_not_a_crash(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")  # a file where the folder should be: mkdir fails as on a read-only /tmp
     assert CpuShare.sign_in(blocker / "signers") is None
+
+
+def test_a_run_started_mid_cell_halves_the_threads_at_the_next_epoch(write_suite, tmp_path, monkeypatch,
+                                                                    restore_threads):
+    # measured before: a run that signed in while another was mid-cell left that one on every core for its whole
+    # 80-epoch cell (12 epochs in 10 minutes); the share is now taken again after each epoch
+    from normbench.cli import main
+    from normbench.sweep import worker
+
+    folder = tmp_path / "signers"
+    monkeypatch.setattr(cpu_share, "FOLDER", folder)
+    monkeypatch.setattr(cpu_share, "cores", lambda: 2)
+    threads_after_epoch, others = [], []
+    real_train_cell = worker.train_cell
+
+    def train_cell(config, *, on_epoch, **kwargs):
+        def watched(record):
+            stop = on_epoch(record)
+            threads_after_epoch.append(torch.get_num_threads())
+            if not others:  # a second run arrives after the first epoch
+                others.append(hold(folder))
+            return stop
+        return real_train_cell(config, on_epoch=watched, **kwargs)
+
+    monkeypatch.setattr(worker, "train_cell", train_cell)
+    suite = write_suite(matrix={"depth": [1], "layer": ["layernorm"], "lr": [1e-3], "seed": [0]},
+                        train={**TINY["train"], "epochs": 3})
+    try:
+        assert main(["run", str(suite), "--out", str(tmp_path / "out"), "--device", "cpu", "--quiet"]) == 0
+    finally:
+        for p in others:
+            p.kill()
+            p.wait()
+    assert threads_after_epoch == [2, 1, 1]

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# A pending sweep on a lent GPU for as long as the lease allows: K workers share the GPU (digits-sized cells are
+# bound by kernel launches, so one worker leaves it mostly idle), the run is interrupted after SECONDS (each worker's
+# cell in progress goes back to the queue), and the ledger and suite are packed into $OUT to be copied back over
+# the folder here, where the sweep resumes (`normbench run SUITE --out FOLDER`).
+#   bash scripts/gpu-sweep.sh suites/depth-sweep-digits-modern.yaml results/in-progress/depth-sweep-digits-modern 330 14
+# Cells trained there say so in the ledger (device, torch): the leaderboard's "trained on" line counts them.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+suite=$1 out=$2 seconds=${3:-300} workers=${4:-$(( $(nproc) - 2 ))}
+python="${PYTHON:-.venv/bin/python}"
+[[ -x "$python" ]] || python=python3
+export MLFLOW_DISABLE_TELEMETRY=true PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+echo "=== gpu-sweep: $suite into $out, $workers workers, ${seconds}s ($(date -u))"
+"$python" -m normbench run "$suite" --out "$out" --dry-run | tail -n 6
+t0=$SECONDS
+timeout -s INT -k 60 "$seconds" "$python" -m normbench run "$suite" --out "$out" --device cuda --workers "$workers" --quiet
+echo "=== gpu-sweep: exit $? after $((SECONDS - t0)) s"
+"$python" -m normbench run "$suite" --out "$out" --dry-run | grep -E "cells?,|finished" | tail -n 3
+if [[ -n "${OUT:-}" ]]; then
+    tar -czf "$OUT/sweep-ledger.tgz" "$out/ledger.journal" "$out/suite.yaml" && ls -l "$OUT/sweep-ledger.tgz"
+fi

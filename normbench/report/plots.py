@@ -238,8 +238,8 @@ def step_figure(history: pd.DataFrame, at_selected: pd.DataFrame, *, dataset: st
     if history.empty or at_selected.empty:
         return None
     deepest = at_selected[at_selected["depth"] == at_selected["depth"].max()]
-    if "epochs" in deepest:
-        deepest = deepest[deepest["epochs"] == deepest["epochs"].max()]
+    if "epochs" in deepest and deepest["epochs"].notna().any():  # an epochs axis; the 2x budget cells' column is
+        deepest = deepest[deepest["epochs"] == deepest["epochs"].max()]  # empty (NaN) on the cells a row reports
     curves = history[history["cell_id"].isin(set(deepest["cell_id"]))].merge(
         deepest[["cell_id", "layer"]], on="cell_id", suffixes=("_history", ""))
     curves = curves.dropna(subset=["val_top1", "step"])

@@ -207,3 +207,14 @@ def test_the_lr_vs_depth_table_and_figure_show_the_selected_lr_and_the_span_trie
     path = write_lr_vs_depth(selected, cells, tmp_path, dataset="digits")
     assert path is not None and path.is_file() and path.with_suffix(".svg").is_file()
     assert write_lr_vs_depth(selected[selected["depth"] == 6], cells, tmp_path, dataset="digits") is None
+
+
+def test_the_step_figure_is_drawn_when_only_the_budget_cells_set_an_epochs_column():
+    # a suite with the 2x budget check writes an `epochs` column that is empty on every cell a row reports: the
+    # republished converged folder lost its accuracy_vs_step figure to it (max of NaNs selected no cell)
+    cells = make_cells(depths=(6, 12)).assign(epochs=math.nan)
+    selected = select_lr(cells, ["layer", "depth"])
+    history = pd.DataFrame([{"cell_id": c, "step": step, "val_top1": 50.0 + step}
+                            for c in cells["cell_id"] for step in (10, 20)])
+    fig = step_figure(history, selected_cells(cells, selected, ["layer", "depth"]), dataset="digits")
+    assert fig is not None and set(_colours_by_label(fig)) >= set(LAYERS)

@@ -7,9 +7,18 @@
 # Cells trained there say so in the ledger (device, torch): the leaderboard's "trained on" line counts them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-suite=$1 out=$2 seconds=${3:-300} workers=${4:-$(( $(nproc) - 2 ))}
+if (($# < 2)); then
+    echo "usage: bash scripts/gpu-sweep.sh SUITE OUT [SECONDS=300] [WORKERS=cores-2]" >&2
+    exit 2
+fi
+suite=$1 out=$2 seconds=${3:-300} workers=${4:-$(( $(nproc) > 2 ? $(nproc) - 2 : 1 ))}
 python="${PYTHON:-.venv/bin/python}"
 [[ -x "$python" ]] || python=python3
+if ! "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    echo "gpu-sweep.sh: no CUDA device visible, so nothing was run; on this machine resume the sweep with" \
+         "normbench run $suite --out $out" >&2
+    exit 2
+fi
 export MLFLOW_DISABLE_TELEMETRY=true PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 echo "=== gpu-sweep: $suite into $out, $workers workers, ${seconds}s ($(date -u))"

@@ -1,4 +1,4 @@
-"""scripts/gpu-first-contact.sh parses, and on a machine without CUDA refuses before doing anything."""
+"""scripts/gpu-first-contact.sh and scripts/gpu-sweep.sh parse, and without CUDA refuse before doing anything."""
 
 from __future__ import annotations
 
@@ -28,3 +28,25 @@ def test_refuses_without_cuda_and_writes_nothing(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "no CUDA device visible" in done.stderr and "GPU machine" in done.stderr
     assert not (tmp_path / "results").exists()
+
+
+SWEEP = SCRIPT.parent / "gpu-sweep.sh"
+
+
+def test_the_sweep_script_parses_and_asks_for_its_arguments() -> None:
+    subprocess.run(["bash", "-n", str(SWEEP)], check=True)
+    done = subprocess.run(["bash", str(SWEEP)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "usage: bash scripts/gpu-sweep.sh SUITE OUT" in done.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_the_sweep_script_refuses_without_cuda_and_names_the_cpu_command(tmp_path: Path) -> None:
+    (tmp_path / "scripts").mkdir()
+    copy = tmp_path / "scripts" / SWEEP.name
+    copy.write_text(SWEEP.read_text())
+    env = {**os.environ, "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(copy), "suites/smoke.yaml", "runs/smoke"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert "no CUDA device visible" in done.stderr and "normbench run suites/smoke.yaml --out runs/smoke" in done.stderr
+    assert not (tmp_path / "runs").exists()

@@ -35,9 +35,21 @@ def compare(new: Path, committed: Path) -> tuple[int, str]:
     if differ.empty:
         return 0, (f"{new} matches the committed {committed}: all {len(kept)} cells, same val and test top-1 "
                    f"(within {TOLERANCE} point)")
-    return 0, (f"{new} differs from the committed {committed} in {len(differ)} of {len(kept)} cells (largest "
-               f"|difference|: {delta.max().max():.2f} points of val or test top-1); expected on another CPU "
-               f"or torch build: {committed}/leaderboard.md names the machine and versions that made it")
+    head = (f"{new} differs from the committed {committed} in {len(differ)} of {len(kept)} cells (largest "
+            f"|difference|: {delta.max().max():.2f} points of val or test top-1)")
+    if "torch_threads" in fresh and "torch_threads" in kept:
+        mine, theirs = (_threads(f.loc[differ.index, "torch_threads"]) for f in (fresh, kept))
+        if mine != theirs:  # CPU float sums depend on the thread count (train/cpu_share.py shares the cores)
+            return 0, (f"{head}; they trained on {mine} torch thread(s) where the committed cells used {theirs}: "
+                       f"`OMP_NUM_THREADS={theirs}` into an empty folder repeats them")
+    return 0, (f"{head}; expected on another CPU or torch build: {committed}/leaderboard.md names the machine and "
+               "versions that made it")
+
+
+def _threads(values: pd.Series) -> str:
+    """The distinct thread counts of cells' `torch_threads` ("2", "2/1"), e.g. "1" or "1, 2"."""
+    counts = {t for value in values.dropna().astype(str) for t in value.split("/") if t}
+    return ", ".join(sorted(counts, key=int)) or "unrecorded"
 
 
 if __name__ == "__main__":

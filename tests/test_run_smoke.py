@@ -41,3 +41,24 @@ def test_compare_says_whether_each_committed_cell_got_the_same_numbers(tmp_path)
     code, line = compare_smoke.compare(short, kept)
     assert code == 1 and "lacks 1 of the 2 cells" in line and "(e.g. b)" in line
     assert compare_smoke.compare(tmp_path / "none", kept)[0] == 1
+
+
+def test_compare_names_the_thread_counts_when_they_explain_a_difference(tmp_path):
+    # measured: with two sweep workers signed in, a smoke run took 1 thread of the 2 cores, and 5 of 24 cells moved
+    kept = _folder(tmp_path / "kept", [("a", 60.0, 58.0), ("b", 70.0, 69.0)])
+    moved = _folder(tmp_path / "moved", [("a", 60.0, 57.5), ("b", 70.0, 69.0)])
+    for folder, threads in ((kept, ["2", "2"]), (moved, ["1", "2"])):
+        csv = pd.read_csv(folder / "results.csv").assign(torch_threads=threads)
+        csv.to_csv(folder / "results.csv", index=False)
+    code, line = compare_smoke.compare(moved, kept)
+    assert code == 0 and "in 1 of 2 cells" in line
+    assert "trained on 1 torch thread(s) where the committed cells used 2: `OMP_NUM_THREADS=2`" in line
+    same_threads = _folder(tmp_path / "same", [("a", 60.0, 57.5), ("b", 70.0, 69.0)])
+    pd.read_csv(same_threads / "results.csv").assign(torch_threads=["2", "2"]).to_csv(
+        same_threads / "results.csv", index=False)
+    assert "another CPU or torch build" in compare_smoke.compare(same_threads, kept)[1]  # threads agree: not them
+
+
+def test_the_script_trains_on_one_thread_per_core_unless_told_otherwise():
+    script = (REPO / "scripts" / "run-smoke.sh").read_text()
+    assert 'export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"' in script

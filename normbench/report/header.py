@@ -168,14 +168,28 @@ def header(suite: Suite | None, cells: pd.DataFrame, analysis: Analysis | None, 
 
 
 def trained_on(cells: pd.DataFrame) -> list[str]:
-    """`- trained on: NVIDIA H200 (2 cells, torch 2.11.0+cu130)`: where the cells ran, from their results (the
-    machine line says where the leaderboard was written). None for cells recorded before results named a device."""
+    """`- trained on: CPU (x86_64, 2 cores) (36 cells, torch 2.14.1, 1-2 threads)`: where the cells ran, from their
+    results (the machine line says where the leaderboard was written). None for cells recorded before results named
+    a device; threads only where the cells recorded them (a CPU cell's numbers depend on them)."""
     if cells.empty or "device" not in cells:
         return []
     known = cells[cells["device"].fillna("").astype(str) != ""]
     if known.empty:
         return []
-    groups = known.fillna({"torch_version": "?"}).groupby(["device", "torch_version"], sort=True).size()
-    parts = [f"{device} ({n} cell{'s' if n != 1 else ''}, torch {torch})" for (device, torch), n in groups.items()]
+    parts = []
+    for (device, torch), group in known.fillna({"torch_version": "?"}).groupby(["device", "torch_version"], sort=True):
+        n = len(group)
+        parts.append(f"{device} ({n} cell{'s' if n != 1 else ''}, torch {torch}{_threads(group)})")
     unknown = len(cells) - len(known)
     return [f"- trained on: {', '.join(parts)}" + (f"; {unknown} recorded none" if unknown else "")]
+
+
+def _threads(group: pd.DataFrame) -> str:
+    """`, 1-2 threads` over the cells' recorded torch threads ("2", "2/1"); empty when none recorded them."""
+    if "torch_threads" not in group:
+        return ""
+    counts = {int(t) for value in group["torch_threads"].dropna().astype(str) for t in value.split("/") if t}
+    if not counts:
+        return ""
+    span = str(min(counts)) if len(counts) == 1 else f"{min(counts)}-{max(counts)}"
+    return f", {span} thread{'s' if max(counts) > 1 else ''}"

@@ -242,7 +242,10 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
     fit.keeper = keeper
     progress, history = fit.progress, fit.progress.history
     status: Status = "ok"
+    threads: list[int] = []  # torch's intra-op threads as each epoch starts (the CPU share may change them)
     for epoch in range(progress.next_epoch, fit.tc.epochs):
+        if not threads or threads[-1] != torch.get_num_threads():
+            threads.append(torch.get_num_threads())
         trained = train_epoch(fit, epoch, so_far)
         so_far = None
         progress.train_seconds += trained.seconds
@@ -308,6 +311,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         telemetry=fit.telemetry.records(),
         device=device_name(fit.dev),
         torch_version=torch.__version__,
+        torch_threads="/".join(map(str, threads)),
     )
 
 

@@ -104,3 +104,6 @@ def test_the_header_says_where_the_cells_trained_and_counts_those_that_did_not_s
     assert trained_on(cells) == ["- trained on: CPU (x86_64, 2 cores) (5 cells, torch 2.14.1), NVIDIA H200 (2 cells, "
                                  "torch 2.11.0+cu130); 1 recorded none"]
     assert trained_on(frame()) == []  # a ledger from before results named their device: no line, nothing guessed
+    threads = cells.assign(torch_threads=["1", "1"] + ["2", "2/1", "2", "", "2"] + [None])
+    assert trained_on(threads) == ["- trained on: CPU (x86_64, 2 cores) (5 cells, torch 2.14.1, 1-2 threads), NVIDIA "
+                                   "H200 (2 cells, torch 2.11.0+cu130, 1 thread); 1 recorded none"]

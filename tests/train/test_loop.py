@@ -37,7 +37,29 @@ def test_a_result_names_the_device_and_torch_it_trained_with():
     result = train_cell(cell(epochs=1), device="cpu")
     assert result.device.startswith("CPU (") and result.device.endswith(" cores)")
     assert result.torch_version == torch.__version__
-    assert {"device", "torch_version"} <= set(result.summary())  # the ledger keeps them
+    assert {"device", "torch_version", "torch_threads"} <= set(result.summary())  # the ledger keeps them
+
+
+def test_a_result_records_each_change_of_torch_threads_in_order(monkeypatch):
+    # a CPU cell's numbers depend on its threads, which the CPU share may change between epochs (train/cpu_share.py)
+    from normbench.train import loop
+
+    before = torch.get_num_threads()
+    real = loop.train_epoch
+    plan = iter([2, 2, 1, 1])  # set after each of the 4 epochs: epochs start on 1, 2, 2, 1 threads
+
+    def epoch_on_planned_threads(*args, **kwargs):
+        trained = real(*args, **kwargs)
+        torch.set_num_threads(next(plan))  # as the share does after an epoch
+        return trained
+
+    torch.set_num_threads(1)
+    monkeypatch.setattr(loop, "train_epoch", epoch_on_planned_threads)
+    try:
+        result = train_cell(cell(epochs=4), device="cpu")
+    finally:
+        torch.set_num_threads(before)
+    assert result.torch_threads == "1/2/1"
 
 
 def test_huge_lr_ends_the_cell_as_diverged_instead_of_raising():

@@ -238,7 +238,7 @@ def trial_run(study: str, trial: FrozenTrial, recipes: RecipeParams) -> RunConte
             "status": str(result.get("status", "ok")) if result else "failed", STATE_TAG: trial.state.name}
     if attrs.get("worker_host"):
         tags["host"] = str(attrs["worker_host"])
-    tags.update({k: str(result[k]) for k in ("device", "torch_version") if result and result.get(k)})
+    tags.update({k: str(result[k]) for k in ("device", "torch_version", "torch_threads") if result and result.get(k)})
     if attrs.get("error"):
         tags["error"] = str(attrs["error"])[:5000]
     return RunContent(run_name(cell_id, attempt), tags, one_param_per_axis(params), points, RUN_STATUS[trial.state],

@@ -7,7 +7,6 @@ gets its `ledger_state` tag) and the next sync completes it from the ledger. Not
 
 from __future__ import annotations
 
-import platform
 import queue
 import socket
 import sys
@@ -158,12 +157,13 @@ def _now() -> int:
 
 
 def default_tags() -> dict[str, str]:
-    """Where the cell ran: versions and device (only the live run knows them; the ledger keeps the host)."""
+    """Where the cell runs: versions, device (named as its result will name it, so sync leaves the tag as it is) and
+    host, tagged when the live run starts."""
     import timm
     import torch
 
     import normbench
+    from normbench.train.device import device_name
 
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu"
     return {"normbench_version": normbench.__version__, "torch_version": torch.__version__,
-            "timm_version": timm.__version__, "device": device, "host": socket.gethostname()}
+            "timm_version": timm.__version__, "device": device_name(), "host": socket.gethostname()}

@@ -43,7 +43,7 @@ def result(epochs: int, diverged: bool = False, device: str = "") -> dict:
             "val_top1": 40.0 if ok else None, "test_top1": 38.5 if ok else None, "best_val_epoch": 2,
             "train_size": 1077, "val_size": 360, "test_size": 360, "num_classes": 10, "train_loss": 1.8,
             "epochs_run": epochs, "images_per_sec": 100.0, "params": 1234, "seconds": 3.0, "telemetry": [],
-            **({"device": device, "torch_version": "2.11.0+cu130"} if device else {})}
+            **({"device": device, "torch_version": "2.11.0+cu130", "torch_threads": "2/1"} if device else {})}
 
 
 def write_ledger(out: Path, layers: tuple[str, ...] = ("layernorm", "layerscale"), epochs: int = 3,

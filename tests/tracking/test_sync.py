@@ -200,7 +200,7 @@ def test_a_diverged_cell_scores_0_and_keeps_a_point_per_epoch(tmp_path):
     assert len(curve) == 3 and math.isnan(curve[-1].value)
 
 
-def test_a_run_is_tagged_with_the_device_and_torch_its_cell_trained_on(tmp_path):
+def test_a_run_is_tagged_with_the_device_torch_and_threads_its_cell_trained_on(tmp_path):
     # the ledger keeps them (a GPU cell synced on a CPU machine still says H200); a cell before 2026-11-26 has none
     out = tmp_path / "out"
     ids = write_ledger(out, layers=("layernorm", "rezero"), devices={"layernorm": "NVIDIA H200"})
@@ -208,7 +208,8 @@ def test_a_run_is_tagged_with_the_device_and_torch_its_cell_trained_on(tmp_path)
     runs = cells(out, "tiny")
     assert runs[ids[0]].data.tags["device"] == "NVIDIA H200"
     assert runs[ids[0]].data.tags["torch_version"] == "2.11.0+cu130"
-    assert "device" not in runs[ids[1]].data.tags
+    assert runs[ids[0]].data.tags["torch_threads"] == "2/1"  # a CPU cell's numbers depend on them
+    assert "device" not in runs[ids[1]].data.tags and "torch_threads" not in runs[ids[1]].data.tags
 
 
 def test_a_run_of_an_older_layout_is_replaced(tmp_path):

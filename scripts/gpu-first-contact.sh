@@ -11,7 +11,8 @@
 #      batch 256, bf16, eager) into results/bench-families/ (scripts/bench_families.py)
 #   5. attention: the attention-path crossover on CUDA (scripts/attention_path.py)
 #   6. checkpoint: a cell checkpoint's size and write time at depth 12/36 x width 64/192 (scripts/bench_checkpoint.py)
-#   7. workers: cells/hour with 1 and 2 workers on one GPU (scripts/workers_per_device.py); it compiles four cells
+#   7. workers: cells/hour with 1, 4 and 14 workers on one GPU (scripts/workers_per_device.py) on suites/gpu-workers.yaml,
+#      the modern sweep's digits cells cut to 8 epochs (fp32 eager, as the sweep trains them)
 # The limits come from the first contact (H200, torch 2.11, 2026-11-26: a compiled depth-36 cell took 93 s) and add
 # up to about 17 minutes, more than one 10-minute command or one 15-minute lease: STAGES picks some, e.g.
 #   STAGES="tests suite bench" bash scripts/gpu-first-contact.sh, then STAGES="families attention checkpoint workers",
@@ -65,7 +66,7 @@ stage families 120 "$python" scripts/bench_families.py --device cuda --batch-siz
     --repeats 3 --op-iters 50 --compile off --out results/bench-families
 stage attention 25 "$python" scripts/attention_path.py --device cuda
 stage checkpoint 40 "$python" scripts/bench_checkpoint.py --device cuda --repeats 3
-stage workers 300 "$python" scripts/workers_per_device.py suites/gpu-first-contact.yaml --device cuda --workers 1 2
+stage workers 240 "$python" scripts/workers_per_device.py suites/gpu-workers.yaml --device cuda --workers 1 4 14
 
 if ((${#failed[@]})); then
     echo "gpu-first-contact.sh: failed or cut short: ${failed[*]}; figures so far are in results/, log in $log"

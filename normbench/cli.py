@@ -89,9 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("layers", help="list the registry: name, kind, formula, source")
     p.add_argument("pattern", nargs="?", default="*", help="shell-style filter, e.g. 'learnable*'")
 
-    p = sub.add_parser("bench", help="time each layer's op and the model's train step against timm")
-    p.add_argument("--layers", nargs="+", help="registry names (default: the six mission layers)")
-    p.add_argument("--depth", type=int, nargs="+", default=[12], help="model depths (default: 12)")
+    p = sub.add_parser("bench", help="time each layer's op and the model's train step against timm; with a suite, "
+                                     "each of its layers' train step at its shape against its baseline")
+    p.add_argument("suite", type=Path, nargs="?", help="a suite YAML: time its layers' train steps on its data, "
+                   "model and batch, written as cost-<device>-<torch>.csv/.md, which `normbench leaderboard` shows "
+                   "when they lie in its folder (--out results/<suite>)")
+    p.add_argument("--layers", nargs="+", help="registry names (default: the six mission layers; a suite's own)")
+    p.add_argument("--depth", type=int, nargs="+", default=None, help="model depths (default: 12; a suite's own)")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats, the median reported (default: the "
+                   "device's; 5 with a suite)")
     p.add_argument("--dim", type=int, nargs="+", default=[192], help="embed dims (default: 192)")
     p.add_argument("--batch-size", type=int, default=None, help="images per step (default: 256 GPU, 64 CPU)")
     p.add_argument("--device", default="auto")
@@ -344,10 +350,20 @@ def cmd_layers(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.suite is not None:
+        from normbench.contracts.suite import load_suite
+        from normbench.diagnostics.suite_cost import suite_cost
+
+        if args.batch_size is not None or args.compile != "auto" or args.dim != [192]:
+            raise NormbenchError("bench SUITE: the batch, compile and width are the suite's; set them in the suite "
+                                 "file, not with --batch-size, --compile or --dim")
+        suite_cost(load_suite(args.suite), args.out, depths=args.depth, layers=args.layers, device=args.device,
+                   repeats=args.repeats or 5)
+        return 0
     from normbench.diagnostics.bench import run_bench
 
-    run_bench(layers=args.layers, depths=args.depth, dims=args.dim, batch_size=args.batch_size,
-              device=args.device, compile_mode=args.compile, out_dir=args.out)
+    run_bench(layers=args.layers, depths=args.depth or [12], dims=args.dim, batch_size=args.batch_size,
+              device=args.device, compile_mode=args.compile, out_dir=args.out, repeats=args.repeats)
     return 0
 
 

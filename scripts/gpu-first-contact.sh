@@ -13,9 +13,11 @@
 #   6. checkpoint: a cell checkpoint's size and write time at depth 12/36 x width 64/192 (scripts/bench_checkpoint.py)
 #   7. workers: cells/hour with 1, 4 and 14 workers on one GPU (scripts/workers_per_device.py) on suites/gpu-workers.yaml,
 #      the modern sweep's digits cells cut to 8 epochs (fp32 eager, as the sweep trains them)
+#   8. cost: every layer of the modern sweep, one train step at its own shape (digits, depth 36, batch 64, fp32
+#      eager) against layernorm (`normbench bench SUITE`), beside the sweep's ledger, for its leaderboard
 # The limits come from the first contact (H200, torch 2.11, 2026-11-26: a compiled depth-36 cell took 93 s) and add
-# up to about 17 minutes, more than one 10-minute command or one 15-minute lease: STAGES picks some, e.g.
-#   STAGES="tests suite bench" bash scripts/gpu-first-contact.sh, then STAGES="families attention checkpoint workers",
+# up to about 18 minutes, more than one 10-minute command or one 15-minute lease: STAGES picks some, e.g.
+#   STAGES="tests suite bench" bash scripts/gpu-first-contact.sh, then STAGES="families attention checkpoint workers cost",
 # and LIMIT_<stage>=SECONDS overrides one stage's limit.
 # Every figure goes to results/ (bench-<gpu>-<torch>.*, gpu-first-contact/, bench-families/, attention-path-*,
 # checkpoint-cost/, workers-per-device-*), and the console output is appended to results/gpu-first-contact-<gpu>.log.
@@ -67,6 +69,9 @@ stage families 120 "$python" scripts/bench_families.py --device cuda --batch-siz
 stage attention 25 "$python" scripts/attention_path.py --device cuda
 stage checkpoint 40 "$python" scripts/bench_checkpoint.py --device cuda --repeats 3
 stage workers 240 "$python" scripts/workers_per_device.py suites/gpu-workers.yaml --device cuda --workers 1 4 14
+modern=results/depth-sweep-digits-modern
+[[ -d "$modern" ]] || modern=results/in-progress/depth-sweep-digits-modern
+stage cost 60 "$python" -m normbench bench suites/depth-sweep-digits-modern.yaml --device cuda --out "$modern"
 
 if ((${#failed[@]})); then
     echo "gpu-first-contact.sh: failed or cut short: ${failed[*]}; figures so far are in results/, log in $log"

@@ -224,15 +224,22 @@ class StepSetup:
         return torch.autocast(self.dev.type, dtype=torch.bfloat16) if self.amp else nullcontext()
 
 
-def make_train_step(model: nn.Module, setup: StepSetup) -> Callable[[], None]:
-    """A closure running one full train step on a fixed synthetic batch (no data loading is timed)."""
+def bench_batch(setup: StepSetup) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed synthetic batch of the CIFAR-shaped bench: images and labels."""
+    return (torch.randn(setup.batch, IN_CHANS, IMG_SIZE, IMG_SIZE, device=setup.dev),
+            torch.randint(0, NUM_CLASSES, (setup.batch,), device=setup.dev))
+
+
+def make_train_step(model: nn.Module, setup: StepSetup,
+                    batch: tuple[torch.Tensor, torch.Tensor] | None = None) -> Callable[[], None]:
+    """A closure running one full train step on a fixed batch (`batch`, else `bench_batch`): no data loading is
+    timed."""
     model.train()
     # what train_cell runs, applied alike to both models: the attention path and fused AdamW (train/fastpath.py)
     fastpath.set_attention_path(model, setup.dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **fastpath.optimizer_kwargs("adamw", setup.dev))
     forward = torch.compile(model) if setup.compile else model
-    x = torch.randn(setup.batch, IN_CHANS, IMG_SIZE, IMG_SIZE, device=setup.dev)
-    y = torch.randint(0, NUM_CLASSES, (setup.batch,), device=setup.dev)
+    x, y = batch or bench_batch(setup)
     loss_fn = nn.CrossEntropyLoss()
     after_step = model.plan.after_step if isinstance(model, NormbenchViT) else []  # nGPT's renormalisation
 
@@ -262,7 +269,7 @@ def warm_up(step: Callable[[], None], setup: StepSetup, warmup: int, allocated_b
     return (torch.cuda.max_memory_allocated(setup.dev) - allocated_before) / 2**20
 
 
-def train_memory_mib(model: nn.Module, setup: StepSetup) -> float:
+def train_memory_mib(model: nn.Module, setup: StepSetup, x: torch.Tensor | None = None) -> float:
     """What one train step holds at its high-water mark, the start of the backward pass, in MiB: parameters,
     gradients and AdamW's exp_avg and exp_avg_sq (4 x the parameters' bytes) plus every activation autograd saves for
     the backward pass (each storage counted once, parameters excluded), from one eager forward on the bench batch.
@@ -276,7 +283,7 @@ def train_memory_mib(model: nn.Module, setup: StepSetup) -> float:
             saved[storage.data_ptr()] = storage.nbytes()
         return t
 
-    x = torch.randn(setup.batch, IN_CHANS, IMG_SIZE, IMG_SIZE, device=setup.dev)
+    x = bench_batch(setup)[0] if x is None else x
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), setup.autocast():
         model(x).float().logsumexp(-1).sum()  # a loss's worth of graph, never backpropagated
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())

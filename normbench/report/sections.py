@@ -16,6 +16,7 @@ from normbench.contracts.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
 from normbench.report.analysis import Analysis
 from normbench.report.budget import BUDGET_AXIS, budget_agreement, check_agreement
 from normbench.report.convergence import BUDGET_POINTS
+from normbench.report.cost import cost_sections
 from normbench.report.frames import FAILED
 from normbench.report.header import budget_text
 from normbench.report.plots import write_accuracy_vs_step, write_lr_sensitivity, write_lr_vs_depth, write_plots
@@ -167,8 +168,9 @@ def run_sections(analysis: Analysis, suite: Suite | None, out_dir: Path) -> list
     lines = [*failed_section(a.cells.attrs.get(FAILED, [])), *table_sections(a), *comparison_sections(a, suite)]
     lines += ["## throughput (median training images/s over each row's cells)", "",
               "Wall clock of cells that may have shared the machine with other work: a rough guide, not a speed "
-              "benchmark (`normbench bench` measures speed).", "",
-              markdown_table(throughput_table(a.cells, [*a.row_keys, *a.table_keys[1:]])), ""]
+              "benchmark (`normbench bench SUITE` measures speed).", "",
+              markdown_table(throughput_table(a.cells, [*a.row_keys, *a.table_keys[1:]])), "",
+              *cost_sections(out_dir)]
     dataset = suite.dataset.name if suite else "?"
     largest = a.cells
     if BUDGET_AXIS in a.table_keys:  # the depth and lr figures show the largest budget

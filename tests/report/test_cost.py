@@ -1,0 +1,40 @@
+"""The leaderboard's cost section and throughput table: a cost file's numbers rounded once, and never a median
+pooled over devices."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from normbench.report.cost import cost_sections
+from normbench.report.tables import throughput_table
+
+
+def test_each_cost_file_is_a_table_sorted_by_depth_then_cost_rounded_once(tmp_path):
+    pd.DataFrame({
+        "layer": ["layernorm", "mhc", "rezero", "layernorm"], "depth": [36, 36, 36, 12],
+        "step_ms": [100.04999, 520.0, 80.0, 40.0], "images_per_s": [640.0, 123.0, 800.0, 1600.0],
+        "step_vs_baseline": [1.0, 5.2, 0.79999, 1.0], "memory_mib": [10.0, 38.0, 9.0, 4.0],
+        "memory": "train-step estimate", "mem_vs_baseline": [1.0, 3.8, 0.9, 1.0], "params": [1_802_000] * 4,
+        "batch": 64, "baseline": "layernorm", "device": "cpu", "torch": "2.14.1", "timm": "1.0.31",
+    }).to_csv(tmp_path / "cost-cpu-2.14.1.csv", index=False)
+    lines = "\n".join(cost_sections(tmp_path)).splitlines()
+    assert lines[0].startswith("## cost per train step at this suite's shape (cpu, torch 2.14.1, batch 64")
+    assert "[cost-cpu-2.14.1.md](cost-cpu-2.14.1.md)" in lines[0]
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| layer ")]
+    assert [row.split("|")[1].strip() for row in rows] == ["layernorm", "rezero", "layernorm", "mhc"]
+    assert "| 100.0 " in rows[2] and "| 0.80x " in rows[1] and "| 5.20x " in rows[3]
+
+
+def test_a_folder_without_a_cost_file_has_no_cost_section(tmp_path):
+    assert cost_sections(tmp_path) == []
+
+
+def test_throughput_is_split_by_device_when_cells_ran_on_several():
+    cells = pd.DataFrame({"layer": ["a", "a", "a", "b"], "depth": [36] * 4,
+                          "device": ["cpu", "cpu", "NVIDIA H200", "cpu"],
+                          "images_per_sec": [100.0, 120.0, 500.0, 90.0]})
+    table = throughput_table(cells, ["layer"])
+    assert list(table.columns) == ["layer", "depth 36, NVIDIA H200", "depth 36, cpu"]
+    assert table.set_index("layer").loc["a"].tolist() == ["500", "110"]
+    one = throughput_table(cells[cells["device"] == "cpu"], ["layer"])
+    assert list(one.columns) == ["layer", "depth 36"]

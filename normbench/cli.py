@@ -69,9 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("outs", type=Path, nargs="+", metavar="out", help="output folders, e.g. results/A results/B")
     p.add_argument("--out", dest="write_to", type=Path, help="write the markdown here (default: print it)")
 
-    p = sub.add_parser("ledger", help="repair or upgrade a suite's ledger.journal")
-    p.add_argument("action", choices=("repair", "upgrade"), help="repair: keep every record before the first "
-                   "damaged line; upgrade: give a journal written before 2026-11 its curves for optuna-dashboard")
+    p = sub.add_parser("ledger", help="repair a suite's ledger.journal")
+    p.add_argument("action", choices=("repair",), help="repair: keep every record before the first damaged line")
     p.add_argument("out", type=Path, help="a suite's output folder (or its ledger.journal)")
 
     p = sub.add_parser("sync", help="bring MLflow up to date from a suite's ledger (MLflow is a view of it)")
@@ -305,11 +304,6 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise NormbenchError(f"{path}: no such file; pass a suite's output folder (ledger {args.action} works on "
                              "journal files; a database ledger is repaired by its server)")
-    if args.action == "upgrade":
-        from normbench.store.upgrade import upgrade_journal
-
-        print(upgrade_journal(path).line())
-        return 0
     kept, moved = repair(path)
     if moved:
         print(f"{path}: kept the first {kept} records; moved {moved} damaged or later lines to {path.name}.damaged. "

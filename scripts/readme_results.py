@@ -3,12 +3,13 @@
 
 docs/results.md holds every table between its `<!-- results:begin -->` and `<!-- results:end -->` markers; README.md
 holds one, the largest budget's final accuracy at its deepest depth, between `<!-- headline:begin -->` and
-`<!-- headline:end -->`. Both are cut from the published folders' own files (each leaderboard.md, and the regimes
-comparison `normbench compare` writes), cell for cell as those files print them: every number is rounded once, where
-the file rounded it from full precision, and the rows keep the files' order (by the full-precision score, so rank 1
-is the true maximum). Nothing is computed here. `--check` exits 1 when either file differs from what the published
-files say (tests/test_readme_results.py runs it), so neither can drift from a regenerated folder. The prose around
-the markers is written by hand from these tables.
+`<!-- headline:end -->`; docs/results.md's `<!-- modern:begin -->` block holds the modern sweep's deepest table with
+each layer's measured cost beside it, and its claims (a pointer to the sweep while it trains). Both are cut from the
+published folders' own files (each leaderboard.md, and the regimes comparison `normbench compare` writes), cell for
+cell as those files print them: every number is rounded once, where the file rounded it from full precision, and the
+rows keep the files' order (by the full-precision score, so rank 1 is the true maximum). Nothing is computed here.
+`--check` exits 1 when either file differs from what the published files say (tests/test_readme_results.py runs it),
+so neither can drift from a regenerated folder. The prose around the markers is written by hand from these tables.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ README = "README.md"  # the headline table
 # budget ("40 epochs"), never by what it was meant to reach: its regime line says how many rows converged.
 REGIMES = ["depth-sweep-digits-converged", "depth-sweep-digits-early"]
 COMPARISON = "depth-sweep-digits-regimes.md"
+# today's recipes and the residual-stream families at depth 36: its own block in docs/results.md, accuracy beside cost
+MODERN = "depth-sweep-digits-modern"
+MODERN_BEGIN, MODERN_END = "<!-- modern:begin -->", "<!-- modern:end -->"
+MODERN_KEPT = ["rank", "layer", "test top-1 (%)", "95% CI", "n", "lr (val-selected)", "lr window",
+               "lr sensitivity (points)", "failed", "converged"]
 # the leaderboard's final-accuracy columns the docs keep (the rest stay in the leaderboard)
 KEPT = ["rank", "layer", "test top-1 (%)", "95% CI", "n", "lr (val-selected)", "edge", "converged", "failed"]
 SENSITIVITY = "lr sensitivity (points)"
@@ -229,6 +235,48 @@ def headline(root: Path) -> str:
         HEADLINE_END])
 
 
+def modern_block(root: Path) -> str:
+    """docs/results.md's modern block: the deepest table with each layer's measured cost beside it, and the claims;
+    while the sweep is unpublished, where it trains."""
+    source = root / "results" / MODERN / "leaderboard.md"
+    if not source.is_file():
+        return "\n".join([
+            MODERN_BEGIN, "",
+            f"Still training: `results/in-progress/{MODERN}` (`suites/{MODERN}.yaml`; results/in-progress/README.md "
+            "says how to resume it). Its tables appear here when it is published.", "", MODERN_END])
+    parts = read(source)
+    deepest = max(depths(parts), key=int, default=None)
+    if deepest is None:
+        raise SystemExit(f"readme_results: {source}: no `## depth N: final accuracy` section; regenerate it with "
+                         f"{regenerate(source)}")
+    header, rows = parse_table(section(parts, f"## depth {deepest}: final accuracy", source)[1])
+    keep = [column(header, name, source) for name in MODERN_KEPT]
+    score = column(header, "test top-1 (%)", source)
+    table = [[f"**{row[i]}**" if i == score and row is rows[0] else row[i] for i in keep] for row in rows]
+    names = list(MODERN_KEPT)
+    for heading, lines in parts.items():  # each cost file's step and memory ratios, by layer, at this depth
+        if heading.startswith("## cost per train step"):
+            cost_header, cost_rows = parse_table(lines)
+            at = [r for r in cost_rows if r[column(cost_header, "depth", source)] == deepest]
+            for ratio in (c for c in cost_header if c.startswith(("step vs ", "memory vs "))):
+                device = heading.split("(", 1)[1].split(",", 1)[0]
+                by_layer = {r[cost_header.index("layer")]: r[cost_header.index(ratio)] for r in at}
+                names.append(f"{ratio} ({device})")
+                for row, out in zip(rows, table, strict=True):
+                    out.append(by_layer.get(row[header.index("layer")], "—"))
+    claims_heading, claim_lines = section(parts, "## claims", source)
+    claim_header, claim_rows = parse_table(claim_lines)
+    return "\n".join([
+        MODERN_BEGIN, "",
+        f"`results/{MODERN}/` ({header_item(parts, 'suite', source).split(' — ', 1)[-1]}). Regime: "
+        f"{header_item(parts, 'regime', source)}. Seeds: {header_item(parts, 'seeds', source)}.", "",
+        f"Depth {deepest}, final accuracy (test top-1 %, the report seeds' mean and 95% t interval; bold: the true "
+        "maximum) and cost per train step against layernorm (`normbench bench SUITE`):", "",
+        *render(names, table), "",
+        f"Claims ({claims_heading[len('## claims'):].strip(' ()')}):", "", *render(claim_header, claim_rows), "",
+        MODERN_END])
+
+
 def updated(text: str, new_block: str, begin: str = BEGIN, end: str = END, name: str = RESULTS_DOC) -> str:
     """`text` with what lies between its `begin` and `end` markers (the markers included) replaced by `new_block`."""
     if begin not in text or end not in text:
@@ -239,7 +287,8 @@ def updated(text: str, new_block: str, begin: str = BEGIN, end: str = END, name:
 
 def targets(root: Path) -> list[tuple[Path, str, str, Callable[[Path], str]]]:
     """(file, begin marker, end marker, what writes its block) for each file the script keeps."""
-    return [(root / RESULTS_DOC, BEGIN, END, block), (root / README, HEADLINE_BEGIN, HEADLINE_END, headline)]
+    return [(root / RESULTS_DOC, BEGIN, END, block), (root / RESULTS_DOC, MODERN_BEGIN, MODERN_END, modern_block),
+            (root / README, HEADLINE_BEGIN, HEADLINE_END, headline)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,8 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.check:
             path.write_text(new)
     if args.check and stale:
-        print(f"readme_results: {' and '.join(stale)}: the results tables differ from the published files; run "
-              "`python scripts/readme_results.py`", file=sys.stderr)
+        print(f"readme_results: {' and '.join(dict.fromkeys(stale))}: the results tables differ from the published "
+              "files; run `python scripts/readme_results.py`", file=sys.stderr)
         return 1
     return 0
 

@@ -22,7 +22,8 @@ FINAL = """| rank     | layer   | test top-1 (%)   | 95% CI         | n   | non-
 
 
 def checkout(tmp_path, readme: str = "<!-- headline:begin -->\n<!-- headline:end -->\n",
-             results: str = "<!-- results:begin -->\n<!-- results:end -->\n"):
+             results: str = ("<!-- results:begin -->\n<!-- results:end -->\n"
+                             "<!-- modern:begin -->\n<!-- modern:end -->\n")):
     """A checkout with the published folders, a README and docs/results.md (both with markers unless told)."""
     shutil.copytree(REPO / "results", tmp_path / "results", ignore=shutil.ignore_patterns("*.journal", "*.db"))
     (tmp_path / "docs").mkdir()
@@ -86,3 +87,51 @@ def test_a_file_without_its_markers_is_refused(tmp_path, which):
 def test_a_root_without_a_readme_names_the_flag(tmp_path, capsys):
     assert readme_results.main(["--root", str(tmp_path / "absent")]) == 2
     assert "--root" in capsys.readouterr().err
+
+
+MODERN_BOARD = """# normbench leaderboard: depth-sweep-digits-modern
+
+- suite: `x/suite.yaml` — digits, depth 36, the modern recipes
+- seeds: selection [0, 1]; report [100, 101, 102, 103]
+- regime: 40 epochs = 640 optimizer steps per cell; 2 of 2 rows converged
+
+## depth 36: final accuracy (40 epochs)
+
+| rank | layer | test top-1 (%) | 95% CI | n | non-failing (%) | val top-1 (%) | lr (val-selected) | edge | converged | lr window | lr sensitivity (points) | failed |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| 1 ★ | ngpt | 97.50 | [96.00, 99.00] | 4 | 97.50 (4) | 97.00 | 0.001 | | yes | 0.001–0.00316 (x3.16) | 1.25 | 0/8 (0%) |
+| 2 | layernorm | 90.00 | [85.00, 95.00] | 4 | 90.00 (4) | 89.00 | 0.001 | | yes | 0.001 (x1) | 6.50 | 1/8 (12%) |
+
+## claims (paired t test, Holm-adjusted)
+
+| claim | difference (points) | verdict |
+|---|---|---|
+| ngpt beats layernorm at depth 36 | +7.50 | supported |
+
+## cost per train step at this suite's shape (cpu, torch 2.14.1, batch 64: [cost-cpu-2.14.1.md](cost-cpu-2.14.1.md))
+
+| layer | depth | step (ms) | step vs layernorm | memory (MiB) | memory vs layernorm | params (M) |
+|---|---|---|---|---|---|---|
+| layernorm | 36 | 216.6 | 1.00x | 182.2 | 1.00x | 1.802 |
+| ngpt | 36 | 304.0 | 1.40x | 299.8 | 1.65x | 1.787 |
+"""  # noqa: E501
+
+
+def test_the_modern_block_puts_each_layers_cost_beside_its_accuracy_and_keeps_the_claims(tmp_path):
+    folder = tmp_path / "results" / readme_results.MODERN
+    folder.mkdir(parents=True)
+    (folder / "leaderboard.md").write_text(MODERN_BOARD)
+    block = readme_results.modern_block(tmp_path).splitlines()
+    header = next(line for line in block if line.startswith("| rank |"))
+    assert header.endswith("| failed | converged | step vs layernorm (cpu) | memory vs layernorm (cpu) |")
+    assert "| lr window |" in header and "| lr sensitivity (points) |" in header
+    ngpt, layernorm = (next(line for line in block if line.startswith(f"| {r} |")) for r in ("1 ★", "2"))
+    assert "| **97.50** |" in ngpt and ngpt.endswith("| yes | 1.40x | 1.65x |")
+    assert "**" not in layernorm and layernorm.endswith("| 1.00x | 1.00x |")
+    assert "| ngpt beats layernorm at depth 36 | +7.50 | supported |" in block
+    assert block[0] == readme_results.MODERN_BEGIN and block[-1] == readme_results.MODERN_END
+
+
+def test_the_modern_block_points_to_the_sweep_while_it_trains(tmp_path):
+    block = readme_results.modern_block(tmp_path)
+    assert f"results/in-progress/{readme_results.MODERN}" in block and "| rank |" not in block

@@ -105,7 +105,7 @@ def analyse(cells: pd.DataFrame, history: pd.DataFrame, *, matrix_axes: list[str
 
 def with_edge_reasons(selected: pd.DataFrame, cells: pd.DataFrame, keys: list[str], lr_grid: list[float] | None,
                       bracket_max_steps: int | None) -> pd.DataFrame:
-    """`edge_why` per row on an edge: "cap reached" or "bracketing off" (spec.selection.edge_reason); "" else."""
+    """`edge_why` per row on an edge: "cap reached" or "bracketing off" (contracts.selection.edge_reason); "" else."""
     why = []
     for row in selected.to_dict("records"):
         side = {"low": "low", "high": "high"}.get(row["edge"])

@@ -121,7 +121,7 @@ def reporting(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 def per_lr(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """One row per (keys, lr) of the selection cells: n, select_mean, score mean/low/high, diverged (count), and
-    the chance flags of the cells (for spec.selection.lr_signal). `cells` has select/score."""
+    the chance flags of the cells (for contracts.selection.lr_signal). `cells` has select/score."""
     rows = []
     for key, group in selecting(cells).groupby([*keys, "lr"], dropna=False, sort=True):
         mean, low, high = t_interval(group[SCORE], bounds=ACCURACY)
@@ -157,7 +157,7 @@ def select_lr(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
     Columns: keys, lr (selected), n, mean/low/high (test score at that lr over the reporting seeds, t interval
     clipped to [0, 100]), seeds ("report" or "select": which seeds scored), ok_mean/ok_n (the score among the
-    seeds that did not diverge), select_mean, edge, signal (spec.selection.lr_signal: "" or why the lrs give none),
+    seeds that did not diverge), select_mean, edge, signal (contracts.selection.lr_signal: "" or why the lrs give none),
     lrs (the grid tried), window_low/window_high (the lr window: the geometric span of lrs whose selection-seed
     score mean lies within the selected lr's selection-seed interval), diverged/cells (over every lr of the row, the
     selection cells: the failure rate). The test score never influences the lr, nor does any report cell.

@@ -31,7 +31,7 @@ def ci_text(low: float, high: float) -> str:
 
 def edge_text(edge: str, signal: str = "", why: str = "") -> str:
     """Where the selected lr sits and, on an edge, why the search stopped there (cap reached, bracketing off); a row
-    whose lrs tell nothing apart says so too (spec.selection.lr_signal): a label, never a reason to stop."""
+    whose lrs tell nothing apart says so too (contracts.selection.lr_signal): a label, never a reason to stop."""
     where = {"low": "edge (lowest lr", "high": "edge (highest lr", "only": "edge (one lr", "": ""}[edge]
     where = f"{where}{f', {why}' if why else ''})" if where else ""
     label = {AT_CHANCE: "no signal (best lr at chance)",

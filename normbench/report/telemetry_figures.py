@@ -65,7 +65,7 @@ def telemetry_frame(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_lr_telemetry(frame: pd.DataFrame, depth: int | None = None) -> pd.DataFrame:
-    """The rows of `depth` (default: the deepest) at each layer's selected lr (spec.selection.chosen_lrs: the
+    """The rows of `depth` (default: the deepest) at each layer's selected lr (contracts.selection.chosen_lrs: the
     highest seed-mean `select`, val; the test score never chooses)."""
     if frame.empty:
         return frame

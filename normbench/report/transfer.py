@@ -1,6 +1,6 @@
 """Does a reference suite's layer ranking hold here? Spearman's rho between the two suites' scores, with an interval.
 
-Both frames are cell frames with `select`/`score` (spec.selection.add_scores). Per (layer, depth) each frame's lr
+Both frames are cell frames with `select`/`score` (contracts.selection.add_scores). Per (layer, depth) each frame's lr
 is chosen by stats.select_lr (val only) and its score is the test mean over seeds there. Per depth present in both
 frames, rho is taken over the layers both ran; with fewer than MIN_LAYERS there is no rho, only a note. Pure
 functions, no I/O.

@@ -1,9 +1,7 @@
 """A cell a worker holds: its trial, claimed from the ledger, until it is finished, failed or given back.
 
-Every write to the trial goes through the claim, so a claim another worker took over (this one stalled or was cut
-off past the heartbeat grace, and a peer failed and re-queued the trial) is noticed at the next write and ends the
-cell here (ClaimLostError) instead of recording it twice. Each write is retried through a database outage at its
-call here (`Ledger.call`); a write a replay could apply twice says how to tell whether it landed.
+Every write goes through the claim, so a trial a peer took over (this worker stalled past the heartbeat grace) ends
+the cell at the next write (ClaimLostError) instead of recording it twice.
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ from normbench.store.retry import NOT_LANDED, Outage
 
 
 class Ledger(Protocol):
-    """What a claim uses of the ledger that handed it out (store/ledger.py; named here, not imported: the ledger
-    imports this module)."""
+    """What a claim uses of its ledger (store/ledger.py, not imported: it imports this module)."""
 
     storage: Any
     heartbeats: bool
@@ -66,16 +63,14 @@ class Claim:
         return self.ledger.call(self.ledger.storage.get_trial, self.id)
 
     def held(self, *, ask: bool = False) -> bool:
-        """False once another worker took this trial over. From the heartbeat's last look; `ask=True` asks the
-        ledger now."""
+        """False once another worker took this trial over: from the heartbeat's last look, or now if `ask`."""
         if not self.lost and ask and self.frozen().state != TrialState.RUNNING:
             self.lost = True
         return not self.lost
 
     @contextmanager
     def owned(self) -> Iterator[None]:
-        """Write to the trial. If another worker failed it as stale meanwhile (this one stalled past the grace at
-        any point, even before its first epoch), the write raises ClaimLostError, not Optuna's error."""
+        """Write to the trial; ClaimLostError (not Optuna's) if a peer failed it as stale meanwhile, at any stage."""
         try:
             yield
         except (UpdateFinishedTrialError, ValueError) as e:
@@ -97,9 +92,8 @@ class Claim:
         return self.ledger.call(self.trial.should_prune)
 
     def finish(self, result: CellResult) -> None:
-        """Store the metrics on the trial (user attrs "result": `result.summary()`, "history": the epochs), then
-        mark it COMPLETE (or PRUNED). Raises ClaimLostError when another worker took the trial over meanwhile (it
-        trains the cell; this result is not recorded twice)."""
+        """Store the metrics (user attrs "result": `result.summary()`, "history": the epochs), then mark the trial
+        COMPLETE or PRUNED. ClaimLostError if a peer took it over meanwhile (it trains the cell: no double record)."""
         summary = result.summary()
         self.set_attr("result", summary)
         self.set_attr("history", result.history_records())
@@ -139,8 +133,8 @@ class Claim:
         stop = threading.Event()
 
         def beat() -> None:
-            # Its own rhythm, not the retries' backoff: after a blip the next beat must come within the grace
-            # period, and a failed beat must never end the thread (peers would take the live cell).
+            # Its own rhythm, not the retries' backoff: after a blip the next beat must come within the grace, and a
+            # failed beat must never end the thread (peers would take the live cell).
             missed_since: float | None = None  # monotonic time of the first failed beat of an outage
             while not stop.is_set():
                 wait = float(ledger.heartbeat_interval)

@@ -1,20 +1,10 @@
 """The journal-file ledger, made safe against a crash mid-write and honest about damage.
 
-Optuna's journal is one JSON record a line, appended under a lock. A process killed mid-write leaves a torn last line;
-Optuna skips it when reading, but the next append would glue onto it and make a line that never parses. Here every
-append first cuts a torn (or unparseable) last line off, under the journal's own lock, and says so once; opening
-the journal only reads it, and a run cuts the tail once past its refusals (`repair_tail`), so a refused run (a
-changed recipe) leaves the file as it was.
-Damage anywhere else stops the run (exit 2) naming the file and line and the fix, `normbench ledger repair OUT`,
-which keeps every record before the first bad line and moves the rest to a `.damaged` file beside it. A line that is
-JSON but no record this Optuna can replay (`{}`, an op code of a newer Optuna) is refused and repaired the same way,
-wherever it is: Optuna would stop on it with a KeyError or an assertion, and cutting it off as torn would hide
-another writer.
-
-A write the disk refuses (full, read-only) stops the run naming the journal (LedgerWriteError), and a full disk
-frees the folder's reserve (store/reserve.py) so the cell in flight can still be given back. A lock another process
-took over while this one held it (this one stalled past the lock's grace inside a write: a hung disk, SIGSTOP) is
-noted by the lock; the Ledger stops the run at its next turn (LedgerLockLostError), after checking the journal.
+A crash mid-append leaves a torn last line the next append would glue onto, so each append cuts it first (warning
+once); opening only reads, and a run cuts it past its refusals (`repair_tail`). Any other bad line, even JSON this
+Optuna cannot replay (`{}`, a newer op code; cutting it would hide another writer), stops the run (exit 2) until
+`normbench ledger repair OUT` moves it and the rest to `.damaged`. A refused write raises LedgerWriteError (a full
+disk frees store/reserve.py's reserve); a lock taken over mid-write stops the run next turn (LedgerLockLostError).
 """
 
 from __future__ import annotations
@@ -42,8 +32,7 @@ TAIL_CHUNK = 1 << 16
 
 
 class LedgerDamagedError(NormbenchError):
-    """A journal line that cannot be replayed (damage before the end, or a record of another Optuna version): names
-    the file, the line and how to recover."""
+    """A journal line that cannot be replayed (damage, or another Optuna's record): names the file, line and fix."""
 
 
 class LedgerWriteError(NormbenchError):
@@ -73,8 +62,7 @@ class SafeJournalFileBackend(JournalFileBackend):
         check(self.path)
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
-        """Optuna's reader, refusing a record it cannot replay by its line (one another process appended while
-        this one runs; the file as opened was checked whole) instead of failing inside Optuna."""
+        """Optuna's reader, refusing by line a record it cannot replay (appended since the whole-file check at open)."""
         for number, record in enumerate(super().read_logs(log_number_from), start=log_number_from + 1):
             if not replayable(record):
                 raise _damaged(self.path, number, json.dumps(record).encode())
@@ -103,8 +91,7 @@ class SafeJournalFileBackend(JournalFileBackend):
 
 
 def _append(path: str, data: bytes) -> None:
-    """Append `data` whole and fsync it, or leave the file as it was: what a full disk took part of is cut here, not
-    left for the next append to cut as a crash's torn tail."""
+    """Append `data` whole and fsync, or undo it: a full disk's partial write is not left as a torn tail."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     try:
         end = os.lseek(fd, 0, os.SEEK_END)
@@ -122,16 +109,13 @@ def _append(path: str, data: bytes) -> None:
 
 
 def repair_tail(journal: SafeJournalFileBackend | None) -> None:
-    """Cut a torn last record of the ledger's journal (see SafeJournalFileBackend.cut_torn_tail); a run calls it once
-    past its refusals, so a refused run leaves the file as it was. Nothing for a database (None)."""
+    """Cut a torn last record once past a run's refusals (see the module docstring); nothing for a database (None)."""
     if journal is not None:
         journal.cut_torn_tail()
 
 
 def ledger_identity(journal: SafeJournalFileBackend | None) -> str:
-    """Which journal this is: the id Optuna gave the storage that wrote its first record (random, per process), so a
-    new journal at the same path (after `rm -rf OUT`) is another ledger. '' for a database (None) or an empty
-    journal."""
+    """The first record's storage id (random per process: a new journal at the path is another ledger), or ''."""
     if journal is None:
         return ""
     try:
@@ -168,8 +152,7 @@ def lock_lost(storage: Any) -> LedgerLockLostError | None:
 
 
 def check(path: Path) -> None:
-    """Raise LedgerDamagedError for a bad line anywhere but a torn last one (Optuna skips that; the next append cuts
-    it). Reads only."""
+    """Raise LedgerDamagedError for any bad line but a torn last one (Optuna skips it; the next append cuts it)."""
     if not path.exists():
         return
     bad = _first_bad(path, torn_tail=True)
@@ -216,8 +199,7 @@ def first_bad_line(path: Path) -> tuple[int, int] | None:
 
 
 def _first_bad(path: Path, torn_tail: bool = False) -> tuple[int, bytes] | None:
-    """(1-based line number, the line) of the first line that is no record Optuna can replay, or None; with
-    `torn_tail`, a torn last line does not count."""
+    """Like `first_bad_line`, but (number, the line itself); with `torn_tail`, a torn last line does not count."""
     with open(path, "rb") as f:
         lines = enumerate(f, start=1)
         for number, line in lines:

@@ -1,16 +1,10 @@
 """Which cells exist, who runs them, which finished: an Optuna storage, one trial per cell.
 
-Locally the ledger is a journal file in the output folder (safe for many processes on one machine); with
-`--storage postgresql://...` it is a shared database for workers on many machines. A cell is a WAITING trial until
-a worker claims it (atomically: Optuna's WAITING -> RUNNING transition), then COMPLETE (or PRUNED). A worker that
-dies mid-cell is noticed two ways: on a journal file, the OS lock its process held is free (whatever its host name
-or pid); on a database, its heartbeat stops for longer than the grace period. Either way the trial is failed and a
-WAITING copy is queued, so the cell runs again, up to NORMBENCH_MAX_ATTEMPTS (default 3) attempts in a row that
-each lost their worker: then the cell is failed for good (a FAIL record with the attempts' hosts, pids and verdicts),
-so a cell that kills every worker (OOM, segfault) cannot walk through the fleet; `normbench run --retry-failed`
-gives it another round. A database outage is waited out at each call that reads or writes the ledger
-(`Ledger.call`, normbench.store.retry); a worker whose claim was taken while it was stalled or cut off stops that
-cell (store/claim.py) instead of finishing it twice.
+A journal file in the output folder or, with `--storage postgresql://...`, a shared database. A cell is a WAITING
+trial until a worker claims it (atomically: WAITING -> RUNNING), then COMPLETE or PRUNED. A dead worker (its OS
+lock free on a journal, its heartbeat silent past the grace on a database) has its trial failed and re-queued, up to
+NORMBENCH_MAX_ATTEMPTS (default 3) lost attempts in a row, then failed for good, so a cell that kills every worker
+(OOM, segfault) cannot walk the fleet; `normbench run --retry-failed` gives it another round. Outages: store/retry.py.
 """
 
 from __future__ import annotations
@@ -63,9 +57,8 @@ def max_attempts_from_env() -> int:
 
 
 def engine_kwargs(url: str, grace_period: int) -> dict[str, Any]:
-    """SQLAlchemy engine options for a ledger database. On PostgreSQL a worker stopped (SIGSTOP, a frozen VM)
-    inside a transaction would hold its row locks and block every peer: the server ends such a session after the
-    grace, and the worker retries. Other databases (SQLite) take no such option."""
+    """SQLAlchemy engine options. On PostgreSQL a worker stopped (SIGSTOP, a frozen VM) inside a transaction would
+    hold its row locks and block every peer: the server ends such a session after the grace; the worker retries."""
     kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("postgresql"):
         kwargs["connect_args"] = {"options": f"-c idle_in_transaction_session_timeout={grace_period * 1000}"}
@@ -77,10 +70,8 @@ class Ledger:
 
     def __init__(self, url: str | None, out_dir: Path, *, heartbeat_interval: int | None = None,
                  grace_period: int | None = None, max_attempts: int | None = None) -> None:
-        """Heartbeat every `heartbeat_interval` s (NORMBENCH_HEARTBEAT_INTERVAL, default 10); a shared-database
-        worker silent for `grace_period` s (NORMBENCH_HEARTBEAT_GRACE, default 60) is taken for lost; a cell whose
-        `max_attempts` attempts in a row (NORMBENCH_MAX_ATTEMPTS, default 3) lost their worker is failed for good.
-        `self.url` names the ledger in messages: a database URL's password is masked there."""
+        """Beat every `heartbeat_interval` s (NORMBENCH_HEARTBEAT_INTERVAL, default 10); a database worker silent for
+        `grace_period` s (NORMBENCH_HEARTBEAT_GRACE, default 60) is lost; `max_attempts`: NORMBENCH_MAX_ATTEMPTS."""
         configured = settings.current()
         heartbeat_interval = heartbeat_interval or configured.heartbeat_interval
         grace_period = grace_period or configured.heartbeat_grace
@@ -127,8 +118,7 @@ class Ledger:
 
     def call(self, fn: Callable[..., Any], *args: Any, unsafe: bool = False,
              landed: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
-        """`fn(*args, **kwargs)`, one read or write of the ledger, retried through a database outage (see
-        normbench.store.retry for `unsafe` and `landed`); a journal file is called as it is."""
+        """`fn(*args, **kwargs)`, retried through a database outage (store/retry.py: `unsafe`, `landed`)."""
         if self.outage is None:
             return fn(*args, **kwargs)
         return self.outage.call(fn, *args, unsafe=unsafe, landed=landed, **kwargs)
@@ -136,14 +126,12 @@ class Ledger:
     # ------------------------------------------------------------------------------------------------ studies
 
     def serve(self, suite: str, recipe: str) -> None:
-        """This process works for `suite` with that recipe hash: the studies it creates are stamped with both, and
-        every claim checks its study still carries them (a shared database holds other suites' studies)."""
+        """Stamp the studies this process creates with `suite` and `recipe` (hash); each claim checks the stamp."""
         self._owner = (suite, recipe)
 
     def study(self, name: str, **kwargs: Any) -> optuna.Study:
-        """Study `name`, created when missing (stamped with the suite served, if any). An existing one is loaded
-        without a write (create_study appends a record to the journal even when the study exists, and workers look
-        their studies up in a loop)."""
+        """Study `name`, created (and stamped) when missing. An existing one is loaded without a write: create_study
+        appends a journal record even then, and workers look their studies up in a loop."""
         return self.call(self._study, name, **kwargs)
 
     def _study(self, name: str, **kwargs: Any) -> optuna.Study:
@@ -174,14 +162,14 @@ class Ledger:
 
     def enqueue(self, study: optuna.Study, items: dict[str, dict[str, Any]],
                 extra: dict[str, dict[str, Any]] | None = None) -> int:
-        """Queue each `cell_id -> axes` that has no live trial yet (with `extra[cell_id]` as further user attrs);
-        returns how many were queued. Retried whole through an outage: a try reads what an earlier one queued."""
+        """Queue each `cell_id -> axes` with no live trial (`extra[cell_id]`: more user attrs); returns how many.
+        Retried whole through an outage: a try sees what an earlier one queued."""
         return self.call(self._enqueue, study, items, extra)
 
     def _enqueue(self, study: optuna.Study, items: dict[str, dict[str, Any]],
                  extra: dict[str, dict[str, Any]] | None) -> int:
-        # ids in the current format: a ledger written before ids sorted their axes is not queued twice; a cell failed
-        # for good stays out of the queue until `--retry-failed` (else every starting worker would feed it again)
+        # current-format ids, so an old ledger (unsorted axes) is not queued twice; cells failed for good stay out
+        # until `--retry-failed`, else every starting worker would feed them again
         with queue_lock(self.storage, self.outage, study.study_name, self.grace_period):
             present = {trial_cell_id(t) for t in study.get_trials(deepcopy=False, states=LIVE)}
             present |= {trial_cell_id(t) for t in failed_for_good(study)}
@@ -197,9 +185,8 @@ class Ledger:
     # ---------------------------------------------------------------------------------------------- claiming
 
     def claim(self, study: optuna.Study) -> Claim | None:
-        """Take one WAITING trial for this process, or None when none is left. Raises NormbenchError if the study
-        is no longer the served suite's (see `serve`). A claim whose answer an outage lost is replayed: it then
-        reads "taken", and that trial, never signed, is freed by `reclaim` without counting an attempt."""
+        """Take a WAITING trial, or None if none is left; NormbenchError if the study is not the served suite's.
+        A claim whose answer an outage lost reads "taken" on replay: `reclaim` frees that unsigned trial uncounted."""
         for i, frozen in enumerate(self.trials(study, (TrialState.WAITING,))):
             if i == 0:  # once per claim that finds work, not on every idle poll
                 self._check_owner(study)
@@ -223,8 +210,8 @@ class Ledger:
         return None
 
     def _check_owner(self, study: optuna.Study) -> None:
-        """The study belongs to the suite and recipe this process serves, by its stamp (read afresh: a study
-        replaced mid-run by another team's is caught at the next claim) or, unstamped, by its name."""
+        """Raise unless the study is the served suite's and recipe's (a shared database holds others'): by its stamp,
+        read afresh so a study replaced mid-run is caught at the next claim, or, unstamped, by its name."""
         if self._owner is None:
             return
         suite, recipe = self._owner
@@ -246,10 +233,8 @@ class Ledger:
         claim.set_attr("worker_pid", os.getpid())
 
     def _duplicate(self, study: optuna.Study, claimed: FrozenTrial) -> bool:
-        """Two workers can queue the same cell at once. The copy that runs is the lowest-numbered one not failed:
-        a claimed copy is dropped if the cell is finished or a lower-numbered copy is running or waiting. The rule
-        is asymmetric on purpose: two workers that claim two copies at the same moment must not both drop theirs
-        (a symmetric "another copy is running" lost the cell), nor both keep them."""
+        """Two workers can queue a cell at once: the lowest-numbered live copy runs. Asymmetric on purpose: two claimed
+        copies must not both be dropped (a symmetric rule lost cells), nor both kept."""
         cid = claimed.user_attrs.get("cell_id")
         if cid is None:
             return False
@@ -261,9 +246,8 @@ class Ledger:
         return False
 
     def reclaim(self, study: optuna.Study) -> list[FrozenTrial]:
-        """Fail and re-queue the trials of dead workers (or fail them for good after `max_attempts`); returns them
-        (so their MLflow runs can be closed). Each turn of the worker loop starts here: a run whose journal lock was
-        taken over meanwhile stops here (LedgerLockLostError), its last cell recorded and closed."""
+        """Fail and re-queue dead workers' trials (for good after `max_attempts`); returns them (to close their MLflow
+        runs). Each worker-loop turn starts here: a run whose journal lock was taken over stops: LedgerLockLostError."""
         if (lost := lock_lost(self.storage)) is not None:
             raise lost
         failed: list[FrozenTrial] = []
@@ -288,10 +272,8 @@ class Ledger:
         return failed
 
     def _fail_stale(self, study: optuna.Study, running: list[FrozenTrial]) -> list[FrozenTrial]:
-        """Fail the RUNNING trials whose heartbeat stopped (Optuna's `fail_stale_trials`, which calls `_on_stale`
-        for each FAIL of this process that landed) and count their attempts. A FAIL whose answer an outage lost gets
-        no call back: after a retried call, a trial that was RUNNING, is FAIL now, recorded no error of its own and
-        was queued again by nobody is taken as one of those."""
+        """Fail and count RUNNING trials whose heartbeat stopped (`_on_stale` hears of each FAIL of ours that landed;
+        after a retry, one gone RUNNING -> FAIL with no error, re-queued by nobody, is one whose answer was lost)."""
         assert self.outage is not None
         self._stale, errors = [], self.outage.errors
         self.call(optuna.storages.fail_stale_trials, study)
@@ -307,25 +289,21 @@ class Ledger:
         return stale
 
     def _beats_may_be_missing(self) -> bool:
-        """A heartbeat missed while the ledger itself was down says nothing about its worker. For one grace after
-        an outage long enough to make a live peer's last beat look older than the grace (its length as this process
-        measured it, plus up to two beat intervals: one before this process noticed it, one before the peer's next
-        beat landed), no peer is judged stale. A shorter blip (a dropped session, a quick restart) cannot have."""
+        """Beats missed while the ledger was down say nothing of their worker: judge no peer stale for one grace
+        after an outage that could age a live peer's last beat past the grace (its length as measured here, plus up to
+        two beat intervals: one before this process noticed it, one before the peer's next beat landed)."""
         outage = self.outage
         assert outage is not None
         return (outage.back_within(self.grace_period)
                 and outage.down_for + 2 * self.heartbeat_interval >= self.grace_period)
 
     def _on_stale(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        # Optuna calls this only in the process whose FAIL of the stale trial landed: one count per lost attempt,
-        # counted once `fail_stale_trials` returns (a write in here would not be retried on its own)
+        # counted after `fail_stale_trials` returns: a write in here would not be retried on its own
         self._stale.append(trial)
 
     def _count_lost_attempt(self, study: optuna.Study, lost: FrozenTrial, verdict: str) -> None:
-        """Record the attempt that lost its worker on the cell's next trial: a WAITING copy, or after
-        `max_attempts` such attempts in a row a FAIL record that is never queued again (`failed_for_good`).
-        A claim its worker never signed is queued again without counting: the cell never ran, so it cannot be what
-        killed the worker (a kill between claim and start, or a claim whose answer the network lost)."""
+        """Record a lost attempt on the cell's next trial: a WAITING copy or, after `max_attempts` in a row, a FAIL
+        record never queued again. An unsigned claim is re-queued uncounted: its cell never ran, so killed nothing."""
         if "worker_pid" not in lost.user_attrs:
             self.requeue(study, lost)
             return
@@ -337,9 +315,8 @@ class Ledger:
             self.requeue(study, lost, {ATTEMPTS: attempts, FAILED_FOR_GOOD: True}, state=TrialState.FAIL)
 
     def retry_failed(self, study: optuna.Study) -> list[str]:
-        """Queue the cells failed for good in `study` for another round of `max_attempts` attempts
-        (`normbench run --retry-failed`); returns their ids. Their earlier rounds stay in the ledger. Retried whole
-        through an outage: a try skips what an earlier one queued."""
+        """Give the cells failed for good another round (`normbench run --retry-failed`); returns their ids. Earlier
+        rounds stay in the ledger. Retried whole through an outage: a try skips what an earlier one queued."""
         return self.call(self._retry_failed, study)
 
     def _retry_failed(self, study: optuna.Study) -> list[str]:
@@ -387,8 +364,7 @@ class Ledger:
 def requeue(study: optuna.Study, failed: FrozenTrial, user_attrs: dict[str, Any] | None = None, *,
             drop: tuple[str, ...] = (), state: TrialState = TrialState.WAITING,
             system_attrs: dict[str, Any] | None = None) -> None:
-    """Queue a WAITING copy of a failed trial: same params and cell, no worker, `user_attrs` added and `drop`
-    removed. `state=FAIL` writes the record that ends the cell's attempts instead of queueing it."""
+    """Copy `failed` as WAITING (or FAIL: the cell's last record): no worker, `user_attrs` added, `drop` removed."""
     kept = {k: v for k, v in failed.user_attrs.items() if k not in (*WORKER_ATTRS, *drop)}
     history = [*failed.system_attrs.get("retry_history", []), failed.number]
     study.add_trial(optuna.create_trial(
@@ -399,10 +375,7 @@ def requeue(study: optuna.Study, failed: FrozenTrial, user_attrs: dict[str, Any]
 
 
 def attempt_record(lost: FrozenTrial, verdict: str, exits: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """What the ledger knows of an attempt that lost its worker: its trial, the worker's host and pid, why it was
-    taken for lost, when it started, who noticed, its MLflow run (the epochs it logged before it died), and, when
-    the parent of a local worker saw it die (`exits`, from `worker_exits`), its exit code or signal and last
-    stderr lines."""
+    """An attempt's record (trial, host, pid, verdict, start, noticer, MLflow run) and its death if noted (`exits`)."""
     started = lost.datetime_start.isoformat(timespec="seconds") if lost.datetime_start else None
     record = {"trial": lost.number, "host": lost.user_attrs.get("worker_host"),
               "pid": lost.user_attrs.get("worker_pid"), "verdict": verdict, "started": started,
@@ -411,9 +384,7 @@ def attempt_record(lost: FrozenTrial, verdict: str, exits: dict[str, dict[str, A
 
 
 def note_worker_exit(study: optuna.Study, host: str, pid: int, seen: dict[str, Any]) -> None:
-    """Keep how a worker died (`seen`: exit code or signal, last stderr lines, node), as its parent saw it, on the
-    study, where each attempt that worker lost picks it up (`worker_exits`, `failed_for_good`): the peer that counts
-    the attempt may do so before the parent has looked."""
+    """Keep how a local worker died (`seen`) on the study: a peer may count its attempts before its parent looks."""
     study.set_user_attr(f"{WORKER_EXIT}{host}:{pid}", seen)
 
 
@@ -423,8 +394,7 @@ def worker_exits(study: optuna.Study) -> dict[str, dict[str, Any]]:
 
 
 def with_exit(attempt: dict[str, Any], exits: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The attempt with its worker's death (exit, exit_code, stderr, node) added, when noted and not there yet;
-    its verdict then ends with the exit, for the leaderboard's table."""
+    """The attempt plus its worker's noted death (exit, exit_code, stderr, node), once; verdict ends with the exit."""
     seen = exits.get(f"{attempt.get('host')}:{attempt.get('pid')}")
     if not seen or "exit" in attempt:
         return attempt
@@ -432,10 +402,8 @@ def with_exit(attempt: dict[str, Any], exits: dict[str, dict[str, Any]]) -> dict
 
 
 def failed_for_good(study: optuna.Study) -> list[FrozenTrial]:
-    """The records of the cells failed for good: a cell counts while it has no live trial and its newest trial is
-    such a record (`--retry-failed` queues a newer trial; a later plain failure is retried as usual). Each attempt
-    carries its worker's death as its parent saw it, when noted after the record was written (copies: the study's
-    cached trials are left as they are)."""
+    """The FAIL records of cells with no live trial whose newest trial is such a record. Attempts get their worker's
+    death if noted after the record was written (on copies: the study's cached trials are left as they are)."""
     newest: dict[str | None, FrozenTrial] = {}
     live = set()
     for t in study.get_trials(deepcopy=False):
@@ -478,9 +446,7 @@ def pid_alive(pid: int) -> bool:
 
 
 def _never_owned(trial: FrozenTrial, grace_seconds: float) -> bool:
-    """A worker killed between claiming a trial and writing its pid leaves a RUNNING trial nobody owns: one unsigned
-    for longer than `grace_seconds`, the ledger's heartbeat grace (`Ledger.grace_period`, NORMBENCH_HEARTBEAT_GRACE):
-    the silence after which a worker is taken for lost. A live worker signs within a write of its claim."""
+    """A RUNNING trial unsigned for over `grace_seconds` (NORMBENCH_HEARTBEAT_GRACE): its worker died before signing."""
     if "worker_pid" in trial.user_attrs or trial.datetime_start is None:
         return False
     return (datetime.datetime.now() - trial.datetime_start).total_seconds() > grace_seconds

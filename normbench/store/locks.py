@@ -1,14 +1,10 @@
 """OS file locks (fcntl.flock): released by the kernel when their process dies, whatever its host name or pid.
 
-`folder_lock(out)` serializes the creation of an output folder's stores (MLflow's SQLite schema) across processes.
-`LifeLock` is held by a worker process for as long as it lives: a cell claimed on a journal file names its lock
-file, and a lock that another process can take means its holder is dead, even if its pid was reused (PID 1 after a
-container restart) or it ran under another host name (a new container, a folder shared over NFS).
-
-`JournalLock` is the ledger journal's write lock: Optuna's symlink protocol (`ledger.journal.lock`, taken over after
-NORMBENCH_JOURNAL_LOCK_GRACE s, default 30, without a change to the journal, as a process killed while writing leaves
-it), so any Optuna writer interoperates; but it says in normbench's words what it waits for, never removes a lock it
-does not hold when interrupted, and notes a lock taken over while it held it (`lost`) instead of raising.
+`folder_lock(out)` serializes creating an output folder's stores (MLflow's SQLite schema). `LifeLock` is held by a
+worker for life and named by its journal claims: a lock another process can take means a dead holder, even with a
+reused pid (PID 1 in a restarted container) or another host name. `JournalLock` speaks Optuna's symlink protocol
+(`ledger.journal.lock`, taken over after NORMBENCH_JOURNAL_LOCK_GRACE s with no journal change) so any Optuna writer
+interoperates, but says what it waits for, never removes a lock it does not hold, and counts takeovers (`lost`).
 """
 
 from __future__ import annotations
@@ -80,8 +76,7 @@ def holder_dead(path: str | Path) -> bool:
 
 
 class JournalLock:
-    """The write lock of the journal at `journal` (see the module docstring); Optuna's JournalFileBackend takes any
-    object with `acquire` and `release`."""
+    """The write lock of the journal at `journal` (module docstring); Optuna takes any object with acquire/release."""
 
     def __init__(self, journal: str | Path) -> None:
         self.journal, self.path = str(journal), f"{journal}.lock"
@@ -142,14 +137,12 @@ class JournalLock:
 
 
 def journal_lock_grace() -> float:
-    """NORMBENCH_JOURNAL_LOCK_GRACE (default 30 s, Optuna's): how long a lock may stay without a change to the
-    journal before it is taken for a dead holder's."""
+    """NORMBENCH_JOURNAL_LOCK_GRACE (default 30 s, Optuna's): a lock this long with no journal change is taken over."""
     return settings.current().journal_lock_grace
 
 
 def _mtime(link: str) -> float:
-    """The journal's mtime through the lock's link (it changes while the holder writes), or the link's own when it
-    points nowhere."""
+    """The journal's mtime via the lock's link (it changes while the holder writes), or the link's own if dangling."""
     try:
         return os.stat(link).st_mtime
     except FileNotFoundError:

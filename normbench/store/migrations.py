@@ -2,7 +2,7 @@
 
 Reading rewrites nothing: Optuna cannot change a finished trial, and reading a published folder must not write to
 it. The steps are applied as a ledger's trials are read, oldest first; a reader that calls these functions sees
-every trial in the current format. The one rewrite is version 5's, run by hand (`normbench ledger upgrade OUT`).
+every trial in the current format.
 
 - version 1: a cell's axes lived only in the trial's params (no `axes` user attr); its `cell_id` listed the axes in
   the suite's order (`lr=0.001,depth=2`).
@@ -14,21 +14,20 @@ every trial in the current format. The one rewrite is version 5's, run by hand (
   and pid (`legacy_claim_verdict`): on its own host its pid tells; from another host (most often a new container's
   name for the same folder) nothing can, so on a journal it is taken for dead once RUNNING longer than the heartbeat
   grace, instead of being waited for forever.
-- version 5: a finished trial carries its epochs as Optuna intermediate values (val top-1 at step = optimizer steps,
-  the worker's `trial.report`) and its scores as numeric user attrs `test_top1`/`val_top1` (contracts/selection.py,
-  0 when diverged): optuna-dashboard draws its curve and sorts by them. A version-4 finished trial has only its
-  `history` and `result`; `version5_additions` says what it lacks and store/upgrade.py rewrites the journal with it
-  (Optuna cannot add to a finished trial). A history written before epochs recorded `step` is placed at its epoch count.
+- version 5: a finished trial carries its epochs as Optuna intermediate values (val top-1 at step = optimizer steps)
+  and its scores as numeric user attrs `test_top1`/`val_top1` (SCORE_ATTRS), for optuna-dashboard's curves and
+  sorting. A version-4 trial is read as it is (its `history` and `result` say everything normbench needs); only the
+  dashboard shows no curve for it. Every published ledger was rewritten to version 5 by `normbench ledger upgrade`,
+  retired once none was left to upgrade (git history, commit 3c8ec1b, keeps it).
 """
 
 from __future__ import annotations
 
 import datetime
-import math
 from collections.abc import Callable
 from typing import Any
 
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from normbench.contracts.selection import score_value, select_value
 from normbench.contracts.suite import cell_id
@@ -69,27 +68,3 @@ def legacy_claim_verdict(trial: FrozenTrial, host: str, alive: Callable[[int], b
     return (f"claimed by pid {pid} on {claimer} with a normbench from before OS-lock claims, and RUNNING for "
             f"{running:.0f} s; from {host} that process cannot be checked (a new container's name for the same "
             f"folder, most often), so it is taken for dead after the grace ({grace_seconds:.0f} s)")
-
-
-def epoch_step(record: dict[str, Any]) -> int:
-    """Optimizer steps at an epoch's end; a history from before `step` was recorded gives its epoch count."""
-    return int(record["step"]) if record.get("step") is not None else int(record["epoch"]) + 1
-
-
-def version5_additions(trial: FrozenTrial) -> tuple[dict[int, float], dict[str, float]]:
-    """(intermediate values, user attrs) a version-4 finished trial lacks: its history's finite val top-1 by step
-    (a diverged epoch's is None/NaN: skipped), and the numeric scores of its result. Empty for a trial that has
-    them (the worker reported its epochs), is unfinished, or holds no cell's result."""
-    if trial.state not in (TrialState.COMPLETE, TrialState.PRUNED):
-        return {}, {}
-    values: dict[int, float] = {}
-    if not trial.intermediate_values:
-        for record in trial.user_attrs.get("history") or []:
-            value = record.get("val_top1")
-            if isinstance(value, int | float) and math.isfinite(value):
-                values[epoch_step(record)] = float(value)
-    result = trial.user_attrs.get("result")
-    attrs = {} if not isinstance(result, dict) else {
-        name: rule(result) for name, rule in SCORE_ATTRS.items()
-        if not isinstance(trial.user_attrs.get(name), int | float)}
-    return values, attrs

@@ -1,15 +1,8 @@
-"""What normbench needs of Optuna beyond its public API, named in this one module and pinned by
-tests/store/test_optuna_api.py on the installed Optuna (a new minor that moves any of it fails that test, not a run).
-
-- Trial ids: the storage speaks in trial ids, a Study in trial numbers. `TrialIds` asks the storage's public
-  `get_study_id_from_name` / `get_trial_id_from_study_id_trial_number` (and remembers: an id never changes).
-- The journal's operation codes and the fields Optuna's replay reads without a default: the on-disk format that
-  store/journal.py checks a record against. Optuna keeps them in a private enum; the numbers are the file format.
-- One RDBStorage step with no public equivalent: Optuna retries a trial's creation itself after an error of its
-  commit, and a commit whose answer was lost would then be created twice. `find_trial_by_key` hooks the step of each
-  try that inserts the trial (`INSERT_STEP`), so a try finds the row an earlier one committed by the key the ledger
-  gives every trial it queues (`TRIAL_KEY`); it reads Optuna's tables by their SQL names (`trials`,
-  `trial_system_attributes`), the schema Optuna migrates with alembic and keeps stable across versions.
+"""What normbench needs of Optuna beyond its public API, pinned by tests/store/test_optuna_api.py on the installed
+Optuna (a new minor that moves any of it fails that test, not a run): the journal's op codes (`JOURNAL_OPS`, private
+in Optuna but the file format), and one RDBStorage step. Optuna retries a trial's creation after a commit error,
+creating it twice if only the answer was lost, so each try's insert (`INSERT_STEP`) first looks the row up by
+`TRIAL_KEY` in Optuna's alembic-migrated tables `trials` and `trial_system_attributes`.
 """
 
 from __future__ import annotations
@@ -62,8 +55,7 @@ JOURNAL_OPS: dict[int, tuple[str, tuple[str, ...]]] = {
     10: ("DISCARD_TRIALS", ()),  # written by Rustuna; Optuna's replay skips it
 }
 SET_STATE = 6
-# What SET_TRIAL_STATE_VALUES also reads, by the state it sets (TrialState values): RUNNING (0) its start, a
-# finished state (COMPLETE 1, PRUNED 2, FAIL 3) its completion
+# What SET_TRIAL_STATE_VALUES also reads, by state set: RUNNING (0) a start, COMPLETE/PRUNED/FAIL (1-3) a completion
 STATE_TIMES = {"datetime_start": (0,), "datetime_complete": (1, 2, 3)}
 
 TRIAL_KEY = "normbench_key"  # Optuna system attr of each trial the ledger queues: what its creation is found by
@@ -71,8 +63,7 @@ INSERT_STEP = "_get_prepared_new_trial"  # RDBStorage: (study_id, template_trial
 
 
 def find_trial_by_key(storage: Any) -> None:
-    """Make each try of `storage`'s trial creation first look for a trial of the study whose system attr TRIAL_KEY
-    equals the template's (a row an earlier try committed before its answer was lost) and return it."""
+    """Make each try of `storage`'s trial creation first return the study's trial with the template's TRIAL_KEY."""
     insert: Callable[..., Any] = getattr(storage, INSERT_STEP)
     from sqlalchemy import text  # noqa: PLC0415 (only RDB ledgers get here)
 

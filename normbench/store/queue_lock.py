@@ -1,10 +1,8 @@
 """One worker at a time queues a study's cells on a PostgreSQL ledger.
 
-Queueing is check-then-insert: a worker lists the cells already queued and adds the missing ones. Workers started
-at once on a shared database (a job array, `ssh` in a loop) would each see the same cells missing and queue them
-twice; the claim keeps one copy (Ledger._duplicate) but fails the other, which leaves a FAIL trial that trained
-nothing in the ledger and the dashboard. A session-level advisory lock keyed by the study name serializes the
-check and the inserts. A journal file (one folder, one host) and SQLite take no such lock.
+Queueing is check-then-insert: workers started at once (a job array) would each see the same cells missing and
+queue them twice; the claim keeps one copy (Ledger._duplicate) but fails the other, leaving a FAIL that trained
+nothing in the ledger and dashboard. A session-level advisory lock keyed by the study name serializes queueing.
 """
 
 from __future__ import annotations
@@ -26,10 +24,8 @@ def lock_key(study_name: str) -> int:
 
 @contextmanager
 def queue_lock(storage: Any, outage: Outage | None, study_name: str, wait_seconds: float = 60.0) -> Iterator[None]:
-    """Hold the study's queue lock while the block runs (a no-op unless `storage` is an RDBStorage on PostgreSQL).
-    Taking it waits out an outage like any ledger call; if the connection dies while it is held, the server drops
-    the lock with the session. A holder that stalls (SIGSTOP, a frozen VM) keeps its session alive: after
-    `wait_seconds` the block runs without the lock, as the claim's duplicate rule still keeps one copy of a cell."""
+    """Hold the study's queue lock for the block (PostgreSQL only; freed with a dead session), waiting out an outage.
+    A stalled holder (SIGSTOP) keeps its session: after `wait_seconds`, run unlocked (the claim keeps one copy)."""
     engine = getattr(storage, "engine", None)
     if engine is None or engine.dialect.name != "postgresql":
         yield

@@ -1,10 +1,8 @@
 """Room kept on the output folder's disk for stopping cleanly when it fills up mid-run.
 
-A full disk stops a run (exit 2, naming the path), but stopping cleanly still writes a little: the cell in flight
-failed and queued again in the ledger, its MLflow run closed. `keep(out)` writes RESERVE_BYTES to
-`OUT/.locks/reserve` (beside the locks: never published with the results) when a run starts; `free(out)`, called
-where a write finds the disk full, deletes it so those last writes fit. The next run keeps it again once there is
-room.
+A full disk stops a run (exit 2, naming the path), but stopping still writes a little (re-queueing the cell in
+flight, closing its MLflow run): `keep(out)` writes RESERVE_BYTES to `OUT/.locks/reserve` (never published) as a
+run starts; `free(out)`, where a write finds the disk full, deletes it so those last writes fit.
 """
 
 from __future__ import annotations

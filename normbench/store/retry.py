@@ -1,17 +1,10 @@
 """Wait out a database or tracking-server outage instead of dying on the first refused connection.
 
-The ledger runs each of its operations through `Outage.call` at the call site (store/ledger.py, store/claim.py):
-transient errors (connection refused or reset, timeouts, a 5xx, SQLAlchemy's OperationalError) are retried with
-backoff for up to NORMBENCH_RETRY_SECONDS (default 300), saying once what it waits for. Logic errors (a finished
-trial) are raised at once. When the time runs out it raises ServerUnreachableError (exit 3) naming the URL; after
-that calls fail fast, so giving the cell back on the way out does not wait a second budget. A call made inside
-another runs once: the outermost call retries, within one budget.
-
-Only a call safe to repeat is replayed blindly. A write that is not (queueing a trial, finishing one) may have been
-applied by a server whose answer was then lost (a timeout, a reset, a proxy's 502 after the commit): it is passed
-with `unsafe=True` and replayed at once only when the error proves the request never left (connection refused);
-after an ambiguous error its `landed()` check is asked first whether the write is on the server (a queued trial
-carries a key to look it up by), and it is replayed only if not; with no way to ask, the error is raised.
+`Outage.call` retries transient errors (refused or reset connections, timeouts, a 5xx, SQLAlchemy's OperationalError)
+with backoff for up to NORMBENCH_RETRY_SECONDS (default 300), saying once what it waits for; logic errors raise at once.
+Out of time: ServerUnreachableError (exit 3), naming the URL; later calls fail fast, not waiting a second budget.
+Nested calls run once. An unsafe write (queueing or finishing a trial) whose answer was lost is replayed only if the
+error proves it never left (connection refused) or `landed()` says it is not there; with no `landed`, it raises.
 """
 
 from __future__ import annotations
@@ -117,21 +110,18 @@ class Outage:
         self._say = say or (lambda line: print(f"normbench: {line}", file=sys.stderr, flush=True))
 
     def back_within(self, seconds: float) -> bool:
-        """Did the server come back from an outage less than `seconds` ago? (Heartbeats written meanwhile were
-        lost with it.)"""
+        """Did the server come back from an outage less than `seconds` ago? (Heartbeats meanwhile were lost.)"""
         return time.monotonic() - self.back_at < seconds
 
     def came_back(self, down_for: float) -> None:
-        """Note that the server answered again after failing calls made outside the retries (a heartbeat's) for
-        `down_for` seconds."""
+        """The server answered again after `down_for` s of failed calls made outside the retries (a heartbeat's)."""
         with self._lock:
             self.back_at, self.down_for = time.monotonic(), down_for
 
     def call(self, fn: Callable[..., T], *args: Any, unsafe: bool = False,
              landed: Callable[[], Any] | None = None, **kwargs: Any) -> T:
-        """`fn(*args, **kwargs)`, retried. `unsafe`: a replay could apply the write twice; `landed()` then returns
-        what `fn` would have returned if the write is on the server, else NOT_LANDED. A composite that is idempotent
-        as a whole (find, else create) is passed as `fn` and retried whole."""
+        """`fn(*args, **kwargs)`, retried; `fn` may be an idempotent composite (find, else create). `unsafe`: a replay
+        could apply the write twice; `landed()` then returns what `fn` would have if the write landed, or NOT_LANDED."""
         if getattr(self._inside, "active", False):
             return fn(*args, **kwargs)
         self._inside.active = True

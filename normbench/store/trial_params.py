@@ -1,11 +1,8 @@
 """A cell's axes as its Optuna trial's params, so optuna-dashboard lists each trial with its cell.
 
-Optuna fixes a categorical param's choices for a whole study (a different choice list raises "does not support
-dynamic value space"), and the ledger must let a matrix grow later. So numeric axes are float/int params over the
-matrix's range (Optuna accepts any range for those), and a text axis is categorical over the values queued so far:
-a grown matrix gives new trials a longer choice list, which the journal file accepts. A shared database checks
-choices on every new trial; there a text axis whose choices grew is left out of the new trials' params (their user
-attrs still carry every axis).
+Optuna fixes a categorical's choices per study ("does not support dynamic value space"), yet a matrix may grow. So
+numeric axes are int/float ranges (any range is accepted) and text axes categorical over the values queued so far;
+a journal file accepts a grown list, a database does not: there new trials keep that axis in user attrs only.
 """
 
 from __future__ import annotations
@@ -19,15 +16,7 @@ from optuna.trial import TrialState
 
 
 def axis_distributions(cells: Iterable[dict[str, Any]]) -> dict[str, BaseDistribution]:
-    """One distribution per axis covering every value the given cells take on it.
-
-    Args:
-        cells: each cell's `axis -> value` mapping.
-
-    Returns:
-        `axis -> distribution`: IntDistribution(min, max) for ints, FloatDistribution(min, max) for numbers with a
-        float among them, CategoricalDistribution(sorted values) for anything else (text, bools, None).
-    """
+    """`axis -> distribution` over `cells`' values: Int if all ints, Float if all numbers, else sorted Categorical."""
     values: dict[str, list[Any]] = {}
     for axes in cells:
         for axis, value in axes.items():
@@ -52,8 +41,7 @@ def trial_params(axes: dict[str, Any], distributions: dict[str, BaseDistribution
 
 def add_waiting_trial(study: optuna.Study, axes: dict[str, Any], distributions: dict[str, BaseDistribution],
                       user_attrs: dict[str, Any], system_attrs: dict[str, Any] | None = None) -> None:
-    """Queue a WAITING trial carrying `axes` as params. A shared database refuses a categorical whose choices grew
-    (see the module's docstring): the trial is then queued with its numeric params only."""
+    """Queue a WAITING trial with `axes` as params, or its numeric ones only where grown choices are refused."""
     params = trial_params(axes, distributions)
     numeric = {k: v for k, v in params.items() if not isinstance(distributions[k], CategoricalDistribution)}
     for kept in (params, numeric):

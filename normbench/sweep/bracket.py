@@ -1,17 +1,10 @@
 """lr bracketing (protocol v2): which cells to add while a row's selected lr sits at the edge of the lrs tried.
 
-A row is one point of the matrix without lr and seed (e.g. depth=24, layer=rezero). While its selected lr, chosen on
-val like everywhere else (spec.selection.choose_lr), is the smallest or largest lr tried, one more lr one grid step
-beyond (the grid's own geometric ratio) is queued for every selection seed. Rounds repeat until the selected lr is
-interior or `bracket_max_steps` lrs lie beyond that end of the grid (`edge_reason` names which).
-
-Nothing else stops the search: a row whose lr means are flat within the seeds' spread, whose edge only the
-tie-break chose, or whose seeds stalled is still extended (protocol v1 stopped there, and one stalled seed left
-pre-LN at depth 36 selected at the smallest lr it tried). The one exception is a row that learned nothing: when every
-cell of its selected lr sits at chance, the step goes *up* from the largest lr tried (too small a step size is the
-usual reason), unless every seed there diverged: between chance and divergence there is nothing to find.
-Pure: the runner queues what it returns.
-"""
+A row is a matrix point without lr and seed. While its val-selected lr (contracts.selection.choose_lr) is the smallest
+or largest tried, one lr a grid step beyond (geometric ratio) is queued on every selection seed, until it is interior
+or `bracket_max_steps` lrs lie beyond that end (`edge_reason` names which). Flat lr means, tie-break edges and stalled
+seeds do not stop it (protocol v1 did: one stalled seed left pre-LN at depth 36 at its smallest lr). A row at chance
+steps *up* from the largest lr (too small a step is the usual cause), unless every seed there diverged. Pure."""
 
 from __future__ import annotations
 
@@ -41,15 +34,8 @@ def grid_ratio(lrs: Iterable[float]) -> float:
 
 
 def bracket_axes(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The axes of the cells one step beyond the edge for every row whose best lr is at an edge.
-
-    Args:
-        suite: Gives the lr grid, the seeds, `bracket_max_steps` and the order of the axes.
-        finished: (axes, result) of every finished cell of the suite, matrix and earlier rounds alike.
-
-    Returns:
-        Axes dicts in the matrix's key order (possibly already queued: the ledger skips those).
-    """
+    """The axes (matrix key order) of the cells one step beyond the edge for every row whose best lr is at an edge,
+    from `finished`: (axes, result) of every finished cell, matrix and earlier rounds. Some may be queued already."""
     grid = sorted(suite.matrix["lr"])
     ratio = grid_ratio(grid)
     seeds = suite.matrix.get("seed", [None])

@@ -1,8 +1,5 @@
-"""What run and tune share about a suite's cells: the recipe guard on their studies and the params MLflow logs.
-
-A study is stamped with the suite's recipe hash when it is created; adding cells of another recipe to it would mix
-recipes in one leaderboard, so it is refused before anything is written.
-"""
+"""What run and tune share about a suite's cells: the recipe guard on their studies (another recipe's cells would mix
+recipes in one leaderboard, so are refused before any write) and the params MLflow logs."""
 
 from __future__ import annotations
 
@@ -36,8 +33,7 @@ def check_recipe(ledger: Ledger, suite: Suite, study: optuna.Study) -> None:
 
 
 def cell_params(axes: dict[str, Any], config: CellConfig) -> dict[str, Any]:
-    """What MLflow logs for a cell: its axes and recipe, with the data set's true split sizes (not the synthetic-only
-    size knobs' defaults)."""
+    """What MLflow logs for a cell: axes, recipe, the data set's true split sizes (not synthetic-only size knobs)."""
     from normbench.data import split_sizes
     from normbench.data.config import DATASET_ONLY_KEYS
 

@@ -1,14 +1,10 @@
 """Where a cell's checkpoints and kept weights live, how its trial records them, and whether a claimed cell resumes.
 
-The ledger is the truth about which cells exist and how they ended; a checkpoint is a cache that saves work. Each
-cell has a folder under the checkpoint folder (OUT/checkpoints by default, or `--checkpoint-dir`, a filesystem every
-worker shares): `<study>/<cell id>/checkpoint.pt`, and `weights.safetensors` beside it when the recipe keeps its
-weights. After each write the cell's trial gets the user attr `checkpoint` ({file, epoch, batch, step, recipe, bytes,
-written, host}; `file` is relative to the checkpoint folder, which another machine may mount elsewhere), and a
-re-queued copy of the trial carries it on (store/ledger.py `requeue`), so whichever worker claims the cell next finds
-it. A checkpoint that cannot be resumed (truncated, unreadable, another recipe or normbench version) is renamed
-`checkpoint.pt.set-aside` with one warning line, and the cell starts over. A finished cell's checkpoints are deleted.
-"""
+A checkpoint is a cache that saves work (the ledger stays the truth): `<study>/<cell id>/checkpoint.pt`, plus
+`weights.safetensors` when the recipe keeps weights, under OUT/checkpoints or `--checkpoint-dir` (shared by every
+worker). The trial's user attr `checkpoint` records each write (`file` relative to that folder, which another machine
+may mount elsewhere); a re-queued trial carries it (store/ledger.py `requeue`). An unusable one (truncated, another
+recipe or normbench version) becomes `checkpoint.pt.set-aside` with one warning and the cell starts over."""
 
 from __future__ import annotations
 
@@ -78,8 +74,7 @@ class CellCheckpoints:
         return self.folder.cell(self.study, self.cell_id) / WEIGHTS_FILE
 
     def resume(self, trial: optuna.Trial, world: int) -> dict[str, Any] | None:
-        """The checkpoint this cell goes on from, or None (none, or set aside with one warning line). Says in one
-        line where it resumes and what that saved."""
+        """The checkpoint this cell goes on from (said in one line), or None (none, or set aside with a warning)."""
         record = trial.user_attrs.get(CHECKPOINT_ATTR) or {}
         path = self.folder.root / record["file"] if record.get("file") else self.path
         if not path.is_file():
@@ -109,8 +104,8 @@ class CellCheckpoints:
         return state
 
     def keeper(self, claim: Claim) -> Keeper:
-        """Writes this cell's checkpoints and records each on its trial (best effort: the file is the cache, the
-        record only finds it faster and tells a person where it is); none once another worker holds the cell."""
+        """Writes this cell's checkpoints (none once another worker holds it) and records each on its trial, best
+        effort: the file is the cache, the record only finds it faster and tells a person where it is."""
         tc = self.config.train
 
         def saved(info: dict[str, Any]) -> None:
@@ -126,8 +121,7 @@ class CellCheckpoints:
                       label=self.cell_id)
 
     def before_finish(self, claim: Claim) -> Path | None:
-        """Trained, about to be recorded: its checkpoint record cleared (`clean` deletes the file once the ledger
-        has the cell) and its kept weights' file recorded; returns that file, if the cell wrote one."""
+        """Before the ledger's finish: clear the checkpoint record, record the kept weights' file (returned, if any)."""
         weights = self.weights if self.config.train.keep_weights == "final" and self.weights.is_file() else None
         try:
             if claim.trial.user_attrs.get(CHECKPOINT_ATTR):

@@ -1,5 +1,4 @@
-"""`normbench run --dry-run`: the cells of a suite and their status, with the bracketing cells already run and
-those the next round would add. Trains nothing and writes nothing."""
+"""`normbench run --dry-run`: a suite's cells and status, bracketing rounds run and next; trains and writes nothing."""
 
 from __future__ import annotations
 

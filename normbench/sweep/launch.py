@@ -1,8 +1,5 @@
-"""Start local `normbench worker` processes on one suite's ledger, and stop them on Ctrl-C or SIGTERM.
-
-Each worker is an ordinary `normbench worker` (the command a node of a cluster runs), one per GPU when there are
-GPUs, else sharing the CPU's cores. Watching what they finish is normbench/sweep/watch.py.
-"""
+"""Start local `normbench worker` processes (a cluster node's command; one per GPU, else sharing the cores) on one
+suite's ledger, and stop them on Ctrl-C or SIGTERM. Watching what they finish is normbench/sweep/watch.py."""
 
 from __future__ import annotations
 
@@ -50,8 +47,7 @@ def worker_command(suite: Suite, out_dir: Path, *, storage: str | None, device: 
 
 
 def worker_env(index: int, workers: int, device: str, gpus: int) -> dict[str, str]:
-    """Worker `index`'s environment: its own GPU when there are GPUs, else its share of the cores; and what it needs
-    to know the layers this process registered from Python."""
+    """Worker `index`'s environment: its own GPU, else its share of the cores; and the layers registered here."""
     from normbench.layers.plugins import worker_environ
 
     env = dict(os.environ)

@@ -1,5 +1,4 @@
-"""One status line for a suite: cells done/total, the current cell's epoch and val accuracy, and an ETA. A finished
-cell's line shows the val top-1 the selection scores: the final epoch's, not the best epoch's."""
+"""One status line: cells done/total, the current cell's epoch and val, an ETA; finished cells show the scored val."""
 
 from __future__ import annotations
 
@@ -20,22 +19,19 @@ def _duration(seconds: float) -> str:
 
 
 def _outcome(result: CellResult) -> str:
-    """Status and the val top-1 that is scored (the final epoch's; a diverged cell scores 0), or for a pruned trial
-    the last val it reached."""
+    """Status and the scored val top-1 (the final epoch's; diverged scores 0), or a pruned trial's last val."""
     if result.status == "pruned":
         return f"pruned after epoch {result.epochs_run}  val {result.final_val_top1:.1f}%"
     return f"{result.status}  val {select_value({'status': result.status, 'val_top1': result.val_top1}):.1f}%"
 
 
 class Progress:
-    """Rewrites one line on a terminal; otherwise (logs, SLURM, CI) prints a line per finished cell and, while a
-    cell trains, an epoch line at most every `log_every` seconds."""
+    """Rewrites one line on a terminal; else (logs, SLURM, CI) a line per finished cell, epochs every `log_every` s."""
 
     def __init__(self, total: int, done: int = 0, stream: TextIO | None = None, quiet: bool = False,
                  costs: dict[str, float] | None = None, log_every: float = 30.0) -> None:
-        """`costs`: the relative cost of each cell still to run (depth x epochs), so that the ETA after a few
-        depth-6 cells does not promise depth 36 at the same speed. Without it every cell counts as 1.
-        `log_every`: seconds between epoch lines without a terminal (default 30; 0 prints every epoch)."""
+        """`costs`: each cell's relative cost (depth x epochs; default 1), so the ETA after depth-6 cells does not
+        promise depth 36 at that speed. `log_every`: seconds between epoch lines without a terminal (0: every epoch)."""
         stream = stream or sys.stderr  # looked up per call: sys.stderr may be replaced after import (pytest)
         self.total, self.done, self.stream, self.quiet = total, done, stream, quiet
         self.tty = stream.isatty()
@@ -49,8 +45,7 @@ class Progress:
         self._clear = "\r\033[K" if self.tty else ""  # return to the line's start and erase it
 
     def eta(self) -> str:
-        """Time left for the suite, from the elapsed time per unit of cost done (the current cell's trained part
-        counts); '?' before any progress."""
+        """Time left, from elapsed time per unit of cost done (the current cell's part counts); '?' before progress."""
         partial = self._cost(self.cell) * self.cell_fraction if self.cell else 0.0
         done = self.cost_done + partial
         if not done:
@@ -85,8 +80,7 @@ class Progress:
         self.record(cell, result)
 
     def record(self, cell_id: str, result: CellResult | None, where: str = "") -> None:
-        """Count a finished cell (trained here, or by a worker process: `where` names it) and print its line; a
-        cell without a stored result (None) is counted as "finished"."""
+        """Count a finished cell (`where`: the worker that trained it) and print its line; None: no stored result."""
         self.done += 1
         cost = self._cost(cell_id)
         self.cost_done += cost

@@ -1,11 +1,7 @@
 """Fresh seeds report: once selection is over, each row's chosen lr is trained on the suite's `report_seeds`.
 
-The selection seeds (the matrix's `seed` axis, bracketing rounds included) choose each row's lr with
-spec.selection.choose_lr; the report seeds never took part in that choice, so a seed that was lucky on val cannot
-also be the one that reports (val and test correlate across cells). `normbench tune` re-runs its best configurations
-on unseen seeds the same way. Pure: the runner queues what this returns, once, when every selection cell has
-finished and bracketing has nothing more to add.
-"""
+The selection seeds chose the lr (contracts.selection.choose_lr); report seeds never took part, so a seed lucky on val
+cannot also report (val and test correlate). Pure: the runner queues it once selection and bracketing are done."""
 
 from __future__ import annotations
 
@@ -16,8 +12,7 @@ from normbench.contracts.suite import BUDGET_SEEDS, Suite
 
 
 def chosen_lr_by_row(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[tuple, float]:
-    """`{row: lr}` over the finished selection cells ((axes, result) pairs); a row is the matrix axes but lr and seed,
-    as `((axis, value), ...)` in file order."""
+    """`{row: lr}` over finished selection cells; a row is `((axis, value), ...)` in file order without lr and seed."""
     base_lr = float(suite.cell({}).config.train.lr)
     by_row: dict[tuple, dict[float, list[float]]] = {}
     for axes, result in finished:

@@ -1,12 +1,8 @@
-"""`normbench run`'s work: a suite's matrix as one study, plus lr bracketing rounds and the report stage, as the
-jobs a worker consumes.
+"""`normbench run`'s work: a suite's matrix as one study, plus lr bracketing rounds and the report stage, as jobs.
 
-With bracketing (`--bracket`), cells beyond the lr grid's edge are queued in rounds, each its own study
-`bracket:<suite>:<round>` in the same ledger, by whichever worker finds every cell so far finished. With
-`report_seeds`, once selection is over (every cell finished, no bracketing round left to add), each row's chosen lr
-is queued on the report seeds in the study `report:<suite>` (sweep/report_stage.py). Every worker computes the same
-cells from the same ledger, and a cell already queued is not queued again, so each runs once.
-"""
+With `--bracket`, the worker finding every cell so far finished queues a round beyond the lr grid's edge (study
+`bracket:<suite>:<round>`); then, with `report_seeds`, each row's chosen lr on them (`report:<suite>`,
+sweep/report_stage.py). Workers compute the same cells from the same ledger and queue only new ones: each runs once."""
 
 from __future__ import annotations
 
@@ -87,9 +83,7 @@ def note_new_cells(progress: Progress, suite: Suite, study_name: str, cells: dic
 
 
 def run_jobs(suite: Suite, study: optuna.Study, ledger: Ledger, progress: Progress | None = None) -> JobList:
-    """The job list a worker consumes: the matrix, plus (when `suite.bracket`) a round of cells beyond each edge
-    lr, queued when every cell so far has finished, plus (with `report_seeds`) the report stage once no round is
-    left to add; a new round or stage is a new study, which tells the worker loop there is more to do."""
+    """The matrix, then bracketing rounds and report stage when due; a new study tells the worker loop there is more."""
     names = StudyNames(suite.name)
 
     def jobs() -> list[Job]:
@@ -146,8 +140,7 @@ def retry_failed(suite: Suite, out_dir: Path, storage: str | None) -> list[str]:
 
 def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
              quiet: bool = False) -> tuple[JobList, list[str], Progress]:
-    """Check the recipe, queue the matrix, and count what is queued and finished (earlier bracketing rounds too).
-    Returns the job list, the studies to watch and the progress line."""
+    """Check the recipe, queue the matrix, count queued and done cells; returns (jobs, studies to watch, progress)."""
     study = open_run_study(ledger, suite)
     cells = suite.cells()
     ledger.enqueue(study, {c.cell_id: c.axes for c in cells})

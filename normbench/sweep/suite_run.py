@@ -1,13 +1,9 @@
-"""The one composition root of a suite's work: `SuiteRun` builds the ledger, the tracker, the job list and the
-progress line once, for `normbench run`, `tune` and `worker` alike.
+"""The one composition root of `normbench run`, `tune` and `worker`: `SuiteRun` builds ledger, tracker, jobs, progress.
 
-    suite -> SuiteRun(mode) -> jobs (sweep/run.py or sweep/tune.py) -> worker loop (sweep/worker.py)
-          -> train_cell (train/) -> ledger (store/) + live MLflow runs (tracking/) -> leaderboard (report/)
-          -> MLflow synced from the ledger (tracking/sync.py)
+    suite -> SuiteRun(mode) -> jobs (sweep/run.py, sweep/tune.py) -> worker loop (sweep/worker.py) -> train_cell
+          -> ledger (store/) + live MLflow runs (tracking/) -> leaderboard (report/) + MLflow sync (tracking/sync.py)
 
-The parent (`run`, `tune`) owns the output folder: it checks it can write there, keeps a copy of the suite file,
-starts local worker processes when asked, and writes the leaderboard at the end. A worker joins the same studies.
-"""
+The parent (`run`, `tune`) owns OUT (checks, suite copy, local workers, leaderboard); a worker joins its studies."""
 
 from __future__ import annotations
 
@@ -41,8 +37,7 @@ MODES = {"run": open_run, "tune": open_tune}
 
 
 def preflight(suite: Suite, device: str | None) -> str:
-    """The device to use, after checking it exists and loading the dataset once: a missing GPU or dataset fails
-    here with its message, not in every cell."""
+    """The checked device, after loading the dataset once: a missing GPU or dataset fails here, not in every cell."""
     from normbench.data import build_data
     from normbench.train.device import resolve_device
 
@@ -53,12 +48,8 @@ def preflight(suite: Suite, device: str | None) -> str:
 
 
 class SuiteRun:
-    """A suite's ledger, tracker, jobs and progress, opened for `mode` ("run" or "tune").
-
-    `parent=True` (run, tune) also checks the output folder and saves the suite file there (the snapshot its
-    workers load: sweep/suite_snapshot.py); a worker (`False`) joins a suite a parent owns. A ledger trained with
-    another recipe is refused before anything is written: no torn journal tail cut, no MLflow store opened.
-    """
+    """A suite's ledger, tracker, jobs and progress for `mode`; `parent=True` also checks OUT and snapshots the suite
+    (sweep/suite_snapshot.py). Another recipe's ledger is refused first: no journal repair, no MLflow store."""
 
     def __init__(self, suite: Suite, out_dir: Path, *, storage: str | None = None, mode: str = "run",
                  quiet: bool = False, parent: bool = True, checkpoint_dir: Path | None = None) -> None:
@@ -82,8 +73,7 @@ class SuiteRun:
             save_suite_copy(suite, self.folder, self.snapshot)
 
     def work(self, device: str, workers: int | None = None, dist: Dist | None = None) -> WorkSummary:
-        """Run the cells in `workers` local worker processes (when more than one), then in this process: alone
-        that is all the work; after workers it finishes whatever a dead worker left behind (usually nothing)."""
+        """Run cells in `workers` local processes (if > 1), then here: all when alone, else what a dead worker left."""
         workers = workers or default_workers(device)
         summary = WorkSummary()
         try:
@@ -112,9 +102,7 @@ class SuiteRun:
         return summary
 
     def settle_claims(self) -> None:
-        """A claim whose worker is gone is failed and queued again (the ledger's reclaim), so no cell stays RUNNING
-        once `run` returns (its MLflow run: the next sync's). Best effort on the way out: what the ledger cannot
-        take now, the next run reclaims."""
+        """Reclaim gone workers' cells so none stays RUNNING after `run` (best effort: the next run gets the rest)."""
         try:
             for name in self.ledger.study_names():
                 if study_suite(name) == self.suite.name:
@@ -135,9 +123,8 @@ class SuiteRun:
 
 
 def synced(out_dir: Path, storage: str | None, uri: str, progress: Progress) -> None:
-    """Sync MLflow from the ledger (tracking/sync.py) and say how it went. A store that cannot take it is a warning
-    (said even with --quiet), never a failed run: the ledger has every result, and `normbench sync OUT` repairs
-    the view later."""
+    """Sync MLflow from the ledger (tracking/sync.py). A failure is a warning (even with --quiet), never a failed
+    run: the ledger has every result, and `normbench sync OUT` repairs the view later."""
     from normbench.tracking.sync import sync
 
     try:
@@ -149,8 +136,7 @@ def synced(out_dir: Path, storage: str | None, uri: str, progress: Progress) -> 
 def run_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | None = None,
               device: str | None = None, workers: int | None = None, quiet: bool = False,
               checkpoint_dir: Path | None = None) -> WorkSummary:
-    """`normbench run` (mode "run") or `normbench tune` ("tune"): train every unfinished cell, then write the
-    leaderboard."""
+    """`normbench run` (mode "run") or `normbench tune` ("tune"): train every unfinished cell, write the leaderboard."""
     device = preflight(suite, device)
     if (workers or default_workers(device)) > 1:  # a layer no worker could import is refused before any file exists
         worker_command(suite, out_dir, storage=storage, device=device, mode=mode)
@@ -163,8 +149,7 @@ def run_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | 
 def join_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | None = None,
                device: str | None = None, quiet: bool = False, dist: Dist | None = None,
                checkpoint_dir: Path | None = None) -> WorkSummary:
-    """`normbench worker`: train the suite's cells from this machine until none is left. Under torchrun only rank 0
-    claims cells; the other ranks follow it through each one."""
+    """`normbench worker`: train the suite's cells until none is left. Under torchrun rank 0 claims, the rest follow."""
     from normbench.sweep.worker import follow
 
     device = preflight(suite, device)
@@ -180,8 +165,7 @@ def join_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str |
 
 
 def check_output_folder(folder: OutputFolder) -> None:
-    """Before training: the output folder can be created and written, and no output file's path is taken by a
-    folder. Raises NormbenchError (exit 2) naming the path, so a disk fault costs no training."""
+    """Check OUT is writable and no output path is a folder, else NormbenchError (exit 2) naming it, before training."""
     try:
         folder.path.mkdir(parents=True, exist_ok=True)
         probe = folder / f".write-test-{os.getpid()}"
@@ -199,9 +183,8 @@ def check_output_folder(folder: OutputFolder) -> None:
 
 
 def check_folder_suite(suite: Suite, folder: OutputFolder, ledger: Ledger | None) -> None:
-    """A folder belongs to one suite: another suite there (by its saved suite.yaml, or by the studies of the folder's
-    own ledger: a shared database may hold many suites) is refused before anything is written, as results.csv,
-    leaderboard.md and suite.yaml would be overwritten. Raises NormbenchError (exit 2) naming --out."""
+    """Refuse (NormbenchError, exit 2, naming --out) a folder of another suite, by suite.yaml or its own ledger (a
+    shared database holds many), before its results.csv, leaderboard.md and suite.yaml are overwritten."""
     others = {name: where for name, where in _suites_in_folder(folder, ledger).items() if name != suite.name}
     if others:
         name, where = sorted(others.items())[0]
@@ -224,8 +207,7 @@ def _suites_in_folder(folder: OutputFolder, ledger: Ledger | None) -> dict[str, 
 
 
 def save_suite_copy(suite: Suite, folder: OutputFolder, source: Path | None = None) -> None:
-    """OUT/suite.yaml, read back by `normbench leaderboard OUT`: `source` (the snapshot this run read), else the
-    suite's file."""
+    """OUT/suite.yaml, for `normbench leaderboard OUT`: `source` (the snapshot this run read), else the suite file."""
     folder.path.mkdir(parents=True, exist_ok=True)
     if suite.path.resolve() != folder.suite.resolve():
         tmp = folder / f".{OutputFolder.SUITE}.{os.getpid()}"

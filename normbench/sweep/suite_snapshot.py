@@ -1,11 +1,8 @@
 """The suite file as `run` and `tune` read it: what their local workers load and what OUT/suite.yaml records.
 
-A suite file edited while a run starts must not split the run: workers that read the edit would refuse it (a
-changed recipe) or train it, while their parent trains what it read. So the parent takes the file's bytes once,
-before it writes anything, and checks they still say the suite it loaded (an edit before that point is refused,
-nothing written); that copy is what its workers load and what OUT/suite.yaml keeps. An edit after that point is
-not this run's: it is said once when the workers start, and the next run checks it like any other change.
-"""
+An edit while a run starts must not split it (workers refusing or training the edit while the parent trains what it
+read), so the parent copies the file once, before writing anything, and checks it still loads as its suite. A later
+edit is not this run's: said once when the workers start, checked by the next run."""
 
 from __future__ import annotations
 
@@ -20,8 +17,7 @@ from normbench.errors import SuiteError
 
 
 def take_snapshot(suite: Suite) -> Path:
-    """A private copy of `suite.path` as it is now, after checking it is the suite loaded; lives as long as this
-    process. Raises SuiteError (exit 2) when the file changed since it was loaded."""
+    """A private copy of `suite.path` for this process's life; SuiteError (exit 2) if it changed since it was loaded."""
     try:
         data = suite.path.read_bytes()
     except OSError as e:

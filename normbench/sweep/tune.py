@@ -1,13 +1,10 @@
 """`normbench tune`: the same Optuna budget for every (layer, depth), then the best configuration over seeds.
 
-One study per point of the matrix without its seed and tuned axes, named `tune:<suite>:depth=12,layer=layerscale`.
-Each study gets exactly `tune.trials` trial slots queued up front, so the budget is equal however many workers
-share it; pruned and diverged trials spend budget like any other. The search trains on `search_seed` (one past the
-largest seed of the matrix) and ranks trials by val top-1 at the final epoch (contracts/selection.py). When every
-search is over, the best config of each study is re-run for every seed of the matrix in the study
-`tuned:<suite>`: seeds the search never trained on, so the winning trial's lucky draw is not counted again, and
-reported by test top-1 like `normbench run`.
-"""
+One study per matrix point without seed and tuned axes (`tune:<suite>:depth=12,layer=layerscale`), with exactly
+`tune.trials` slots queued up front: an equal budget however many workers share it (pruned, diverged ones count).
+Searches train on `search_seed` (past the matrix's seeds), ranked by final-epoch val top-1 (contracts/selection.py);
+each best config is then re-run on the matrix's seeds in `tuned:<suite>`, so its lucky draw is not counted again, and
+reported by test top-1 like `normbench run`."""
 
 from __future__ import annotations
 
@@ -31,8 +28,7 @@ from normbench.sweep.worker import Job
 
 
 def trial_label(key: dict[str, Any], sampled: dict[str, Any], number: int) -> str:
-    """`depth=2,layer=rezero,lr=0.00316,trial=4`: the search point, what the trial sampled (floats to 3
-    significant digits) and its number, for the progress lines and the MLflow run name."""
+    """`depth=2,layer=rezero,lr=0.00316,trial=4` (floats to 3 significant digits): progress lines, MLflow run name."""
     shown = {k: float(f"{v:.3g}") if isinstance(v, float) else v for k, v in sampled.items()}
     return f"{cell_id({**key, **shown})},trial={number}"
 
@@ -55,8 +51,7 @@ def _sampler_and_pruner(tune: TuneConfig) -> dict[str, Any]:
 
 def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
               quiet: bool = False) -> tuple[JobList, list[str], Progress]:
-    """Check every study's recipe, queue each search's budget, and return the job list a worker loop consumes, the
-    studies to watch and the progress line."""
+    """Check every study's recipe and queue each search's budget; returns (jobs, studies to watch, progress)."""
     if suite.tune is None:
         raise SuiteError(f"{suite.path}: has no `tune:` section; add one with `trials:` and `space:` "
                          "(see suites/smoke.yaml)")

@@ -1,6 +1,4 @@
-"""The parent of local workers: report each cell as a worker finishes it, count the bracketing rounds and report
-cells they queue,
-and wait for them to exit (stopping them on Ctrl-C or SIGTERM)."""
+"""The parent of local workers: report what they finish and queue, wait for them, stop them on Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
@@ -46,8 +44,7 @@ class WorkerWatch:
         newly_finished(ledger, self.watched(), self.seen)
 
     def watched(self) -> list[str]:
-        """The studies whose finished cells are reported, with the bracketing rounds and report stage the workers
-        queued."""
+        """The studies whose finished cells are reported, with the bracketing rounds and report stage queued since."""
         rounds = stage_study_names(self.ledger, self.suite)
         for name in rounds:
             new = {cid: axes for cid, axes in queued_cells(self.ledger, name).items() if cid not in self.counted}

@@ -1,14 +1,9 @@
 """The worker loop shared by `run`, `tune` and `worker`: claim a cell from the ledger, train it, log it, finish it.
 
-The ledger is the truth: a cell counts once the ledger marks it COMPLETE; a crash before that re-runs it. MLflow
-is a view of the ledger (tracking/sync.py rebuilds it), so the live logging here is best effort and never waits:
-the tracker queues each write (tracking/tracker.py), and a run left RUNNING by a crash, or missing because MLflow
-was away, is settled by the next `normbench sync` (every `normbench run` ends with one). The worker never searches
-MLflow. A worker whose claim another took over (it stalled past the heartbeat grace) stops that cell and closes its
-run as KILLED. A cell that kills its worker is re-queued by the ledger until
-NORMBENCH_MAX_ATTEMPTS such attempts, then failed for good: the loop ends without it and the summary names it
-(`failed_for_good`).
-"""
+The ledger is the truth: a cell counts once COMPLETE there; a crash before that re-runs it. MLflow is a view (rebuilt
+by tracking/sync.py), so live logging is queued and never waits (tracking/tracker.py); the next `normbench sync`
+settles runs left RUNNING. A worker whose claim was taken over (stalled past the heartbeat grace) stops that cell and
+closes its run KILLED. A cell that kills its worker NORMBENCH_MAX_ATTEMPTS times is failed for good."""
 
 from __future__ import annotations
 
@@ -54,8 +49,7 @@ TRAINED, FAILED, LOST = "trained", "failed", "lost"  # how a claimed cell ended 
 
 @dataclass
 class WorkSummary:
-    """What a worker did. `busy_seconds` is the wall time of its turns that ran a cell (claim, train, log, finish);
-    `train_seconds` the part spent training. The rest is the ledger's and MLflow's bookkeeping."""
+    """What a worker did. `busy_seconds`: wall time of the turns that ran a cell; `train_seconds`: the training part."""
 
     cells_run: int = 0  # trained here to their end, or failed here (`errors`)
     errors: int = 0
@@ -95,9 +89,7 @@ class WorkSummary:
 def work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
          suite_name: str, max_cells: int | None = None, dist: Dist | None = None,
          checkpoints: CheckpointFolder | None = None) -> WorkSummary:
-    """Run cells until every study of `jobs()` is finished. `jobs` is re-read when the current ones run dry, so
-    tuning can add its re-runs of the best configurations once the searches end. Under torchrun this is rank 0;
-    the other ranks `follow` it."""
+    """Run cells until every study of `jobs()` (re-read when they run dry) is finished; under torchrun, as rank 0."""
     try:
         summary = _work(jobs, ledger, tracker, device, progress, suite_name, max_cells, dist, checkpoints)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the cell was given back and its ranks told; let them return
@@ -176,9 +168,8 @@ def failed_cells(jobs: list[Job], ledger: Ledger) -> dict[str, int]:
 def run_cell(job: Job, claim: Claim, *, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
              suite_name: str, dist: Dist | None = None,
              checkpoints: CheckpointFolder | None = None, share: CpuShare | None = None) -> tuple[str, float]:
-    """Train one claimed cell. Returns its outcome, TRAINED, FAILED (it raised: recorded as a failed trial, retried
-    on the next run) or LOST (another worker took the claim over), and the seconds spent training, not counting the
-    logging and pruning calls made between epochs."""
+    """Train one claimed cell. Returns its outcome, TRAINED, FAILED (it raised: a failed trial, retried next run) or
+    LOST (another worker took the claim over), and the seconds spent training (not the between-epoch logging)."""
     trial = claim.trial
     cell_id, params, config = job.cell_for(claim)
     frozen = claim.frozen()  # its attempt (a re-queued copy's run is named `#2`)
@@ -252,8 +243,7 @@ def run_cell(job: Job, claim: Claim, *, ledger: Ledger, tracker: Tracker, device
 
 
 def _replay(history: list[EpochRecord], claim: Claim, run_id: str, tracker: Tracker, progress: Progress) -> None:
-    """A resumed cell's earlier epochs, logged again for this attempt: its MLflow run and its trial's curve (what
-    optuna-dashboard and the pruner read) are whole, as if it had never stopped."""
+    """Log a resumed cell's earlier epochs again, so this attempt's MLflow run and trial curve (pruner) are whole."""
     for record in history:
         tracker.log_epoch(run_id, record)
         progress.epoch(record)
@@ -280,8 +270,8 @@ def _state(result: Any) -> str:
 
 
 def release(claim: Claim, run_id: str, tracker: Tracker) -> None:
-    """Give a claimed cell back on the way out (Ctrl-C, SIGTERM, a ledger outage past the budget): its run KILLED,
-    its trial queued again. Best effort: the ledger that stopped us may be the one we cannot tell."""
+    """Give a claimed cell back on the way out (Ctrl-C, SIGTERM, a ledger outage past the budget): run KILLED, trial
+    re-queued. Best effort: the ledger that stopped us may be the one we cannot tell."""
     tracker.fail(run_id, "KILLED")
     try:
         claim.release()
@@ -290,8 +280,7 @@ def release(claim: Claim, run_id: str, tracker: Tracker) -> None:
 
 
 def settle(claim: Claim, run_id: str, tracker: Tracker) -> None:
-    """Stopped between training and closing the run: the run closed FINISHED if the ledger has recorded the cell,
-    else the cell given back (`release`). Best effort, as `release`."""
+    """Stopped between training and closing the run: close it FINISHED if the ledger has the cell, else `release`."""
     try:
         state = claim.frozen().state
     except Exception:  # the ledger is away: give the cell back; it runs again if it was not recorded

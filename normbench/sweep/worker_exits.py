@@ -1,13 +1,10 @@
 """How a local worker died, as the parent of `normbench run --workers K` sees it, kept with the cell's attempts.
 
-A worker killed by the OOM killer, a segfault or `os._exit` leaves no traceback and writes nothing to the ledger:
-its parent alone sees the exit code or signal and the last lines the worker wrote to stderr. Each worker's stderr
-goes to an unlinked temporary file (not a pipe: a worker must outlive a parent killed with -9 instead of dying of
-a broken pipe on its next line), which a thread forwards to the parent's stderr as it grows, keeping the last
-lines. When a worker dies holding a cell, the parent notes how on the cell's study (ledger.note_worker_exit) and
-starts a replacement, so that the cell's next attempt runs in a worker, never in the parent, which must live to
-say which cells failed for good. Each replacement answers one lost attempt, so NORMBENCH_MAX_ATTEMPTS bounds them.
-"""
+An OOM kill, segfault or `os._exit` leaves no traceback or ledger entry: only the parent sees the exit code and the
+last stderr lines. Stderr goes to an unlinked temporary file, not a pipe (a worker must outlive a parent killed with
+-9, not die of a broken pipe); a thread forwards it and keeps the tail. A worker that died holding a cell gets its
+exit noted (ledger.note_worker_exit) and a replacement, so retries never run in the parent, which must live to name
+the cells failed for good; one replacement per lost attempt, so NORMBENCH_MAX_ATTEMPTS bounds them."""
 
 from __future__ import annotations
 
@@ -95,8 +92,7 @@ def died(proc: subprocess.Popen) -> bool:
 
 
 def after_exit(proc: WorkerProcess, ledger: Ledger, study_names: list[str]) -> WorkerProcess | None:
-    """A worker ended: if it died holding a cell, note how on that cell's study and, while cells remain, return a
-    replacement (started); else None."""
+    """If it died holding a cell: note how on that study and, while cells remain, return a started replacement."""
     if not died(proc):
         return None
     present = set(ledger.study_names())

@@ -1,8 +1,7 @@
-"""Opening an MLflow store, shared by the live logger (tracker.py), `sync` (sync.py) and `normbench ui`, so all find
-the same experiment and parent run. The URI: `--tracking-uri`, else MLFLOW_TRACKING_URI, else `sqlite:///OUT/mlflow.db`
-(never MLflow's default `./mlflow.db`). That folder's store is a view the ledger rebuilds at any time, so it is written
-without an fsync per transaction (`PRAGMA synchronous=OFF`: only a crashed machine can lose a write, and a sync
-repairs that); syncing a folder is several times faster for it.
+"""Opening an MLflow store, shared by tracker.py, sync.py and `normbench ui` so all find one experiment and parent run.
+URI: `--tracking-uri`, else MLFLOW_TRACKING_URI, else `sqlite:///OUT/mlflow.db` (never MLflow's `./mlflow.db`). That
+folder store is a view a sync repairs, so it skips per-transaction fsyncs (`PRAGMA synchronous=OFF`: only a machine
+crash loses a write): syncs run several times faster.
 """
 
 from __future__ import annotations
@@ -25,16 +24,14 @@ _UNSYNCED: set[Path] = set()  # SQLite files whose connections skip the fsync
 
 Point = tuple[str, float, int, int]  # (key, value, timestamp ms, step): an MLflow metric point, before mlflow loads
 
-# Fail fast on an unreachable server instead of MLflow's minutes of retries (nothing waits on MLflow: the next sync
-# repairs what a write missed). A connection per session (NullPool), so a store file deleted or replaced mid-run is
-# seen at its path, not written through a connection to the old file. A user's own setting wins.
+# Fail fast on an unreachable server, not after MLflow's minutes of retries (the next sync repairs a missed write).
+# NullPool, a connection per session: a store file deleted or replaced mid-run is seen at its path. User settings win.
 MLFLOW_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
                    "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SQLALCHEMYSTORE_POOLCLASS": "NullPool"}
 
 
 def suite_yaml(out_dir: Path) -> dict[str, Any]:
-    """The folder's suite.yaml as plain YAML, {} when missing or unreadable: read without loading the suite, which
-    would import torch."""
+    """The folder's suite.yaml as plain YAML ({} if missing or unreadable); loading the suite would import torch."""
     try:
         raw = yaml.safe_load(OutputFolder(out_dir).suite.read_text())
     except (OSError, yaml.YAMLError):
@@ -56,10 +53,8 @@ def _own_uri(out_dir: Path) -> str:
 
 
 def open_client(uri: str, out_dir: Path) -> Any:
-    """An MlflowClient on `uri`; the folder's own store is created first (whole, under the folder's lock). Every
-    MLflow client and server of normbench starts here: normbench's MLflow defaults go into the environment (never
-    at import), and MLflow's and alembic's log lines down to warnings (their INFO lines and a traceback per database
-    error say nothing a user acts on: normbench says what failed, once)."""
+    """An MlflowClient on `uri`, creating the folder's own store first. Every normbench MLflow client and server starts
+    here: sets MLFLOW_DEFAULTS (never at import) and quiets MLflow's and alembic's logs (normbench says what failed)."""
     for name, value in MLFLOW_DEFAULTS.items():
         os.environ.setdefault(name, value)
     for name in ("mlflow", "alembic"):
@@ -75,8 +70,7 @@ def open_client(uri: str, out_dir: Path) -> Any:
 
 
 def experiment_id(client: Any, name: str, uri: str, out_dir: Path) -> str:
-    """The suite's experiment, created (model-training kind, artifacts in OUT/mlartifacts on a local store) when
-    missing."""
+    """The suite's experiment, created when missing (model-training kind; artifacts in OUT/mlartifacts if local)."""
     from mlflow.exceptions import MlflowException
 
     found = client.get_experiment_by_name(name)
@@ -91,9 +85,8 @@ def experiment_id(client: Any, name: str, uri: str, out_dir: Path) -> str:
 
 
 def parent_run(client: Any, experiment: str, tags: dict[str, str]) -> str:
-    """The suite's `leaderboard` run with these tags (the folder's ledger and recipe: a new ledger on a shared server
-    gets its own; an empty one is left out), the oldest if processes raced; created FINISHED (a container, never
-    RUNNING) when missing."""
+    """The suite's `leaderboard` run with these non-empty tags (ledger and recipe: a new ledger on a shared server gets
+    its own), the oldest if processes raced; created FINISHED (a container, never RUNNING) when missing."""
     tags = {k: v for k, v in tags.items() if v}
     query = " and ".join([f"tags.kind = '{PARENT_RUN}'", *(f"tags.{k} = '{v}'" for k, v in tags.items())])
 
@@ -113,8 +106,7 @@ def parent_run(client: Any, experiment: str, tags: dict[str, str]) -> str:
 
 def log_batches(client: Any, run_id: str, params: Mapping[str, str] | None = None, points: Iterable[Point] = (),
                 tags: Mapping[str, str] | None = None) -> None:
-    """Params, metrics and tags in as few log_batch calls as MLflow's caps allow (100 params, 100 tags, 1000
-    entities a call); tags alone still make one call."""
+    """Params, metrics, tags in as few log_batch calls as MLflow allows (100 params, 100 tags, 1000 entities a call)."""
     from mlflow.entities import Metric, Param, RunTag
 
     params_left = [Param(k, v) for k, v in (params or {}).items()]
@@ -129,8 +121,7 @@ def log_batches(client: Any, run_id: str, params: Mapping[str, str] | None = Non
 
 
 def describe_error(error: BaseException) -> str:
-    """`Type: first line` of the error at the root of `error`'s chain: what went wrong (`OperationalError: attempt
-    to write a readonly database`, `ConnectionRefusedError: ...`), not MLflow's or SQLAlchemy's wrapping of it."""
+    """`Type: first line` of the root error in `error`'s chain, not MLflow's or SQLAlchemy's wrapping of it."""
     seen: set[int] = set()
     while (inner := error.__cause__ or error.__context__) is not None and id(error) not in seen:
         seen.add(id(error))
@@ -141,9 +132,8 @@ def describe_error(error: BaseException) -> str:
 
 
 def _create_sqlite_store(out_dir: Path) -> None:
-    """Create `<out>/mlflow.db` atomically: under the folder's lock (N runs started at once wait for the first), in a
-    temporary file renamed into place, so a kill -9 during MLflow's table creation leaves no half-made store. An
-    empty file (what SQLite leaves when it opens a deleted store's path) counts as missing."""
+    """Create `<out>/mlflow.db` under the folder's lock, in a temp file renamed into place: a kill -9 during MLflow's
+    table creation leaves no half-made store. An empty file (SQLite's leftover at a deleted store's path) is missing."""
     db = OutputFolder(out_dir).mlflow_db
     _skip_fsync(db)
     if _has_store(db):

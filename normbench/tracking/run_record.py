@@ -1,18 +1,13 @@
-"""What a ledger trial looks like as an MLflow run, written once, so a run logged live (tracker.py) and one rebuilt
-from the ledger (sync.py) are the same run.
-
-- key: the tags `study` and `trial` (the trial's number) under the folder's parent run: one run per attempt of a
-  cell, found again by a later sync however it was made.
-- `ledger_state`: the trial state the run mirrors completely (COMPLETE, PRUNED, FAIL); written last, only when
-  every earlier write of the run landed. A run without it (logging cut off, a worker killed) is completed by sync.
-- `layout`: this module's version. A run of an older layout (epochs at step = epoch) is replaced by sync.
-- name: read like a table row (`d36 layerscale lr3e-3 s0`), so the pinned Run Name column already shows the axes.
-- per-epoch metrics at step = optimizer steps; `scheduled_lr` is the schedule's lr (`lr` is the cell's peak, a param).
-- telemetry under `telemetry/` (so the model metrics keep MLflow's "Model metrics" section), only for the first,
-  middle and last block (as the leaderboard's telemetry table), named by position: `telemetry/last/grad_norm` is the
-  deepest block at every depth, so runs of several depths compare like with like.
-- final metrics, as the leaderboard defines them (contracts/selection.py): `test_top1` is its score (test top-1 at the
-  final epoch, 0 when diverged), `val_top1_final` what selects (val top-1 at the final epoch, 0 when diverged).
+"""A ledger trial as an MLflow run, defined once so runs logged live (tracker.py) and rebuilt (sync.py) are the same.
+- key: tags `study` and `trial` (its number) under the folder's parent run: one run per cell attempt, live or synced.
+- `ledger_state`: the trial state (COMPLETE, PRUNED, FAIL) the run fully mirrors; written last, once every earlier
+  write landed. A run without it (logging cut off, worker killed) is completed by sync.
+- `layout`: this module's version; sync replaces runs of an older layout (epochs at step = epoch).
+- name: like a table row (`d36 layerscale lr3e-3 s0`), so the pinned Run Name column shows the axes.
+- per-epoch metrics at step = optimizer steps; `scheduled_lr` is the schedule's lr (`lr`, a param, is the cell's peak).
+- telemetry of the first, middle and last block (as the leaderboard's table) under `telemetry/<position>/` (own chart
+  sections): `telemetry/last/grad_norm` is the deepest block at any depth, so depths compare like for like.
+- final: `test_top1` scores, `val_top1_final` selects (contracts/selection.py: final epoch, 0 when diverged).
 """
 
 from __future__ import annotations
@@ -49,8 +44,7 @@ def kind_and_role(study: str) -> tuple[str, str]:
 
 
 def run_tags(cell_id: str, axes: Mapping[str, Any], study: str, trial: int, attempt: int = 1) -> dict[str, str]:
-    """The tags a run is created with: its key, cell, axes (tags too, so a search can filter on them), kind, role,
-    and its layer's colour in the leaderboard's figures (`mlflow.runColor`)."""
+    """A new run's tags: key, cell, axes (tags too, for search filters), kind, role, its layer's `mlflow.runColor`."""
     from normbench.report.style import layer_colour
 
     kind, role = kind_and_role(study)
@@ -61,16 +55,14 @@ def run_tags(cell_id: str, axes: Mapping[str, Any], study: str, trial: int, atte
 
 
 def one_param_per_axis(params: Mapping[str, Any]) -> dict[str, str]:
-    """An axis (`layer`, `lr`) replaces its recipe key (`model.layer`, `train.lr`), so each shows once in the UI;
-    values as MLflow keeps them (text, at most 6000 characters)."""
+    """An axis (`layer`) replaces its recipe key (`model.layer`) to show once in the UI; values cut to 6000 chars."""
     axes = [k for k in params if "." not in k]
     dropped = {f"{section}.{k}" for k in axes for section in ("model", "train", "data")}
     return {k: str(v)[:6000] for k, v in params.items() if k not in dropped}
 
 
 def epoch_points(record: Mapping[str, Any], timestamp: int) -> list[Point]:
-    """One epoch's metrics at step = optimizer steps so far (a history written before `step` was recorded: its
-    epoch count). A value the ledger keeps as None (the epoch that diverged) is NaN: a point every epoch."""
+    """One epoch's metrics at step = optimizer steps (epochs in old histories); a None (diverged) value is NaN."""
     step = int(record.get("step") or int(record["epoch"]) + 1)
     return [(name, math.nan if record[key] is None else float(record[key]), timestamp, step)
             for key, name in EPOCH_METRICS.items() if key in record]
@@ -96,8 +88,7 @@ def final_points(summary: Mapping[str, Any], timestamp: int) -> list[Point]:
 
 def run_name(cell_id: str, attempt: int = 1) -> str:
     """`depth=36,layer=layerscale,lr=0.003,seed=0` -> `d36 layerscale lr3e-3 s0`; a second attempt gets ` #2`.
-    The cell id (or a tune trial's label, `,trial=N`) is parsed, not the params, so the name lists exactly what
-    tells the run apart. A part without `=` is kept as it is."""
+    Parses the cell id (or a tune trial's label), not the params, so the name lists exactly what tells runs apart."""
     parts = dict(p.split("=", 1) if "=" in p else (p, "") for p in cell_id.split(",") if p)
     keys = [*(k for k in FIRST if k in parts), *sorted(k for k in parts if k not in FIRST + LAST),
             *(k for k in LAST if k in parts)]
@@ -126,8 +117,7 @@ def short_number(value: str) -> str:
 
 
 def logged_blocks(depth: int) -> dict[str, int]:
-    """The blocks whose telemetry goes to MLflow, by position, as report.telemetry_figures.end_table picks them (at
-    depth 2 the middle block is the last)."""
+    """Blocks whose telemetry goes to MLflow, by position, as report.telemetry_figures.end_table picks them."""
     return dict(zip(POSITIONS, (0, depth // 2, depth - 1), strict=True))
 
 

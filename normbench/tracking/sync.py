@@ -1,10 +1,7 @@
-"""`normbench sync`: bring an MLflow store up to date from a ledger. The ledger is the truth; MLflow is a view of it.
-
-One experiment per suite, a `leaderboard` parent run holding the folder's leaderboard files, one nested run per
-finished trial (COMPLETE, PRUNED, and a FAIL that trained or crashed), keyed by the tags `study` and `trial`
-(tracking/run_record.py). Existing runs are found with one search per experiment, so a second sync adds nothing: a
-run already complete is left alone, one logged live but cut short (MLflow away mid-cell, a worker killed) is
-completed in place, one of an older layout is replaced. Deleting the store and syncing again rebuilds it whole.
+"""`normbench sync`: bring an MLflow store up to date from a ledger, the truth (MLflow is a view of it). One experiment
+per suite, a `leaderboard` parent run with the folder's leaderboard files, a nested run per finished trial (layout:
+run_record.py). One search per experiment finds existing runs, so syncing is idempotent: complete runs are left alone,
+runs cut short are completed in place, older layouts replaced. Deleting the store and syncing again rebuilds it whole.
 """
 
 from __future__ import annotations
@@ -75,8 +72,7 @@ class RunContent:
 
 
 class RecipeParams:
-    """A synced run's recipe params, as the live run logs them (sweep/cells.py cell_params): every model, train and
-    data value of the cell, from the folder's suite.yaml (the axes alone when it has none this normbench reads)."""
+    """A synced run's recipe params as the live run logs them (sweep/cells.py cell_params), from suite.yaml."""
 
     def __init__(self, folder: OutputFolder) -> None:
         self.folder = folder
@@ -109,8 +105,7 @@ class RecipeParams:
 
 
 def sync(out_dir: Path, storage: str | None = None, tracking_uri: str | None = None) -> SyncSummary:
-    """Bring the MLflow store (mlflow_store.tracking_uri) up to date with the ledger of `out_dir` (or `storage`); a
-    folder without a ledger or a store that cannot be written raises a one-line NormbenchError (exit 2)."""
+    """Sync `out_dir`'s ledger (or `storage`) into MLflow; no ledger or an unwritable store: NormbenchError (exit 2)."""
     started = time.perf_counter()
     folder = OutputFolder(out_dir)
     if storage is None and not folder.ledger.exists():  # opening it would leave an empty ledger.journal behind
@@ -138,8 +133,7 @@ def sync(out_dir: Path, storage: str | None = None, tracking_uri: str | None = N
 
 
 def suite_studies(names: list[str], only: str | None = None) -> dict[str, list[str]]:
-    """The ledger's studies by suite (`kind:<suite>[:...]`), only `only`'s when the folder's suite.yaml names one the
-    ledger has."""
+    """The ledger's studies by suite (`kind:<suite>[:...]`); only suite `only`'s when the ledger has it."""
     by_suite: dict[str, list[str]] = {}
     for name in sorted(names):
         if kind_and_role(name)[0] and ":" in name:
@@ -173,8 +167,7 @@ def _sync_suite(client: Any, uri: str, ledger: Ledger, recipes: RecipeParams, su
     for name, study in studies.items():
         for trial in ledger.trials(study, SYNCED):
             run = existing.get((name, trial.number))
-            # a FAIL trial gets a run when it trained (its epochs are its intermediate values) or crashed; not the
-            # records of the ledger's bookkeeping (a duplicate claim, a cell failed for good)
+            # a FAIL gets a run if it trained or crashed, not a bookkeeping one (duplicate claim, cell failed for good)
             if run is None and trial.state == TrialState.FAIL and not trial.intermediate_values \
                     and "error" not in trial.user_attrs:
                 continue
@@ -266,9 +259,8 @@ def _ms(when: Any) -> int:
 
 
 def _attach_weights(client: Any, run_id: str, folder: OutputFolder, trial: FrozenTrial) -> None:
-    """The cell's kept weights (`train.keep_weights: final`, named by the trial's `weights` attr under the folder's
-    checkpoints) as the run's artifact, as the live run logs them, when the file is here and the run lacks it.
-    Weights kept under another `--checkpoint-dir` stay there: the attr still names them."""
+    """The cell's kept weights (`train.keep_weights: final`; the trial's `weights` attr under the folder's checkpoints)
+    as the run's artifact, if here and missing. Weights under another `--checkpoint-dir` stay there."""
     name = trial.user_attrs.get(WEIGHTS_ATTR)
     path = folder.checkpoints / name if isinstance(name, str) else None
     if path is not None and path.is_file() and path.name not in {a.path for a in client.list_artifacts(run_id)}:
@@ -276,8 +268,7 @@ def _attach_weights(client: Any, run_id: str, folder: OutputFolder, trial: Froze
 
 
 def _complete(client: Any, run: Any, content: RunContent) -> None:
-    """Add what a run logged live lacks: params it has not (MLflow refuses to change one), each metric's missing
-    steps (a metric it has, from its history: these are the few runs cut short), the tags, the final status."""
+    """Add what a live run lacks: new params (MLflow refuses changes), missing metric steps, tags, final status."""
     run_id, data = run.info.run_id, run.data
     have = {key: {m.step for m in client.get_metric_history(run_id, key)}
             for key in {p[0] for p in content.points} & set(data.metrics)}

@@ -1,8 +1,6 @@
-"""Live logging to MLflow while cells train: best effort, never in training's way. MLflow is a view of the ledger
-that `normbench sync` rebuilds (every `normbench run` syncs at its end), so each write goes through a queue to one
-background thread and training never waits for MLflow. A write MLflow refuses (server down, slow past the queue,
-store deleted, read-only or full) costs one warning, the first time; that run's later writes are skipped (it never
-gets its `ledger_state` tag) and the next sync completes it from the ledger. Nothing is retried or spooled here.
+"""Live logging to MLflow while cells train, best effort: one background thread writes from a queue; training never
+waits. A refused write (server down, queue full, store deleted, read-only or full) warns once; that run's later writes
+are skipped (no `ledger_state` tag) for `normbench sync` to complete (every `normbench run` syncs at its end).
 """
 
 from __future__ import annotations
@@ -26,9 +24,7 @@ DRAIN_SECONDS = 15.0  # how long the end of a run waits for the writes still que
 
 
 class Tracker:
-    """A suite's live MLflow runs: one per cell attempt, nested under the folder's `leaderboard` run (named by
-    `parent_tags`: the ledger's identity and the recipe). Constructing one touches nothing; the store is opened by
-    the background thread at the first write. Methods take the handle `start` returns."""
+    """Live runs, one per cell attempt, under `parent_tags`' `leaderboard` run; the store opens at the first write."""
 
     def __init__(self, out_dir: Path, experiment: str, *, parent_tags: dict[str, str] | None = None) -> None:
         self.out_dir, self.experiment = Path(out_dir), experiment
@@ -134,7 +130,6 @@ class Tracker:
         mlflow_store.log_batches(client, run.info.run_id, run_record.one_param_per_axis(params))
 
     def _log(self, handle: str, points: list[mlflow_store.Point], tags: dict[str, str], end: str = "") -> None:
-        """Metrics and tags; with `end`, the run's final status after them."""
         client = self._open()[0]
         mlflow_store.log_batches(client, self._run_ids[handle], points=points, tags=tags)
         if end:
@@ -157,8 +152,7 @@ def _now() -> int:
 
 
 def default_tags() -> dict[str, str]:
-    """Where the cell runs: versions, device (named as its result will name it, so sync leaves the tag as it is) and
-    host, tagged when the live run starts."""
+    """Versions, device, host, tagged at the live run's start (device named as the result names it: sync keeps it)."""
     import timm
     import torch
 

@@ -1,9 +1,7 @@
-"""`normbench ui`: MLflow's UI opened on the suite's comparison in seconds; the CLI syncs the store first, so every
-output folder opens. MLflow 3 shows an experiment as GenAI unless its kind (`mlflow.experimentKind`) and the URL
-(`workflowType=machine_learning`) say model training; the columns, grouping and charts are a shared view
-(view_state.py) stored as an experiment tag and named in the URL. The server is one process, uvicorn serving MLflow's
-app (ui_app.py), configured as `mlflow server` configures its workers, without its GenAI job runner: ~5 CPU-seconds
-before it answers, against ~27 for `mlflow ui`'s 15 processes. Its output goes to `<out>/mlflow-ui.log`.
+"""`normbench ui`: MLflow's UI on the suite's comparison (view_state.py) in seconds; the CLI syncs first, so any folder
+opens. MLflow 3 shows an experiment as GenAI unless its kind tag and URL (`workflowType=machine_learning`) say model
+training. The server is one uvicorn process serving ui_app.py, set up as `mlflow server` sets up its workers minus the
+GenAI job runner: ~5 CPU-seconds to answer vs ~27 for `mlflow ui`'s 15 processes. Log: `<out>/mlflow-ui.log`.
 """
 
 from __future__ import annotations
@@ -28,8 +26,7 @@ from normbench.tracking.view_state import SHARE_KEY, SHARE_TAG, group_colours, v
 UI_LOG = "mlflow-ui.log"
 APP = "normbench.tracking.ui_app:app"  # MLflow's app, its page given the groups' colours
 COLOURS_ENV = "_NORMBENCH_UI_GROUP_COLOURS"  # JSON {group id: colour} for the app (internal to the server)
-# What `mlflow server` (mlflow/server/__init__.py _run_server, constants.py) puts in its workers' environment;
-# tests/tracking/test_ui_server.py checks the names against the installed MLflow.
+# What `mlflow server` puts in its workers' env (mlflow/server/__init__.py); tests/tracking/test_ui_server.py checks it.
 BACKEND_STORE_ENV, ARTIFACT_ROOT_ENV = "_MLFLOW_SERVER_FILE_STORE", "_MLFLOW_SERVER_ARTIFACT_ROOT"
 NO_JOBS_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
 
@@ -41,9 +38,8 @@ def ui_url(host: str, port: int, experiment_id: str, charts: bool = False) -> st
 
 
 def suite_axes(out: Path, params: list[dict[str, str]]) -> list[str]:
-    """The columns that tell cells apart: the suite's matrix axes and tuned keys when `out/suite.yaml` exists, in
-    its order; else every param without a section prefix (an axis, see sweep/cells.py cell_params). Reads the YAML
-    only: loading the suite would import torch, seconds before the UI answers."""
+    """The columns that tell cells apart: `out/suite.yaml`'s matrix axes and tuned keys, in its order (YAML only: no
+    torch import); else every param without a section prefix (an axis, see sweep/cells.py cell_params)."""
     logged = {k for p in params for k in p}
     axes = sorted(k for k in logged if "." not in k)
     suite = suite_yaml(out)
@@ -57,8 +53,7 @@ def suite_axes(out: Path, params: list[dict[str, str]]) -> list[str]:
 
 
 def prepare_experiment(uri: str, out: Path) -> tuple[str, dict[str, str]]:
-    """Tag the suite's experiment with the model-training kind and the comparison view; returns its id and its
-    groups' colours (view_state.group_colours)."""
+    """Tag the suite's experiment with the model-training kind and shared view; returns its id and group colours."""
     client = open_client(uri, out)
     experiment = _suite_experiment(client, out)
     runs = client.search_runs([experiment.experiment_id], max_results=50_000)
@@ -98,8 +93,7 @@ def check_port(host: str, port: int) -> None:
 
 def server_command(uri: str, out: Path, host: str, port: int,
                    colours: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
-    """The command and environment of the UI server: one uvicorn process (no worker pool) serving MLflow's app on
-    the store `uri` (its page given the groups' `colours`), without MLflow's job runner, without access-log lines."""
+    """The UI server's command and env: one uvicorn process serving ui_app.py on `uri`, no job runner, no access log."""
     cmd = [sys.executable, "-m", "uvicorn", APP, "--host", host, "--port", str(port), "--workers", "1",
            "--no-access-log", "--timeout-graceful-shutdown", "3"]
     env = {**os.environ, BACKEND_STORE_ENV: uri,
@@ -111,8 +105,7 @@ def server_command(uri: str, out: Path, host: str, port: int,
 
 
 def run_ui(uri: str, out: Path, host: str, port: int, open_browser: bool) -> int:
-    """Tag the experiment, start the server, print the URLs once it answers (and open the table with a display),
-    then wait until it exits or Ctrl-C/SIGTERM."""
+    """Tag the experiment, start the server, print the URLs once it answers; wait until it exits or Ctrl-C/SIGTERM."""
     log_path = OutputFolder(out) / UI_LOG
     experiment_id, colours = prepare_experiment(uri, out)
     cmd, env = server_command(uri, out, host, port, colours)

@@ -1,8 +1,6 @@
-"""The app `normbench ui` serves: MLflow's own, its page given the groups' colours. MLflow's UI takes a group's colour
-only from the browser's localStorage (`experimentRunColors`, what its colour picker writes), else a hash of the
-group's id; so the page gets one script, ahead of MLflow's, that merges the suite's group colours (each layer's in
-the leaderboard's figures) into that entry and keeps MLflow's assistant panel from opening by itself on a first
-visit (it takes a third of the width). Every other request goes to MLflow untouched.
+"""The app `normbench ui` serves: MLflow's, plus one script on its page. MLflow's UI takes group colours only from
+localStorage (`experimentRunColors`, what its colour picker writes), else hashes the group id; the script merges in
+each layer's leaderboard colour and keeps MLflow's assistant panel (a third of the width) from opening on a first visit.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
-"""The suite's shared view in MLflow's UI: what the runs table and the chart view show when `normbench ui` opens.
-MLflow 3's experiment page applies the JSON in the experiment tag `mlflow.sharedViewState.<key>` when its URL carries
-`viewStateShareKey=<key>`: its search facets and UI state, less runsHidden, runsPinned, runsExpanded and
-runsVisibilityMap (read from the installed UI bundle, MLflow 3.17; tests/tracking/test_view_state.py checks every key
-against it). What we set, and why:
-- runs grouped by `depth` and `layer`: a row each, charts drawing each group's mean with a min-max band in its
-  layer's colour of the leaderboard's figures (`group_colours`; ui_app.py puts them where MLflow's UI keeps group
-  colours, run_record.py gives each run its `mlflow.runColor`); every run shown, not MLflow's first 10.
-- a suite with report seeds shows its report cells: the runs the leaderboard scores, at each row's chosen lr, so a
-  group's mean `test_top1` is its score. Clearing the search box shows every cell.
-- the axes right after the pinned Run Name and Created columns, then the scores, best first (sorting by a metric
-  also lists the cells flat instead of nested under the `leaderboard` run).
-- charts: MLflow sorts generated sections by name and puts "Model metrics" last unless the sections come in order
-  with `isAccordionReordered`. We give Model metrics first (val_top1, train_loss leading), then the telemetry
-  sections (first, middle, last block); a metric not listed gets its chart from MLflow, at the end of its section.
+"""The suite's shared view in MLflow's UI, what `normbench ui` opens on. MLflow 3 applies the JSON in the experiment tag
+`mlflow.sharedViewState.<key>` if the URL has `viewStateShareKey=<key>`: search facets and UI state, less runsHidden,
+runsPinned, runsExpanded, runsVisibilityMap (MLflow 3.17's UI bundle; tests/tracking/test_view_state.py checks). Why:
+- runs grouped by `depth` and `layer`, a row each, charts drawing each group's mean with a min-max band in its layer's
+  leaderboard colour (`group_colours`, placed by ui_app.py); every run shown, not MLflow's first 10.
+- with report seeds, only report cells (scored runs at each row's chosen lr): a group's mean `test_top1` is its score.
+- sorting by a score, best first, also lists cells flat instead of nested under the `leaderboard` run.
 """
 
 from __future__ import annotations
@@ -24,11 +16,10 @@ from normbench.tracking.run_record import POSITIONS, TELEMETRY_PREFIX
 
 SHARE_KEY = "normbench-comparison"
 SHARE_TAG = f"mlflow.sharedViewState.{SHARE_KEY}"
-# metrics: test top-1 (the leaderboard's score) and val top-1 (what selects), final epoch, 0 when diverged
-SCORE_COLUMNS = ("test_top1", "val_top1_final", "diverged")
+SCORE_COLUMNS = ("test_top1", "val_top1_final", "diverged")  # final metrics, see run_record.py
 GROUP_AXES = ("depth", "layer")
 REPORT_FILTER = "tags.role = 'report' and attributes.status = 'FINISHED'"
-# Model metrics' charts, in this order: per-epoch curves (lines) then the cell's summary (step 0: bars)
+# Model metrics' charts in order: per-epoch curves (lines), the cell's summary (step 0: bars); MLflow adds the rest
 LINES = ("val_top1", "train_loss", "scheduled_lr", "grad_norm", "images_per_sec")
 BARS = ("test_top1", "val_top1_final", "best_val_top1", "diverged", "epochs_run", "cell_seconds",
         "images_per_sec_mean", "params")
@@ -45,9 +36,7 @@ def column(kind: str, name: str) -> str:
 
 def view_state(axes: list[str], metric_keys: Iterable[str] = (), reports: bool = False,
                groups: Iterable[str] = ()) -> dict[str, Any]:
-    """The shared view for a suite with these axes (params) whose runs logged `metric_keys` (all of LINES and BARS
-    when not given): runs table, grouping, and chart sections, best score first; with `reports` (the suite has
-    report cells) only those; the `groups` (MLflow's group ids, `group_colours`' keys) collapsed: a row each."""
+    """The view for `axes` and `metric_keys` (default LINES+BARS); `reports`: report cells only; `groups` collapsed."""
     params = [column("params", a) for a in axes]
     scores = [column("metrics", m) for m in SCORE_COLUMNS]
     grouped = [a for a in GROUP_AXES if a in axes]
@@ -70,8 +59,7 @@ def view_state(axes: list[str], metric_keys: Iterable[str] = (), reports: bool =
 
 
 def group_colours(runs_params: Iterable[dict[str, str]], axes: list[str]) -> dict[str, str]:
-    """MLflow UI's group id (`param.depth.12,param.layer.rezero`, as its runs table builds it from `groupBy`) ->
-    the layer's colour in the leaderboard's figures, for every group these runs' params make."""
+    """MLflow UI's group id (`param.depth.12,param.layer.rezero`, from `groupBy`) -> its layer's leaderboard colour."""
     from normbench.report.style import layer_colour
 
     grouped = [a for a in GROUP_AXES if a in axes]
@@ -83,8 +71,8 @@ def group_colours(runs_params: Iterable[dict[str, str]], axes: list[str]) -> dic
 
 
 def charts(metric_keys: Iterable[str] = ()) -> dict[str, Any]:
-    """compareRunSections and compareRunCharts: Model metrics (val_top1, train_loss first), the telemetry sections
-    (first, middle, last block), System metrics; `isAccordionReordered` so MLflow keeps that order."""
+    """compareRunSections/compareRunCharts: Model metrics (val_top1, train_loss first), telemetry (first, middle, last
+    block), System metrics; `isAccordionReordered`, or MLflow sorts generated sections by name, Model metrics last."""
     keys = set(metric_keys) or set(LINES + BARS)
     order = {f"{TELEMETRY_PREFIX}{p}": i for i, p in enumerate(POSITIONS)}  # first, middle, last; others by name
     telemetry = sorted({k.rsplit("/", 1)[0] for k in keys if k.startswith(TELEMETRY_PREFIX)},

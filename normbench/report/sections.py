@@ -168,7 +168,7 @@ def run_sections(analysis: Analysis, suite: Suite | None, out_dir: Path) -> list
     lines = [*failed_section(a.cells.attrs.get(FAILED, [])), *table_sections(a), *comparison_sections(a, suite)]
     lines += ["## throughput (median training images/s over each row's cells)", "",
               "Wall clock of cells that may have shared the machine with other work: a rough guide, not a speed "
-              "benchmark (`normbench bench SUITE` measures speed).", "",
+              "benchmark (`normbench bench` measures speed).", "",
               markdown_table(throughput_table(a.cells, [*a.row_keys, *a.table_keys[1:]])), "",
               *cost_sections(out_dir)]
     dataset = suite.dataset.name if suite else "?"

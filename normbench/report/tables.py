@@ -225,10 +225,11 @@ def tuned_table(tuned: pd.DataFrame) -> pd.DataFrame:
 
 
 def throughput_table(cells: pd.DataFrame, row_keys: list[str]) -> pd.DataFrame:
-    """Median training images/s over each row's cells, rows x depths; x devices too when the cells ran on several
-    (a GPU cell's speed says nothing of a CPU cell's: never pooled)."""
-    devices = cells["device"].fillna("?").astype(str) if "device" in cells else pd.Series("", index=cells.index)
-    columns = ["depth", "_device"] if devices.nunique() > 1 else ["depth"]
+    """Median training images/s over each row's cells, rows x depths; x devices too when the cells name several (a
+    GPU cell's speed says nothing of a CPU cell's: never pooled; cells that name none are "?" there)."""
+    devices = cells["device"].fillna("").astype(str) if "device" in cells else pd.Series("", index=cells.index)
+    columns = ["depth", "_device"] if devices[devices != ""].nunique() > 1 else ["depth"]
+    devices = devices.replace("", "?")
     pivot = cells.assign(_device=devices).pivot_table(index=row_keys, columns=columns, values="images_per_sec",
                                                       aggfunc="median")
     pivot.columns = [f"depth {c[0]}, {c[1]}" if isinstance(c, tuple) else f"depth {c}" for c in pivot.columns]

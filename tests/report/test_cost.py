@@ -38,3 +38,5 @@ def test_throughput_is_split_by_device_when_cells_ran_on_several():
     assert table.set_index("layer").loc["a"].tolist() == ["500", "110"]
     one = throughput_table(cells[cells["device"] == "cpu"], ["layer"])
     assert list(one.columns) == ["layer", "depth 36"]
+    unnamed = throughput_table(cells.assign(device=["cpu", None, "", "cpu"]), ["layer"])  # older cells name none
+    assert list(unnamed.columns) == ["layer", "depth 36"] and unnamed.set_index("layer").loc["a"].tolist() == ["120"]

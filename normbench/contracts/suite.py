@@ -18,7 +18,7 @@ import itertools
 import json
 import re
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,8 @@ from normbench.contracts.suite_file import AXIS_SECTIONS, SECTIONS, TOP_LEVEL, a
 from normbench.data.config import DataConfig
 from normbench.errors import SuiteError, did_you_mean
 
-CLAIM_KEYS = ("layer", "beats", "depth", "by", "claimed")
+CLAIM_KEYS = ("layer", "beats", "steadier_than", "depth", "by", "claimed")
+CLAIM_RIVALS = ("beats", "steadier_than")  # a claim names exactly one: higher score, or lower lr sensitivity
 DEFAULT_TARGETS = (50.0, 70.0, 90.0)  # val top-1 (%) whose first crossing measures learning speed
 
 
@@ -119,6 +120,14 @@ BUDGET_FACTOR = 2  # the convergence check's epochs, as a multiple of the recipe
 BUDGET_SEEDS = 2   # ... trained on this many of the report seeds (the first ones)
 
 _MODEL_KEYS = frozenset(f.name for f in fields(ModelConfig))
+
+
+def claim_rival(claim: Mapping[str, Any]) -> tuple[str, str]:
+    """(`beats` or `steadier_than`, the rival layer) of a claim (a dict, or a row of a claims frame)."""
+    for kind in CLAIM_RIVALS:
+        if isinstance(claim.get(kind), str):
+            return kind, claim[kind]
+    raise KeyError(f"a claim names one of {CLAIM_RIVALS}: {dict(claim)!r}")
 
 
 def cell_id(axes: dict[str, Any]) -> str:
@@ -282,13 +291,14 @@ def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
         raise SuiteError(f"{where}: claims: expected a list of {{layer, beats, depth, by}}, got {claims!r}")
     for i, claim in enumerate(claims):
         key = f"claims[{i}]"
-        if not isinstance(claim, dict) or not {"layer", "beats", "depth"} <= set(claim):
-            raise SuiteError(f"{where}: {key}: expected {{layer: A, beats: B, depth: D}} (and optionally by: points),"
-                             f" got {claim!r}")
+        if not isinstance(claim, dict) or not {"layer", "depth"} <= set(claim) \
+                or sum(k in claim for k in CLAIM_RIVALS) != 1:
+            raise SuiteError(f"{where}: {key}: expected {{layer: A, beats: B, depth: D}} or {{layer: A, "
+                             f"steadier_than: B, depth: D}} (and optionally by: points), got {claim!r}")
         for k in claim:
             if k not in CLAIM_KEYS:
                 raise SuiteError(f"{where}: {key}.{k}: unknown key{did_you_mean(k, CLAIM_KEYS)}")
-        for k in ("layer", "beats"):
+        for k in ("layer", claim_rival(claim)[0]):
             if claim[k] not in layers:
                 raise SuiteError(f"{where}: {key}.{k}: {claim[k]!r} is not a layer of this suite"
                                  f"{did_you_mean(str(claim[k]), layers)} (layers: {', '.join(layers)})")

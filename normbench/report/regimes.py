@@ -20,7 +20,7 @@ from normbench.report.budget import BUDGET_AXIS, budget_agreement
 from normbench.report.folder import FolderRead
 from normbench.report.header import budget_text, regime_word, seeds_line
 from normbench.report.stats import ALPHA, check_claims, reading, versus_baseline
-from normbench.report.tables import BASELINE_VERDICTS, budget_table, markdown_table, p_text
+from normbench.report.tables import BASELINE_VERDICTS, budget_table, claim_text, markdown_table, p_text
 
 DIGITS = 1  # the comparison's tables: one decimal, rounded once from the full-precision means
 
@@ -156,8 +156,7 @@ def claims_rows(reads: Sequence[FolderRead]) -> pd.DataFrame:
             continue
         claims = check_claims(r.analysis.cells, r.analysis.selected, r.analysis.keys, r.suite.claims)
         for _, c in claims.iterrows():
-            by = f" by more than {c['by']:g}" if c["by"] else ""
-            rows.append({"claim": f"{c['layer']} beats {c['beats']} at depth {c['depth']}{by}",
+            rows.append({"claim": claim_text(c),
                          "budget": label(r),
                          "difference [95% CI]": difference_text(c["mean"], c["low"], c["high"]),
                          "p (Holm)": p_text(c["p_holm"]), "verdict": c["verdict"]})

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from normbench.contracts.names import OutputFolder
-from normbench.contracts.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
+from normbench.contracts.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite, claim_rival
 from normbench.report.analysis import Analysis
 from normbench.report.budget import BUDGET_AXIS, budget_agreement, check_agreement
 from normbench.report.convergence import BUDGET_POINTS
@@ -73,7 +73,7 @@ def claim_regimes(analysis: Analysis, claims: pd.DataFrame) -> list[str]:
     for _, claim in claims.iterrows():
         where = {k: claim[k] for k in analysis.table_keys}
         rows = _rows_of(analysis.selected, where)
-        rows = rows[rows["layer"].isin([claim["layer"], claim["beats"]])]
+        rows = rows[rows["layer"].isin([claim["layer"], claim_rival(claim)[1]])]
         open_rows = rows[~rows["converged"].fillna(False).astype(bool)]["layer"].tolist()
         state = "both rows converged" if not open_rows else f"unconverged: {', '.join(open_rows)}"
         texts.append(f"{budget_text(analysis, where)}; {state}")

@@ -34,6 +34,7 @@ from normbench.contracts.selection import (
     lr_signal,
     seed_mean,
 )
+from normbench.contracts.suite import claim_rival
 
 CONFIDENCE = 0.95  # every interval of the report: t intervals here, transfer's bootstrap percentiles
 ALPHA = 1 - CONFIDENCE  # a Holm-adjusted p below this separates two rows
@@ -281,10 +282,11 @@ def check_claims(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str],
     """One row per claim (per combination of the other axes at its depth): the paired difference and a verdict.
 
     A claim is {layer, beats, depth, by (default 0), claimed (optional)}: "`layer` beats `beats` at `depth` by more
-    than `by` points" (the source reported a gain of `claimed`). The paired t test of the difference against `by`
-    (two-sided, so a lone claim agrees with its 95% interval) is Holm-adjusted over the claims: supported when the
-    adjusted p is below ALPHA and the difference lies above `by`, contradicted when below, else inconclusive (fewer
-    than two paired seeds: inconclusive too).
+    than `by` points" (the source reported a gain of `claimed`); or, with `steadier_than` in place of `beats`,
+    "`layer`'s lr sensitivity is below the rival's by more than `by` points" (`sensitivity_difference`). The paired
+    t test of the difference against `by` (two-sided, so a lone claim agrees with its 95% interval) is Holm-adjusted
+    over the claims: supported when the adjusted p is below ALPHA and the difference lies above `by`, contradicted
+    when below, else inconclusive (fewer than two paired seeds: inconclusive too).
     """
     group_keys = [k for k in keys if k not in ("layer", "depth")]
     rows = []
@@ -295,7 +297,9 @@ def check_claims(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str],
             where = {**dict(zip(group_keys, key if isinstance(key, tuple) else (key,), strict=True)),
                      "depth": claim["depth"]}
             by = float(claim.get("by", 0.0))  # type: ignore[arg-type]
-            diff = paired_difference(cells, selected, keys, where, str(claim["layer"]), str(claim["beats"]), by)
+            kind, rival = claim_rival(claim)
+            difference = paired_difference if kind == "beats" else sensitivity_difference
+            diff = difference(cells, selected, keys, where, str(claim["layer"]), rival, by)
             rows.append({**claim, **where, "by": by, **diff})
     frame = pd.DataFrame(rows)
     if frame.empty:
@@ -313,9 +317,7 @@ def lr_sensitivity(cells: pd.DataFrame, keys: list[str], group_keys: list[str]) 
     score at that lr), a diverged cell counting at chance (not 0: a failure is no worse than not learning), on the
     selection cells. Also the failure rate: the diverged share of the row's selection cells over all its lrs.
     Columns: keys, sensitivity, common_lrs, failed, cells."""
-    chosen = selecting(cells).copy()
-    guess = chosen["num_classes"].map(chance) if "num_classes" in chosen else pd.Series(math.nan, chosen.index)
-    chosen["_acc"] = chosen[SCORE].where(chosen["status"] != DIVERGED, guess.fillna(0.0))
+    chosen = _at_chance_when_diverged(selecting(cells))
     rows = []
     groups = chosen.groupby(group_keys, dropna=False, sort=True) if group_keys else [((), chosen)]
     for _, group in groups:
@@ -329,3 +331,32 @@ def lr_sensitivity(cells: pd.DataFrame, keys: list[str], group_keys: list[str]) 
                          "failed": int((row["status"] == DIVERGED).sum()), "cells": len(row)})
     return pd.DataFrame(rows)
 
+
+
+def _at_chance_when_diverged(cells: pd.DataFrame) -> pd.DataFrame:
+    """`cells` with `_acc`: the score, a diverged cell's at chance (0 when the classes are unknown)."""
+    guess = cells["num_classes"].map(chance) if "num_classes" in cells else pd.Series(math.nan, cells.index)
+    return cells.assign(_acc=cells[SCORE].where(cells["status"] != DIVERGED, guess.fillna(0.0)))
+
+
+def sensitivity_difference(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str], where: dict[str, object],
+                           layer: str, rival: str, by: float = 0.0) -> dict[str, float]:
+    """`rival`'s lr sensitivity minus `layer`'s (positive: `layer` loses fewer points away from its best lr), paired
+    over the selection seeds that trained both rows at every lr all rows `where` tried: `lr_sensitivity` with each
+    seed's own scores in place of the seed means. Returns what `paired_difference` returns (`selected` unused)."""
+    chosen = _at_chance_when_diverged(_matching(selecting(cells), where))
+    row_keys = [k for k in keys if k not in where]
+    tried = chosen.groupby(row_keys, dropna=False)["lr"].agg(frozenset)
+    common = sorted(frozenset.intersection(*tried)) if len(tried) else []
+
+    def per_seed(name: str) -> pd.Series:
+        table = chosen[chosen["layer"] == name].pivot_table(index="seed", columns="lr", values="_acc", aggfunc="mean")
+        table = table.reindex(columns=common).dropna()  # only every row's lrs; a seed missing one has no sensitivity
+        return table.rsub(table.max(axis=1), axis=0).mean(axis=1) if len(common) else pd.Series(dtype=float)
+
+    mine, theirs = per_seed(layer), per_seed(rival)
+    seeds = sorted(set(mine.index) & set(theirs.index))
+    diffs = [theirs[s] - mine[s] for s in seeds]
+    mean, low, high = t_interval(diffs, bounds=DIFFERENCE)
+    return {"n": len(seeds), "mean": mean, "low": low, "high": high, "p": paired_p(diffs),
+            "p_by": paired_p(diffs, by)}

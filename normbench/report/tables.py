@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from normbench.contracts.selection import AT_CHANCE, FLAT, add_scores
+from normbench.contracts.suite import claim_rival
 from normbench.report.learning_speed import NEVER
 from normbench.report.stats import ACCURACY, Verdicts, reading, t_interval, versus_baseline
 from normbench.report.style import lr_text, window_text
@@ -154,15 +155,23 @@ def effect_text(mean: float, low: float, high: float, claimed: float | None) -> 
     return f"{mean:+.2f} against a claimed {claimed:+.2f}: {'consistent' if inside else 'a different regime'}"
 
 
+def claim_text(claim: Any) -> str:
+    """'A beats B at depth D [by more than x]', or for a `steadier_than` claim what its difference measures."""
+    kind, rival = claim_rival(claim)
+    by = f" by more than {claim['by']:g}" if claim["by"] else ""
+    if kind == "beats":
+        return f"{claim['layer']} beats {rival} at depth {claim['depth']}{by}"
+    return f"{claim['layer']}'s lr sensitivity is below {rival}'s at depth {claim['depth']}{by} (theirs minus its)"
+
+
 def claims_table(claims: pd.DataFrame, regimes: list[str] | None = None) -> pd.DataFrame:
     """One line per claim: the paired difference, its interval and Holm-adjusted p against `by`, the verdict, the
     effect against the claimed one, and (`regimes`, one per claim row) the regime it was read in."""
     rows = []
     for i, (_, c) in enumerate(claims.iterrows()):
-        by = f" by more than {c['by']:g}" if c["by"] else ""
         claimed = c.get("claimed")
         claimed = claimed if claimed is not None and claimed == claimed else (c["by"] or None)
-        rows.append({"claim": f"{c['layer']} beats {c['beats']} at depth {c['depth']}{by}",
+        rows.append({"claim": claim_text(c),
                      "difference (points)": "—" if math.isnan(c["mean"]) else f"{c['mean']:+.2f}",
                      "95% CI": ci_text(c["low"], c["high"]), "n (paired seeds)": str(c["n"]),
                      "p (Holm)": p_text(c["p_holm"]), "verdict": c["verdict"],

@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "each of its layers' train step at its shape against its baseline")
     p.add_argument("suite", type=Path, nargs="?", help="a suite YAML: time its layers' train steps on its data, "
                    "model and batch, written as cost-<device>-<torch>.csv/.md, which `normbench leaderboard` shows "
-                   "when they lie in its folder (--out results/<suite>)")
+                   "when they lie in its folder; put it first: `normbench bench SUITE --layers A B`")
     p.add_argument("--layers", nargs="+", help="registry names (default: the six mission layers; a suite's own)")
     p.add_argument("--depth", type=int, nargs="+", default=None, help="model depths (default: 12; a suite's own)")
     p.add_argument("--repeats", type=int, default=None, help="timed repeats, the median reported (default: the "
@@ -101,8 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=None, help="images per step (default: 256 GPU, 64 CPU)")
     p.add_argument("--device", default="auto")
     p.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
-    p.add_argument("--out", type=Path, default=Path("runs"), help="folder for bench-<device>-<torch>.csv/.md "
-                   "(default: runs/, not committed; --out results publishes, as scripts/bench.sh does)")
+    p.add_argument("--out", type=Path, default=None, help="folder for bench-<device>-<torch>.csv/.md (default: "
+                   "runs/, not committed; --out results publishes, as scripts/bench.sh does); with a suite, for "
+                   "cost-<device>-<torch>.csv/.md (default: results/<suite name>, where `normbench run` writes)")
 
     p = sub.add_parser("probe", help="signal propagation at init: per-block stream RMS, gradient norm, token "
                                      "similarity")
@@ -351,13 +352,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if args.batch_size is not None or args.compile != "auto" or args.dim != [192]:
             raise NormbenchError("bench SUITE: the batch, compile and width are the suite's; set them in the suite "
                                  "file, not with --batch-size, --compile or --dim")
-        suite_cost(load_suite(args.suite), args.out, depths=args.depth, layers=args.layers, device=args.device,
-                   repeats=args.repeats or 5)
+        suite = load_suite(args.suite)
+        suite_cost(suite, args.out or Path("results") / suite.name, depths=args.depth, layers=args.layers,
+                   device=args.device, repeats=args.repeats or 5)
         return 0
     from normbench.diagnostics.bench import run_bench
 
     run_bench(layers=args.layers, depths=args.depth or [12], dims=args.dim, batch_size=args.batch_size,
-              device=args.device, compile_mode=args.compile, out_dir=args.out, repeats=args.repeats)
+              device=args.device, compile_mode=args.compile, out_dir=args.out or Path("runs"), repeats=args.repeats)
     return 0
 
 

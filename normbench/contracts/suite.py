@@ -298,7 +298,7 @@ def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
         for k in claim:
             if k not in CLAIM_KEYS:
                 raise SuiteError(f"{where}: {key}.{k}: unknown key{did_you_mean(k, CLAIM_KEYS)}")
-        for k in ("layer", claim_rival(claim)[0]):
+        for k in ("layer", next(k for k in CLAIM_RIVALS if k in claim)):
             if claim[k] not in layers:
                 raise SuiteError(f"{where}: {key}.{k}: {claim[k]!r} is not a layer of this suite"
                                  f"{did_you_mean(str(claim[k]), layers)} (layers: {', '.join(layers)})")

@@ -320,25 +320,34 @@ def step_times(layer: str, depth: int, dim: int, setup: StepSetup, it: Iters) ->
     return out
 
 
+def compile_room(setup: StepSetup, models: int) -> AbstractContextManager[Any]:
+    """Room for `models` compiled models timed side by side: a fresh dynamo whose recompile limits fit them all (past
+    the default 8 per code object it would silently run the rest eagerly, against a compiled baseline)."""
+    if not setup.compile:
+        return nullcontext()
+    torch._dynamo.reset()
+    return torch._dynamo.config.patch(recompile_limit=max(8, 2 * models),
+                                      accumulated_recompile_limit=max(256, 8 * models))
+
+
 def interleaved_steps(layers: Sequence[str], depth: int, dim: int, setup: StepSetup,
                       it: Iters) -> dict[str, dict[str, float]]:
     """`step_times` for every layer at one (depth, dim) at once, without timm: all the models are built, then timed
     A B C ... A B C ..., so that a loaded machine's drift hits every layer alike (`run_bench(interleave=True)`: a
     block family's cost against layernorm, scripts/bench_families.py)."""
-    if setup.compile:
-        torch._dynamo.reset()
     steps: dict[str, Callable[[], None]] = {}
     out: dict[str, dict[str, float]] = {}
-    for layer in layers:
-        before = _allocated(setup.dev)
-        torch.manual_seed(0)
-        model = build_normbench(layer, depth, dim).to(setup.dev)
-        out[layer] = {"normbench_params": sum(p.numel() for p in model.parameters()),
-                      "train_mem": train_memory_mib(model, setup)}
-        steps[layer] = make_train_step(model, setup)
-        out[layer]["normbench_mem"] = warm_up(steps[layer], setup, it.warmup, before)
-    for layer, ms in time_interleaved(steps, setup.dev, it.steps, it.repeats).items():
-        out[layer]["normbench_step_ms"] = ms
+    with compile_room(setup, len(layers)):
+        for layer in layers:
+            before = _allocated(setup.dev)
+            torch.manual_seed(0)
+            model = build_normbench(layer, depth, dim).to(setup.dev)
+            out[layer] = {"normbench_params": sum(p.numel() for p in model.parameters()),
+                          "train_mem": train_memory_mib(model, setup)}
+            steps[layer] = make_train_step(model, setup)
+            out[layer]["normbench_mem"] = warm_up(steps[layer], setup, it.warmup, before)
+        for layer, ms in time_interleaved(steps, setup.dev, it.steps, it.repeats).items():
+            out[layer]["normbench_step_ms"] = ms
     return out
 
 

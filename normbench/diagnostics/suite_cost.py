@@ -26,6 +26,7 @@ from normbench.contracts.recipe import CellConfig
 from normbench.contracts.suite import Suite
 from normbench.diagnostics.bench import (
     StepSetup,
+    compile_room,
     device_slug,
     machine_header,
     make_train_step,
@@ -38,13 +39,19 @@ from normbench.errors import NormbenchError
 from normbench.report.tables import markdown_table
 from normbench.train.device import resolve_device
 
-COLUMNS = ["layer", "depth", "dim", "heads", "patch", "img_size", "batch", "params", "step_ms", "images_per_s",
+COSTLESS_AXES = ("depth", "layer", "lr", "seed", "epochs", "warmup_epochs")  # the rest may change a step's cost
+COLUMNS = ["suite", "layer", "depth", "dim", "heads", "patch", "img_size", "batch", "params", "step_ms", "images_per_s",
            "step_vs_baseline", "memory_mib", "memory", "mem_vs_baseline", "baseline", "device", "torch", "timm"]
 
 
 def cost_configs(suite: Suite, depths: list[int] | None, layers: list[str] | None) -> dict[tuple[int, str], Any]:
     """One recipe per (depth, layer) of the suite, its first lr and seed (neither changes a step's cost); the
     baseline always among them, as every ratio divides by it. NormbenchError for a depth or layer it lacks."""
+    others = [axis for axis in suite.matrix if axis not in COSTLESS_AXES]
+    if others:
+        raise NormbenchError(f"bench {suite.path}: its matrix also varies {', '.join(others)}, which changes a step's "
+                             "cost; bench times one recipe per (depth, layer): give it a suite whose matrix varies "
+                             "only depth, layer, lr, seed or epochs")
     depths = depths or suite.depths()
     layers = layers or suite.layers()
     unknown = [f"depth {d}" for d in depths if d not in suite.depths()] + [x for x in layers if x not in suite.layers()]
@@ -72,24 +79,24 @@ def measure(configs: dict[tuple[int, str], CellConfig], dev: torch.device, warmu
     from normbench.train.loop import build_model
 
     first = next(iter(configs.values()))
-    data = build_data(first.data, batch_size=first.train.batch_size, device=dev, seed=0)
+    data = build_data(first.data, batch_size=first.train.batch_size, device=dev, seed=0, img_size=first.model.img_size)
     data.train.set_epoch(0)
     x, y = next(iter(data.train))  # one fixed batch of training images for every model
     rows: list[dict[str, Any]] = []
     for depth in sorted({d for d, _ in configs}):
         models: dict[str, Any] = {}
-        for (d, layer), config in configs.items():
-            if d != depth:
-                continue
-            setup = step_setup(config, dev)
-            before = torch.cuda.memory_allocated(dev) if dev.type == "cuda" else 0
-            torch.manual_seed(0)
-            model = build_model(config, data).to(dev)
-            estimate = train_memory_mib(model, setup, x)
-            step = make_train_step(model, setup, (x, y))
-            peak = warm_up(step, setup, warmup, before)
-            models[layer] = (config, setup, model, step, peak, estimate)
-        times = time_interleaved({k: v[3] for k, v in models.items()}, dev, steps, repeats)
+        at_depth = {layer: config for (d, layer), config in configs.items() if d == depth}
+        with compile_room(step_setup(first, dev), len(at_depth)):
+            for layer, config in at_depth.items():
+                setup = step_setup(config, dev)
+                before = torch.cuda.memory_allocated(dev) if dev.type == "cuda" else 0
+                torch.manual_seed(0)
+                model = build_model(config, data).to(dev)
+                estimate = train_memory_mib(model, setup, x)
+                step = make_train_step(model, setup, (x, y))
+                peak = warm_up(step, setup, warmup, before)
+                models[layer] = (config, setup, model, step, peak, estimate)
+            times = time_interleaved({k: v[3] for k, v in models.items()}, dev, steps, repeats)
         for layer, (config, setup, model, _, peak, estimate) in models.items():
             m = config.model
             rows.append({"layer": layer, "depth": depth, "dim": m.embed_dim, "heads": m.num_heads,
@@ -120,13 +127,13 @@ def suite_cost(suite: Suite, out_dir: Path, *, depths: list[int] | None = None, 
     header = machine_header(setup, None)  # before measuring: the load it reports is the start's
     frame = pd.DataFrame(measure(configs, dev, warmup, repeats, steps))
     frame = versus_baseline(frame, suite.baseline or "layernorm").assign(
-        device=device_slug(dev), torch=torch.__version__, timm=timm.__version__)[COLUMNS]
+        suite=suite.name, device=device_slug(dev), torch=torch.__version__, timm=timm.__version__)[COLUMNS]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"cost-{device_slug(dev)}-{torch_version()}"
     frame.to_csv(out_dir / f"{stem}.csv", index=False)
     command = "normbench " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else "normbench bench SUITE"
-    shown = frame.drop(columns=["device", "torch", "timm"]).round(
+    shown = frame.drop(columns=["suite", "device", "torch", "timm"]).round(
         {"step_ms": 1, "images_per_s": 1, "step_vs_baseline": 2, "memory_mib": 1, "mem_vs_baseline": 2})
     text = "\n".join([
         f"# What each layer of `{suite.name}` costs per train step", "", header, "",

@@ -16,11 +16,24 @@ from normbench.report.tables import markdown_table
 COST_GLOB = "cost-*.csv"  # what normbench/diagnostics/suite_cost.py writes
 
 
-def cost_sections(out_dir: Path) -> list[str]:
-    """A section per cost file in `out_dir` (none: no lines), rows by depth, then cheapest first."""
+NEEDED = ("layer", "depth", "step_ms", "step_vs_baseline", "memory_mib", "memory", "mem_vs_baseline", "params",
+          "batch", "baseline", "device", "torch")
+
+
+def cost_sections(out_dir: Path, suite: str | None = None) -> list[str]:
+    """A section per cost file in `out_dir` measured for `suite` (none: no lines), rows by depth, then cheapest
+    first. A file of another suite, or one this normbench cannot read, is named and skipped, never shown as this
+    suite's cost."""
     lines: list[str] = []
     for path in sorted(Path(out_dir).glob(COST_GLOB)):
         frame = pd.read_csv(path)
+        missing = [c for c in NEEDED if c not in frame]
+        other = sorted(set(frame["suite"].astype(str)) - {suite}) if suite and "suite" in frame else []
+        if missing or other:
+            why = f"lacks {', '.join(missing)}" if missing else f"was measured for suite {', '.join(other)}"
+            lines += [f"- {path.name} {why}: not shown; `normbench bench SUITE --out {Path(out_dir)}` measures this "
+                      "suite's cost again", ""]
+            continue
         if frame.empty:
             continue
         first = frame.iloc[0]

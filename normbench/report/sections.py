@@ -170,7 +170,7 @@ def run_sections(analysis: Analysis, suite: Suite | None, out_dir: Path) -> list
               "Wall clock of cells that may have shared the machine with other work: a rough guide, not a speed "
               "benchmark (`normbench bench` measures speed).", "",
               markdown_table(throughput_table(a.cells, [*a.row_keys, *a.table_keys[1:]])), "",
-              *cost_sections(out_dir)]
+              *cost_sections(out_dir, suite.name if suite else None)]
     dataset = suite.dataset.name if suite else "?"
     largest = a.cells
     if BUDGET_AXIS in a.table_keys:  # the depth and lr figures show the largest budget

@@ -342,19 +342,24 @@ def _at_chance_when_diverged(cells: pd.DataFrame) -> pd.DataFrame:
 def sensitivity_difference(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str], where: dict[str, object],
                            layer: str, rival: str, by: float = 0.0) -> dict[str, float]:
     """`rival`'s lr sensitivity minus `layer`'s (positive: `layer` loses fewer points away from its best lr), paired
-    over the selection seeds that trained both rows at every lr all rows `where` tried: `lr_sensitivity` with each
-    seed's own scores in place of the seed means. Returns what `paired_difference` returns (`selected` unused)."""
+    over the selection seeds that trained both rows at every lr both tried. As `lr_sensitivity`: each row's best lr
+    is its seed-mean best, a diverged cell counts at chance; each seed's sensitivity is its mean gap to its score at
+    that lr, so the mean over seeds is the rows' sensitivity over those lrs. A row whose best seed mean is at chance
+    learnt nothing to be steady about: no pairs (n 0). Returns what `paired_difference` returns (`selected` unused)."""
     chosen = _at_chance_when_diverged(_matching(selecting(cells), where))
-    row_keys = [k for k in keys if k not in where]
-    tried = chosen.groupby(row_keys, dropna=False)["lr"].agg(frozenset)
-    common = sorted(frozenset.intersection(*tried)) if len(tried) else []
+    rows = {name: chosen[chosen["layer"] == name] for name in (layer, rival)}
+    common = sorted(set(rows[layer]["lr"]) & set(rows[rival]["lr"]))
+    floor = chance(chosen["num_classes"].iloc[0]) if "num_classes" in chosen and len(chosen) else math.nan
 
-    def per_seed(name: str) -> pd.Series:
-        table = chosen[chosen["layer"] == name].pivot_table(index="seed", columns="lr", values="_acc", aggfunc="mean")
-        table = table.reindex(columns=common).dropna()  # only every row's lrs; a seed missing one has no sensitivity
-        return table.rsub(table.max(axis=1), axis=0).mean(axis=1) if len(common) else pd.Series(dtype=float)
+    def per_seed(row: pd.DataFrame) -> pd.Series:
+        table = row.pivot_table(index="seed", columns="lr", values="_acc", aggfunc="mean")
+        table = table.reindex(columns=common).dropna()  # a seed missing one of the lrs has no sensitivity
+        if table.empty or table.mean().max() <= floor:
+            return pd.Series(dtype=float)
+        best = table.mean().idxmax()  # the seed-mean best lr, as lr_sensitivity takes it
+        return table.rsub(table[best], axis=0).mean(axis=1)
 
-    mine, theirs = per_seed(layer), per_seed(rival)
+    mine, theirs = per_seed(rows[layer]), per_seed(rows[rival])
     seeds = sorted(set(mine.index) & set(theirs.index))
     diffs = [theirs[s] - mine[s] for s in seeds]
     mean, low, high = t_interval(diffs, bounds=DIFFERENCE)

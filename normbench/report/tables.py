@@ -161,7 +161,8 @@ def claim_text(claim: Any) -> str:
     by = f" by more than {claim['by']:g}" if claim["by"] else ""
     if kind == "beats":
         return f"{claim['layer']} beats {rival} at depth {claim['depth']}{by}"
-    return f"{claim['layer']}'s lr sensitivity is below {rival}'s at depth {claim['depth']}{by} (theirs minus its)"
+    return (f"{claim['layer']}'s lr sensitivity is below {rival}'s at depth {claim['depth']}{by} (theirs minus its, "
+            "per selection seed, over the lrs both tried)")
 
 
 def claims_table(claims: pd.DataFrame, regimes: list[str] | None = None) -> pd.DataFrame:

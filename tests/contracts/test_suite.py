@@ -89,6 +89,7 @@ def test_dry_run_lists_cells(write_suite, capsys, tmp_path):
     ({"claims": [{"layer": "layerscale", "beats": "layernorm", "steadier_than": "layernorm", "depth": 1}]},
      ["claims[0]", "steadier_than: B"]),
     ({"claims": [{"layer": "layerscale", "depth": 1}]}, ["claims[0]", "beats: B", "steadier_than: B"]),
+    ({"claims": [{"layer": "layerscale", "beats": None, "depth": 1}]}, ["claims[0].beats", "None"]),
     ({"claims": [{"layer": "layerscale", "beats": "layernorm", "depth": 36}]}, ["claims[0].depth", "depths: 1"]),
     ({"claims": [{"layer": "layerscale", "beats": "layernorm", "depth": 1, "bye": 2}]}, ["did you mean `by`"]),
     ({"claims": [{"layer": "layerscale", "beats": "layernorm", "depth": 1, "by": "3"}]}, ["claims[0].by"]),

@@ -91,12 +91,15 @@ def test_a_bench_cut_short_keeps_the_rows_it_measured(tmp_path: Path, monkeypatc
     assert list(frame["layer"]) == ["layernorm"] and frame["step_ms"].tolist() == [1.0]
 
 
-def test_by_default_bench_writes_to_the_git_ignored_runs_folder_not_over_committed_results() -> None:
+def test_by_default_bench_writes_to_the_git_ignored_runs_folder_not_over_committed_results(monkeypatch) -> None:
     import inspect
 
-    from normbench.cli import build_parser
+    from normbench import cli
+    from normbench.diagnostics import bench
     from tests.conftest import REPO
 
-    assert build_parser().parse_args(["bench"]).out == Path("runs")
+    called = {}
+    monkeypatch.setattr(bench, "run_bench", lambda **kwargs: called.update(kwargs))
+    assert cli.main(["bench"]) == 0 and called["out_dir"] == Path("runs")
     assert inspect.signature(run_bench).parameters["out_dir"].default == Path("runs")
     assert "/runs/" in (REPO / ".gitignore").read_text().splitlines()

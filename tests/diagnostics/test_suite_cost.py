@@ -30,7 +30,7 @@ def test_each_layer_is_timed_on_the_suites_data_and_model_and_divided_by_the_bas
     frame = suite_cost(suite, tmp_path, device="cpu", repeats=1)
     assert sorted(built) == sorted((d, x) for d in (1, 2) for x in ("rezero", "admin", "layernorm"))
     csv = pd.read_csv(next(tmp_path.glob("cost-cpu-*.csv")))
-    assert len(csv) == 6 and set(csv["baseline"]) == {"layernorm"}
+    assert len(csv) == 6 and set(csv["baseline"]) == {"layernorm"} and set(csv["suite"]) == {"tiny"}
     # the suite's shape, not the CIFAR-shaped bench's: digits 8x8, width 16, 2 heads, patch 4, batch 256
     assert (csv[["dim", "heads", "patch", "img_size", "batch"]] == [16, 2, 4, 8, 256]).all().all()
     for _depth, group in csv.groupby("depth"):
@@ -57,6 +57,34 @@ def test_the_ratio_divides_by_the_baseline_of_the_same_depth():
     out = versus_baseline(frame, "layernorm")
     assert list(out["step_vs_baseline"]) == [1.0, 3.0, 1.0, 1.5]
     assert list(out["mem_vs_baseline"]) == [1.0, 2.0, 1.0, 0.5]
+
+
+def test_a_suite_whose_matrix_varies_the_cost_is_refused(write_suite):
+    suite = load_suite(write_suite(matrix={"depth": [1], "layer": ["layernorm"], "mlp_ratio": [2.0, 4.0],
+                                           "lr": [1e-3], "seed": [0]}))
+    with pytest.raises(NormbenchError, match="also varies mlp_ratio"):
+        cost_configs(suite, None, None)
+
+
+def test_without_out_the_cost_lands_where_run_writes_the_suite(write_suite, capsys, tmp_path, monkeypatch,
+                                                                 one_torch_thread):
+    suite = write_suite(matrix={"depth": [1], "layer": ["layernorm"], "lr": [1e-3], "seed": [0]})
+    monkeypatch.chdir(tmp_path)
+    code, _ = run_cli(capsys, "bench", str(suite), "--repeats", "1")
+    assert code == 0 and len(list((tmp_path / "results" / "tiny").glob("cost-cpu-*.csv"))) == 1
+
+
+def test_compiled_models_timed_side_by_side_get_room_for_every_one():
+    import torch
+
+    from normbench.diagnostics.bench import StepSetup, compile_room
+
+    limit = torch._dynamo.config.recompile_limit
+    with compile_room(StepSetup(dev=torch.device("cpu"), batch=1, amp=False, compile=True), 19):
+        assert torch._dynamo.config.recompile_limit == 38  # the default 8 would leave 11 of 19 models eager
+    assert torch._dynamo.config.recompile_limit == limit
+    with compile_room(StepSetup(dev=torch.device("cpu"), batch=1, amp=False, compile=False), 19):
+        assert torch._dynamo.config.recompile_limit == limit
 
 
 @pytest.mark.parametrize("args, expected", [

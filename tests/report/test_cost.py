@@ -15,9 +15,9 @@ def test_each_cost_file_is_a_table_sorted_by_depth_then_cost_rounded_once(tmp_pa
         "step_ms": [100.04999, 520.0, 80.0, 40.0], "images_per_s": [640.0, 123.0, 800.0, 1600.0],
         "step_vs_baseline": [1.0, 5.2, 0.79999, 1.0], "memory_mib": [10.0, 38.0, 9.0, 4.0],
         "memory": "train-step estimate", "mem_vs_baseline": [1.0, 3.8, 0.9, 1.0], "params": [1_802_000] * 4,
-        "batch": 64, "baseline": "layernorm", "device": "cpu", "torch": "2.14.1", "timm": "1.0.31",
+        "batch": 64, "baseline": "layernorm", "device": "cpu", "torch": "2.14.1", "timm": "1.0.31", "suite": "modern",
     }).to_csv(tmp_path / "cost-cpu-2.14.1.csv", index=False)
-    lines = "\n".join(cost_sections(tmp_path)).splitlines()
+    lines = "\n".join(cost_sections(tmp_path, "modern")).splitlines()
     assert lines[0].startswith("## cost per train step at this suite's shape (cpu, torch 2.14.1, batch 64")
     assert "[cost-cpu-2.14.1.md](cost-cpu-2.14.1.md)" in lines[0]
     rows = [line for line in lines if line.startswith("| ") and not line.startswith("| layer ")]
@@ -40,3 +40,15 @@ def test_throughput_is_split_by_device_when_cells_ran_on_several():
     assert list(one.columns) == ["layer", "depth 36"]
     unnamed = throughput_table(cells.assign(device=["cpu", None, "", "cpu"]), ["layer"])  # older cells name none
     assert list(unnamed.columns) == ["layer", "depth 36"] and unnamed.set_index("layer").loc["a"].tolist() == ["120"]
+
+
+def test_a_cost_file_of_another_suite_or_an_older_layout_is_named_and_not_shown(tmp_path):
+    row = {"layer": "layernorm", "depth": 36, "step_ms": 100.0, "step_vs_baseline": 1.0, "memory_mib": 10.0,
+           "memory": "train-step estimate", "mem_vs_baseline": 1.0, "params": 1_802_000, "batch": 64,
+           "baseline": "layernorm", "device": "cpu", "torch": "2.14.1"}
+    pd.DataFrame([{**row, "suite": "smoke"}]).to_csv(tmp_path / "cost-cpu-2.14.1.csv", index=False)
+    pd.DataFrame([{k: v for k, v in row.items() if k != "params"}]).to_csv(tmp_path / "cost-gpu.csv", index=False)
+    text = "\n".join(cost_sections(tmp_path, "modern"))
+    assert "## cost" not in text and "| layernorm " not in text
+    assert "cost-cpu-2.14.1.csv was measured for suite smoke: not shown" in text
+    assert "cost-gpu.csv lacks params: not shown" in text and f"normbench bench SUITE --out {tmp_path}" in text

@@ -210,47 +210,55 @@ def test_the_top_row_is_separated_only_when_the_holm_adjusted_p_says_so():
 
 
 def sensitivity_cells(steady: dict[int, tuple[float, float]], shaky: dict[int, tuple[float, float]]) -> pd.DataFrame:
-    """Per seed, test top-1 at lr 1e-3 and 3e-3 of a steady and a shaky layer, plus a third row that tried only
-    1e-3 and 3e-3 too (so both are every row's lrs); layer "narrow" also tried 1e-2, which no other row did."""
+    """Per seed, test top-1 at lr 1e-3 and 3e-3 of a steady and a shaky layer (val 50 everywhere), plus one cell of
+    steady at 1e-2, an lr shaky never tried: it counts in neither row's sensitivity."""
     rows = [cell(name, lr, seed, 50.0, score) for name, table in (("steady", steady), ("shaky", shaky))
             for seed, scores in table.items() for lr, score in zip((1e-3, 3e-3), scores, strict=True)]
-    rows += [cell("narrow", lr, seed, 50.0, 60.0) for lr in (1e-3, 3e-3, 1e-2) for seed in (0, 1)]
-    rows.append(cell("steady", 1e-2, 0, 50.0, 0.0))  # an lr not every row tried: left out of the sensitivity
+    rows.append(cell("steady", 1e-2, 0, 50.0, 0.0))
     return add_scores(pd.DataFrame(rows))
 
 
-def test_the_sensitivity_difference_pairs_each_seeds_own_sensitivity_over_the_lrs_every_row_tried():
-    # per seed, sensitivity = mean over the two lrs of (best - score): steady 5 and 10, shaky 20 and 15
+def sensitivity(cells: pd.DataFrame, layer: str, rival: str) -> dict[str, float]:
+    return sensitivity_difference(cells, select_lr(cells, ["layer", "depth"]), ["layer", "depth"], {"depth": 12},
+                                  layer, rival)
+
+
+def test_the_sensitivity_difference_is_the_columns_difference_paired_per_seed():
+    # seed means: steady (90, 75), best 1e-3, sensitivity 7.5; shaky (75, 70), best 1e-3, sensitivity 2.5. Per seed,
+    # the gaps to the seed-mean best lr: steady 5 and 10, shaky 20 and -15 (seed 1 does better away from it)
     cells = sensitivity_cells({0: (90.0, 80.0), 1: (90.0, 70.0)}, {0: (90.0, 50.0), 1: (60.0, 90.0)})
-    diff = sensitivity_difference(cells, select_lr(cells, ["layer", "depth"]), ["layer", "depth"], {"depth": 12},
-                                  "steady", "shaky")
-    assert diff["n"] == 2 and diff["mean"] == pytest.approx(10.0)  # (20 - 5 + 15 - 10) / 2
-    assert (diff["low"], diff["high"]) == pytest.approx((10.0 - 12.7062 * 5.0, 10.0 + 12.7062 * 5.0), abs=1e-3)
+    diff = sensitivity(cells, "steady", "shaky")
+    assert diff["n"] == 2 and diff["mean"] == pytest.approx(-5.0)  # (15 - 25) / 2: shaky is the steadier row here
+    column = lr_sensitivity(cells[cells["lr"] < 1e-2], ["layer", "depth"], ["depth"]).set_index("layer")
+    assert diff["mean"] == pytest.approx(column.loc["shaky", "sensitivity"] - column.loc["steady", "sensitivity"])
+    assert (diff["low"], diff["high"]) == (-100.0, 100.0)  # -5 +- 12.7062 * 20, clipped to a difference's range
 
 
 def test_a_seed_missing_an_lr_is_left_out_and_a_diverged_cell_counts_at_chance():
     cells = sensitivity_cells({0: (90.0, 80.0), 1: (90.0, 70.0)}, {0: (90.0, 50.0), 1: (60.0, 90.0)})
     cells = cells[~((cells["layer"] == "shaky") & (cells["seed"] == 1) & (cells["lr"] == 3e-3))]
-    diff = sensitivity_difference(cells, select_lr(cells, ["layer", "depth"]), ["layer", "depth"], {"depth": 12},
-                                  "steady", "shaky")
+    diff = sensitivity(cells, "steady", "shaky")
     assert diff["n"] == 1 and diff["mean"] == pytest.approx(15.0)  # seed 0 only: 20 - 5
     diverged = sensitivity_cells({0: (90.0, 80.0)}, {0: (90.0, 0.0)}).assign(num_classes=10)
     diverged.loc[(diverged["layer"] == "shaky") & (diverged["lr"] == 3e-3), "status"] = "diverged"
-    diverged = add_scores(diverged)
-    diff = sensitivity_difference(diverged, select_lr(diverged, ["layer", "depth"]), ["layer", "depth"],
-                                  {"depth": 12}, "steady", "shaky")
-    assert diff["mean"] == pytest.approx((90.0 - 10.0) / 2 - 5.0)  # the diverged cell at chance, 10%, not 0
+    assert sensitivity(add_scores(diverged), "steady", "shaky")["mean"] == pytest.approx((90.0 - 10.0) / 2 - 5.0)
 
 
-def test_a_steadier_than_claim_is_read_as_a_sensitivity_difference_and_says_so():
+def test_a_row_that_learnt_nothing_is_never_the_steady_one():
+    cells = sensitivity_cells({s: (90.0, 80.0) for s in range(3)}, {s: (0.0, 0.0) for s in range(3)})
+    cells = cells.assign(num_classes=10)
+    cells.loc[cells["layer"] == "shaky", "status"] = "diverged"  # at chance at every lr: sensitivity 0, but no signal
+    assert sensitivity(add_scores(cells), "shaky", "steady")["n"] == 0
+
+
+def test_a_steadier_than_claim_is_read_as_a_sensitivity_difference_beside_a_beats_claim():
     cells = sensitivity_cells({s: (90.0, 88.0) for s in range(3)}, {s: (90.0, 40.0 + s) for s in range(3)})
-    claims = [{"layer": "steady", "steadier_than": "shaky", "depth": 12, "by": 0.0}]
+    claims = [{"layer": "steady", "steadier_than": "shaky", "depth": 12, "by": 0.0},
+              {"layer": "steady", "beats": "shaky", "depth": 12, "by": 0.0}]
     table = check_claims(cells, select_lr(cells, ["layer", "depth"]), ["layer", "depth"], claims)
-    # per seed, shaky's sensitivity is 25, 24.5, 24 and steady's 1
-    assert table["verdict"].tolist() == ["supported"] and table["mean"].iloc[0] == pytest.approx(23.5)
-    text = claims_table(table)["claim"].iloc[0]
-    assert text == claim_text(table.iloc[0]) and text.startswith("steady's lr sensitivity is below shaky's at depth 12")
-    beats = check_claims(cells, select_lr(cells, ["layer", "depth"]), ["layer", "depth"],
-                         [{"layer": "steady", "beats": "shaky", "depth": 12, "by": 0.0}])
-    assert beats["mean"].iloc[0] == pytest.approx(0.0)  # both score 90 at their best lr: no accuracy claim holds
-    assert claims_table(beats)["claim"].iloc[0] == "steady beats shaky at depth 12"
+    # per seed, shaky's sensitivity is 25, 24.5, 24 and steady's 1; at their best lr both score 90: no accuracy gain
+    assert table["verdict"].tolist() == ["supported", "inconclusive"]
+    assert table["mean"].tolist() == pytest.approx([23.5, 0.0])
+    texts = claims_table(table)["claim"].tolist()
+    assert texts[0] == claim_text(table.iloc[0]) and texts[0].startswith("steady's lr sensitivity is below shaky's")
+    assert "per selection seed" in texts[0] and texts[1] == "steady beats shaky at depth 12"

@@ -28,5 +28,7 @@ timeout -s INT -k 60 "$seconds" "$python" -m normbench run "$suite" --out "$out"
 echo "=== gpu-sweep: exit $? after $((SECONDS - t0)) s"
 "$python" -m normbench run "$suite" --out "$out" --dry-run | grep -E "cells?,|finished" | tail -n 3
 if [[ -n "${OUT:-}" ]]; then
-    tar -czf "$OUT/sweep-ledger.tgz" "$out/ledger.journal" "$out/suite.yaml" && ls -l "$OUT/sweep-ledger.tgz"
+    # with any cost file measured there (gpu-first-contact.sh's `cost` stage writes it beside the ledger)
+    tar -czf "$OUT/sweep-ledger.tgz" "$out/ledger.journal" "$out/suite.yaml" $(ls "$out"/cost-* 2>/dev/null) \
+        && ls -l "$OUT/sweep-ledger.tgz"
 fi

@@ -59,6 +59,14 @@ class TrainConfig:
     checkpoint_minutes: float = 15.0   # wall-clock minutes between checkpoints at epoch boundaries; 0: none at all
     keep_weights: str = "none"         # none, or final: the finished cell's weights as safetensors (docs/faults.md)
 
+    def uses_bf16(self, on_cuda: bool) -> bool:
+        """`amp` resolved: "auto" is bf16 on CUDA only (train/loop.py and `normbench bench SUITE` alike)."""
+        return self.amp == "bf16" or (self.amp == "auto" and on_cuda)
+
+    def uses_compile(self, on_cuda: bool) -> bool:
+        """`compile` resolved: "auto" compiles on CUDA only."""
+        return self.compile == "on" or (self.compile == "auto" and on_cuda)
+
 
 # TrainConfig keys that change how a cell survives and what it leaves behind, never its result: a suite that sets
 # them keeps its recipe hash (and its ledger), and the report and MLflow params leave them out

@@ -66,10 +66,9 @@ def cost_configs(suite: Suite, depths: list[int] | None, layers: list[str] | Non
 
 def step_setup(config: CellConfig, dev: torch.device) -> StepSetup:
     """The recipe's amp and compile, as train/loop.py resolves "auto" (on for CUDA)."""
-    t = config.train
-    amp = t.amp == "bf16" or (t.amp == "auto" and dev.type == "cuda")
-    return StepSetup(dev=dev, batch=t.batch_size, amp=amp, compile=t.compile == "on" or (
-        t.compile == "auto" and dev.type == "cuda"))
+    on_cuda = dev.type == "cuda"
+    return StepSetup(dev=dev, batch=config.train.batch_size, amp=config.train.uses_bf16(on_cuda),
+                     compile=config.train.uses_compile(on_cuda))
 
 
 def measure(configs: dict[tuple[int, str], CellConfig], dev: torch.device, warmup: int, repeats: int,

@@ -120,12 +120,12 @@ def build_fit(cell: CellConfig, device: str | torch.device, data: DataBundle | N
     aux = aux_losses_from_config(model, tc)
     parallel = model if dist is None else wrap_ddp(model, dev)
     forward = parallel
-    if tc.compile == "on" or (tc.compile == "auto" and on_cuda):
+    if tc.uses_compile(on_cuda):
         # a fresh dynamo per cell: a worker's many models would otherwise exhaust its recompile limit, after which
         # dynamo silently runs the rest eagerly, and a cell's speed would depend on the cells before it
         torch._dynamo.reset()
         forward = torch.compile(parallel)
-    amp = tc.amp == "bf16" or (tc.amp == "auto" and on_cuda)
+    amp = tc.uses_bf16(on_cuda)
     autocast = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if amp else nullcontext
 
     mixup = (Mixup(mixup_alpha=tc.mixup, cutmix_alpha=tc.cutmix, label_smoothing=tc.label_smoothing,

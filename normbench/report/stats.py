@@ -76,8 +76,10 @@ DIFFERENCE = (-100.0, 100.0)
 def paired_p(differences: Sequence[float], by: float = 0.0, alternative: str = "two-sided") -> float:
     """p of a paired t test that the mean difference is `by` (alternative "two-sided", "greater" or "less").
 
-    NaN below two pairs. Identical differences (to float precision) have no spread: p is 0 when they all lie on the
-    alternative's side of `by`, else 1 (the t statistic would be infinite or undefined)."""
+    NaN below two pairs. Identical differences (to float precision) have no spread, so t is undefined: p is then the
+    exact sign test's (all n on the alternative's side of `by`: 0.5^n one-sided, twice that two-sided; 1 when they
+    are not). Calling an exact tie p = 0 would let two seeds that happen to differ by the same 1/360 of val read
+    "supported", where two seeds a step apart read p ~ 0.1."""
     from scipy import stats
 
     x = np.asarray(differences, dtype=float) - by
@@ -85,7 +87,7 @@ def paired_p(differences: Sequence[float], by: float = 0.0, alternative: str = "
         return math.nan
     if np.ptp(x) <= 1e-9 * max(1.0, float(np.abs(x).max())):  # equal up to float noise (3 - 2.7 != 0.3)
         side = {"two-sided": x[0] != 0, "greater": x[0] > 0, "less": x[0] < 0}[alternative]
-        return 0.0 if side else 1.0
+        return min(1.0, 0.5 ** len(x) * (2 if alternative == "two-sided" else 1)) if side else 1.0
     return float(stats.ttest_1samp(x, 0.0, alternative=alternative).pvalue)
 
 

@@ -147,7 +147,11 @@ def test_paired_p_by_hand_and_its_degenerate_cases():
     assert paired_p([2.0, 5.0, 2.0]) == pytest.approx(0.09547, abs=1e-4)
     assert paired_p([2.0, 5.0, 2.0], by=3.0) == pytest.approx(1.0)
     assert math.isnan(paired_p([4.0]))
-    assert paired_p([3.0, 3.0]) == 0.0 and paired_p([0.0, 0.0]) == 1.0  # no spread: all on one side, or none
+    # no spread: the exact sign test, all n on one side (2 * 0.5^n two-sided, 0.5^n one-sided), or none (1)
+    assert paired_p([3.0, 3.0]) == 0.5 and paired_p([0.0, 0.0]) == 1.0
+    assert paired_p([3.0] * 4) == 0.125 and paired_p([3.0] * 4, alternative="greater") == 0.0625
+    assert paired_p([3.0] * 4, alternative="less") == 1.0
+    assert paired_p([3.0, 3.0]) > paired_p([2.0, 3.0])  # a tie is no stronger evidence than seeds a point apart
 
 
 def test_differences_equal_up_to_float_noise_have_no_spread_and_raise_no_warning():
@@ -156,7 +160,7 @@ def test_differences_equal_up_to_float_noise_have_no_spread_and_raise_no_warning
     assert a != b
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # scipy's "precision loss ... catastrophic cancellation" would raise
-        assert paired_p([a, b]) == 0.0
+        assert paired_p([a, b]) == 0.5
         assert paired_p([a, b], by=a) == 1.0
 
 

@@ -150,8 +150,8 @@ class Ledger:
         return study
 
     def study_names(self) -> list[str]:
-        summaries = self.call(optuna.get_all_study_summaries, self.storage, include_best_trial=False)
-        return [s.study_name for s in summaries]
+        # not get_all_study_summaries: it copies every trial of every study, 70 ms a call on a 240-cell journal
+        return self.call(optuna.study.get_all_study_names, self.storage)
 
     def trials(self, study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list[FrozenTrial]:
         """The study's trials (in `states`), read through an outage."""

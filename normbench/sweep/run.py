@@ -17,10 +17,11 @@ from normbench.contracts.names import OutputFolder, StudyNames
 from normbench.contracts.selection import BUDGETS, REPORTS, SELECTS
 from normbench.contracts.suite import Suite
 from normbench.store.claim import Claim
-from normbench.store.ledger import LIVE, UNFINISHED, Ledger
+from normbench.store.ledger import LIVE, UNFINISHED, Ledger, worker_host
 from normbench.store.migrations import trial_cell_id
 from normbench.sweep.bracket import bracket_axes
 from normbench.sweep.cells import cell_params, open_study_of_recipe
+from normbench.sweep.pace import Pace
 from normbench.sweep.progress import Progress
 from normbench.sweep.report_stage import budget_axes, report_axes
 from normbench.sweep.worker import Job
@@ -64,15 +65,24 @@ def queued_cells(ledger: Ledger, study_name: str) -> dict[str, dict[str, Any]]:
             for t in ledger.trials(ledger.study(study_name), LIVE) if "axes" in t.user_attrs}
 
 
-def cell_cost(suite: Suite, axes: dict[str, Any]) -> float:
-    """A cell's relative cost for the ETA: depth x epochs."""
-    config = suite.cell(axes).config
-    return float(config.model.depth * config.train.epochs)
+def pace_of(ledger: Ledger, suite: Suite) -> Pace:
+    """How fast this host trained the suite's finished cells (matrix, bracketing rounds, report stage)."""
+    present = set(ledger.study_names())
+    names = [n for n in (StudyNames(suite.name).run, *stage_study_names(ledger, suite)) if n in present]
+    trials = [t for n in names for t in ledger.trials(ledger.study(n), (TrialState.COMPLETE,))]
+    return Pace.learn(trials, worker_host(), lambda axes: suite.cell(axes).config.model.depth)
 
 
-def note_new_cells(progress: Progress, suite: Suite, study_name: str, cells: dict[str, dict[str, Any]]) -> None:
+def cell_costs(suite: Suite, cells: dict[str, dict[str, Any]], pace: Pace) -> dict[str, float]:
+    """`{cell_id: the ETA's weight}`: the seconds `pace` expects each cell to take here."""
+    configs = {cid: suite.cell(axes).config for cid, axes in cells.items()}
+    return {cid: pace.cost(cells[cid], c.model.depth, c.train.epochs) for cid, c in configs.items()}
+
+
+def note_new_cells(ledger: Ledger, progress: Progress, suite: Suite, study_name: str,
+                   cells: dict[str, dict[str, Any]]) -> None:
     """Count a bracketing round's or the report stage's new cells (`{cell_id: axes}`) in the progress line."""
-    progress.add({cid: cell_cost(suite, axes) for cid, axes in cells.items()})
+    progress.add(cell_costs(suite, cells, pace_of(ledger, suite)))
     if study_name == StudyNames(suite.name).report:
         progress.note(f"selection over: {len(cells)} report cells (each row's chosen lr on report seeds "
                       f"{suite.report_seeds})")
@@ -124,7 +134,7 @@ def _queue(ledger: Ledger, study: optuna.Study, cells: dict[str, dict[str, Any]]
     if new:
         ledger.enqueue(study, new)
         if progress is not None:
-            note_new_cells(progress, suite, study.study_name, new)
+            note_new_cells(ledger, progress, suite, study.study_name, new)
 
 
 def retry_failed(suite: Suite, out_dir: Path, storage: str | None) -> list[str]:
@@ -150,7 +160,8 @@ def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
         queued.update(queued_cells(ledger, name))
     finished = {trial_cell_id(t) for s in [study, *map(ledger.study, rounds)]
                 for t in ledger.trials(s, (TrialState.COMPLETE,)) if "axes" in t.user_attrs}
-    costs = {cid: cell_cost(suite, axes) for cid, axes in queued.items() if cid not in finished}
+    left = {cid: axes for cid, axes in queued.items() if cid not in finished}
+    costs = cell_costs(suite, left, pace_of(ledger, suite))
     progress = Progress(total=len(queued), done=len(finished), quiet=quiet, costs=costs)
     progress.note(f"suite {suite.name}: {len(queued)} cells ({len(queued) - len(cells)} from bracketing and report "
                   "seeds), "

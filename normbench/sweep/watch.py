@@ -50,7 +50,7 @@ class WorkerWatch:
             new = {cid: axes for cid, axes in queued_cells(self.ledger, name).items() if cid not in self.counted}
             if new:
                 self.counted.update(new)
-                note_new_cells(self.progress, self.suite, name, new)
+                note_new_cells(self.ledger, self.progress, self.suite, name, new)
         return [*self.study_names, *(n for n in rounds if n not in self.study_names)]
 
     def report(self) -> None:

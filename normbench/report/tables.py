@@ -139,10 +139,13 @@ def baseline_table(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str],
     diffs = diffs.sort_values([*group_keys, "mean"], ascending=[True] * len(group_keys) + [False], kind="stable")
     rows = []
     for _, r in diffs.iterrows():
+        # no matched seeds: one row scored on report seeds, the other (its report cells not trained yet) on selection's
+        matched = r["n"] > 0
         rows.append({**{k: r[k] for k in group_keys}, "layer": r["layer"],
-                     f"minus {baseline} (points)": f"{r['mean']:+.2f}", "95% CI": ci_text(r["low"], r["high"]),
-                     "n (paired seeds)": str(r["n"]), "p": p_text(r["p"]), "p (Holm)": p_text(r["p_holm"]),
-                     "reading": reading(r["mean"], r["p_holm"], BASELINE_VERDICTS)})
+                     f"minus {baseline} (points)": f"{r['mean']:+.2f}" if matched else "—",
+                     "95% CI": ci_text(r["low"], r["high"]), "n (paired seeds)": str(r["n"]), "p": p_text(r["p"]),
+                     "p (Holm)": p_text(r["p_holm"]),
+                     "reading": reading(r["mean"], r["p_holm"], BASELINE_VERDICTS) if matched else "no matched seeds"})
     return pd.DataFrame(rows)
 
 

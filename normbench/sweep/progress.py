@@ -41,12 +41,15 @@ class Progress:
         self.cost_done = 0.0
         self.cell, self.epochs = "", 0
         self.cell_fraction = 0.0  # of the current cell, trained so far
+        self.in_flight: dict[str, float] = {}  # cells other processes are training: the fraction done (`running`)
         self.log_every, self._last_line = log_every, float("-inf")
         self._clear = "\r\033[K" if self.tty else ""  # return to the line's start and erase it
 
     def eta(self) -> str:
-        """Time left, from elapsed time per unit of cost done (the current cell's part counts); '?' before progress."""
+        """Time left, from elapsed time per unit of cost done (the trained part of the current cell and of those in
+        flight counts, so finishing cells in pairs does not swing it); '?' before progress."""
         partial = self._cost(self.cell) * self.cell_fraction if self.cell else 0.0
+        partial += sum(self._cost(cell) * fraction for cell, fraction in self.in_flight.items())
         done = self.cost_done + partial
         if not done:
             return "?"
@@ -65,6 +68,10 @@ class Progress:
     def _cost(self, cell_id: str) -> float:
         return self.costs.get(cell_id, 1.0) if self.costs else 1.0
 
+    def running(self, fractions: Mapping[str, float]) -> None:
+        """The cells worker processes are training now, each with the fraction of its epochs done (the parent's)."""
+        self.in_flight = dict(fractions)
+
     def start_cell(self, cell_id: str, epochs: int) -> None:
         self.cell, self.epochs, self.cell_fraction = cell_id, epochs, 0.0
 
@@ -82,6 +89,7 @@ class Progress:
     def record(self, cell_id: str, result: CellResult | None, where: str = "") -> None:
         """Count a finished cell (`where`: the worker that trained it) and print its line; None: no stored result."""
         self.done += 1
+        self.in_flight.pop(cell_id, None)  # its whole cost counts as done now, not also as in flight
         cost = self._cost(cell_id)
         self.cost_done += cost
         self.cost_left = max(0.0, self.cost_left - cost)

@@ -54,12 +54,26 @@ class WorkerWatch:
         return [*self.study_names, *(n for n in rounds if n not in self.study_names)]
 
     def report(self) -> None:
-        for t in newly_finished(self.ledger, self.watched(), self.seen):
+        names = self.watched()
+        for t in newly_finished(self.ledger, names, self.seen):
             stored = t.user_attrs.get("result")
             self.progress.record(t.user_attrs.get(LABEL) or t.user_attrs.get("cell_id", f"trial {t.number}"),
                                  CellResult.from_summary(stored) if stored else None,
                                  where=f"  (worker {t.user_attrs.get('worker_pid', '?')})")
             self.reported += 1
+        self.progress.running(self.in_flight(names))
+
+    def in_flight(self, study_names: list[str]) -> dict[str, float]:
+        """`{cell_id: fraction of its epochs reported}` of the cells the workers are training (each epoch is an
+        Optuna intermediate value of its trial)."""
+        existing = set(self.ledger.study_names())
+        fractions = {}
+        for name in (n for n in study_names if n in existing):
+            for t in self.ledger.trials(self.ledger.study(name), (TrialState.RUNNING,)):
+                if "axes" in t.user_attrs and "cell_id" in t.user_attrs:
+                    epochs = self.suite.cell(t.user_attrs["axes"]).config.train.epochs
+                    fractions[t.user_attrs["cell_id"]] = min(1.0, len(t.intermediate_values) / max(1, epochs))
+        return fractions
 
 
 def wait_for_workers(procs: list[subprocess.Popen], watch: WorkerWatch) -> WorkSummary:

@@ -131,3 +131,41 @@ def test_the_parent_sees_each_finished_cell_once(tmp_path):
     assert finished.user_attrs["cell_id"] == claim.user_attrs["cell_id"]
     assert finished.user_attrs["result"]["best_val_top1"] == 50.0
     assert newly_finished(ledger, ["run:p"], seen) == []
+
+
+def test_cells_in_flight_in_other_processes_count_their_trained_part(monkeypatch):
+    """The parent of two workers saw its ETA swing 2x (8h35m, 4h24m, 6h38m) as cells finished in pairs: a cell
+    half trained by a worker counted as nothing until it finished."""
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    progress = Progress(total=4, stream=io.StringIO(), costs={c: 1.0 for c in "abcd"})
+    clock.now += 60.0
+    progress.running({"a": 0.5, "b": 0.5})  # two workers, half way each: one cell's worth in 60 s
+    assert progress.eta() == "3m00s"  # 3 cells' worth left
+    progress.record("a", None)  # a finishes: counted once, as done, no longer in flight
+    # 1.5 cells' worth done in 60 s (40 s each); left: c, d and b's other half
+    assert progress.in_flight == {"b": 0.5} and progress.eta() == "1m40s"
+
+
+def test_the_parent_reads_each_running_cells_epochs_from_the_ledger(tmp_path):
+    from pathlib import Path
+
+    from normbench.contracts.suite import parse_suite
+    from normbench.store.ledger import Ledger
+    from normbench.sweep.run import open_run
+    from normbench.sweep.watch import WorkerWatch
+
+    suite = parse_suite({"name": "w", "dataset": {"name": "digits"}, "train": {"epochs": 4},
+                         "matrix": {"depth": [1], "layer": ["layernorm", "rezero"], "lr": [1e-3], "seed": [0]}},
+                        Path("w.yaml"))
+    ledger = Ledger(None, tmp_path)
+    _, studies, progress = open_run(suite, ledger, tmp_path, quiet=True)
+    watch = WorkerWatch(suite, ledger, progress, studies)
+    claim = ledger.claim(ledger.study(studies[0]))  # a worker's cell, two of its four epochs reported
+    for epoch in range(2):
+        claim.report(50.0, step=epoch)
+    watch.report()
+    assert progress.in_flight == {claim.user_attrs["cell_id"]: 0.5}
+    claim.finish(CellResult.from_summary({"status": "ok", "best_val_top1": 50.0, "val_top1": 50.0}))
+    watch.report()
+    assert progress.in_flight == {} and progress.done == 1

@@ -78,15 +78,18 @@ def paired_p(differences: Sequence[float], by: float = 0.0, alternative: str = "
 
     NaN below two pairs. Identical differences (to float precision) have no spread, so t is undefined: p is then the
     exact sign test's (all n on the alternative's side of `by`: 0.5^n one-sided, twice that two-sided; 1 when they
-    are not). Calling an exact tie p = 0 would let two seeds that happen to differ by the same 1/360 of val read
-    "supported", where two seeds a step apart read p ~ 0.1."""
+    sit on `by`). Calling an exact tie p = 0 would let two seeds whose scores happen to differ by the same 1/360 of
+    the test set read "supported", where two seeds a step apart read p ~ 0.1. Their t interval is then a point,
+    which this p does not follow: with fewer than 6 seeds a tie is never below ALPHA."""
     from scipy import stats
 
     x = np.asarray(differences, dtype=float) - by
     if len(x) < 2:
         return math.nan
-    if np.ptp(x) <= 1e-9 * max(1.0, float(np.abs(x).max())):  # equal up to float noise (3 - 2.7 != 0.3)
-        side = {"two-sided": x[0] != 0, "greater": x[0] > 0, "less": x[0] < 0}[alternative]
+    noise = 1e-9 * max(1.0, float(np.abs(x).max()), abs(by))  # 3 - 2.7 != 0.3
+    if np.ptp(x) <= noise:
+        on_by = abs(x[0]) <= noise
+        side = {"two-sided": not on_by, "greater": x[0] > noise, "less": x[0] < -noise}[alternative]
         return min(1.0, 0.5 ** len(x) * (2 if alternative == "two-sided" else 1)) if side else 1.0
     return float(stats.ttest_1samp(x, 0.0, alternative=alternative).pvalue)
 
@@ -286,7 +289,8 @@ def check_claims(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str],
     A claim is {layer, beats, depth, by (default 0), claimed (optional)}: "`layer` beats `beats` at `depth` by more
     than `by` points" (the source reported a gain of `claimed`); or, with `steadier_than` in place of `beats`,
     "`layer`'s lr sensitivity is below the rival's by more than `by` points" (`sensitivity_difference`). The paired
-    t test of the difference against `by` (two-sided, so a lone claim agrees with its 95% interval) is Holm-adjusted
+    t test of the difference against `by` (two-sided, so a lone claim agrees with its 95% interval, save for identical
+    differences: `paired_p`) is Holm-adjusted
     over the claims: supported when the adjusted p is below ALPHA and the difference lies above `by`, contradicted
     when below, else inconclusive (fewer than two paired seeds: inconclusive too).
     """

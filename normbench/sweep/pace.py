@@ -2,10 +2,11 @@
 
 Depth x epochs alone misjudges a queue of mixed layers: at depth 36 a `hc` cell trains about twice as long as a
 `layernorm` one and an `mhc` cell nearly five times (results/in-progress/depth-sweep-digits-modern/cost-cpu-*.md).
-Each cell this host finished gives its shape (every axis but lr, seed and epochs: those do not change a step's cost)
-seconds per epoch; a queued cell of a known shape costs that times its epochs, one of an unknown shape the median
-seconds per depth-epoch times its depth x epochs. Cells other machines trained (a lent GPU) say nothing of this one's
-speed. Only ratios matter: the progress line scales them by this run's own elapsed time."""
+Each cell this host finished gives its shape (every axis but those that leave an epoch's time unchanged) seconds per
+epoch. Costs stay in one unit, depth x epochs, whatever has finished, because the progress line adds costs weighed
+before any cell finished to costs weighed after: a cell of unknown shape costs depth x epochs, one of a known shape
+epochs x its seconds per epoch over the median seconds per depth-epoch here. Cells other machines trained (a lent GPU)
+say nothing of this one's speed."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-FREE_AXES = frozenset({"lr", "seed", "epochs"})  # axes that leave the time of one epoch unchanged
+FREE_AXES = frozenset({"lr", "seed", "epochs", "warmup_epochs"})  # the budget check stretches the last two
 
 Shape = tuple[tuple[str, str], ...]
 
@@ -27,7 +28,7 @@ def shape_of(axes: Mapping[str, Any]) -> Shape:
 
 @dataclass(frozen=True)
 class Pace:
-    """Median seconds per epoch of each shape finished here, and per depth-epoch over all of them."""
+    """Median seconds per epoch of each shape finished here, and per depth-epoch over all of them (the unit)."""
 
     per_epoch: dict[Shape, float] = field(default_factory=dict)
     per_depth_epoch: float | None = None
@@ -51,11 +52,9 @@ class Pace:
                    statistics.median(per_depth) if per_depth else None)
 
     def cost(self, axes: Mapping[str, Any], depth: int, epochs: int) -> float:
-        """Seconds `axes` (a cell of `depth` blocks trained `epochs` epochs) should take here; depth x epochs when
-        this host has finished nothing yet (every cell is then in that unit alike)."""
+        """The cost of `axes` (a cell of `depth` blocks trained `epochs` epochs) in depth-epochs at this host's
+        median pace: its shape's own seconds when this host trained that shape, else depth x epochs."""
         known = self.per_epoch.get(shape_of(axes))
-        if known is not None:
-            return known * epochs
-        if self.per_depth_epoch is not None:
-            return self.per_depth_epoch * depth * epochs
-        return float(depth * epochs)
+        if known is None or not self.per_depth_epoch:
+            return float(depth * epochs)
+        return known / self.per_depth_epoch * epochs

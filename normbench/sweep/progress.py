@@ -30,8 +30,9 @@ class Progress:
 
     def __init__(self, total: int, done: int = 0, stream: TextIO | None = None, quiet: bool = False,
                  costs: dict[str, float] | None = None, log_every: float = 30.0) -> None:
-        """`costs`: each cell's relative cost (depth x epochs; default 1), so the ETA after depth-6 cells does not
-        promise depth 36 at that speed. `log_every`: seconds between epoch lines without a terminal (0: every epoch)."""
+        """`costs`: each cell's relative cost (depth x epochs, weighed by what its layer took here: sweep/pace.py;
+        default 1), so the ETA after depth-6 or layernorm cells does not promise depth 36 or mhc at that speed.
+        `log_every`: seconds between epoch lines without a terminal (0: every epoch)."""
         stream = stream or sys.stderr  # looked up per call: sys.stderr may be replaced after import (pytest)
         self.total, self.done, self.stream, self.quiet = total, done, stream, quiet
         self.tty = stream.isatty()

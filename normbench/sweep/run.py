@@ -74,7 +74,7 @@ def pace_of(ledger: Ledger, suite: Suite) -> Pace:
 
 
 def cell_costs(suite: Suite, cells: dict[str, dict[str, Any]], pace: Pace) -> dict[str, float]:
-    """`{cell_id: the ETA's weight}`: the seconds `pace` expects each cell to take here."""
+    """`{cell_id: the ETA's weight}`: each cell's cost in depth-epochs, weighed by its shape's pace here."""
     configs = {cid: suite.cell(axes).config for cid, axes in cells.items()}
     return {cid: pace.cost(cells[cid], c.model.depth, c.train.epochs) for cid, c in configs.items()}
 

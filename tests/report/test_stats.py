@@ -152,6 +152,7 @@ def test_paired_p_by_hand_and_its_degenerate_cases():
     assert paired_p([3.0] * 4) == 0.125 and paired_p([3.0] * 4, alternative="greater") == 0.0625
     assert paired_p([3.0] * 4, alternative="less") == 1.0
     assert paired_p([3.0, 3.0]) > paired_p([2.0, 3.0])  # a tie is no stronger evidence than seeds a point apart
+    assert paired_p([3 - 2.7] * 6, by=0.3) == 1.0  # on `by` up to float noise: no side at all, whatever n
 
 
 def test_differences_equal_up_to_float_noise_have_no_spread_and_raise_no_warning():

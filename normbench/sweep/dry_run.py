@@ -18,12 +18,16 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
 
     from normbench.report.frames import FAILED
 
-    frame = pd.DataFrame()
+    frame, queued, left = pd.DataFrame(), {}, ""
     if storage or OutputFolder(out).ledger.exists():
         from normbench.report.frames import cells_frame
         from normbench.store.ledger import Ledger
+        from normbench.sweep.run import queued_cells, stage_study_names, time_left
 
-        frame = cells_frame(Ledger(storage, out), StudyNames(suite.name))
+        ledger = Ledger(storage, out)
+        frame, left = cells_frame(ledger, StudyNames(suite.name)), time_left(suite, ledger)
+        queued = {cid: stage_words(suite, name) for name in stage_study_names(ledger, suite)
+                  for cid in queued_cells(ledger, name)}
     records = frame.to_dict("records")
     done = {r["cell_id"]: r["status"] for r in records}
     failed = {c["cell_id"]: len(c["attempts"]) for c in frame.attrs.get(FAILED, [])}  # not "to run": never queued
@@ -33,6 +37,8 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
     rows += [[r["cell_id"], f"{r['status']} (report seed)"] for r in records if r.get("role") == REPORTS]
     rows += [[r["cell_id"], f"{r['status']} (convergence check, 2x epochs)"] for r in records
              if r.get("role") == BUDGETS]
+    listed = {row[0] for row in rows}  # the queued cells of rounds and stages no worker has finished yet
+    rows += [[cid, f"to run ({words})"] for cid, words in queued.items() if cid not in listed and cid not in failed]
     selecting = [r for r in records if r.get("role") == SELECTS]
     coming = next_bracket_round(suite, selecting) if suite.bracket and len(done) >= len(rows) else []
     rows += [[suite.cell(axes).cell_id, "to run (next bracket round)"] for axes in coming]
@@ -53,7 +59,15 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
         lines.append(f"convergence check: then each row's chosen lr on report seeds {suite.report_seeds[:BUDGET_SEEDS]}"
                      f" at {BUDGET_FACTOR}x the epochs (schedule stretched); a row is converged when that changes its "
                      "val by less than the threshold the leaderboard states")
-    return "\n".join(lines)
+    return "\n".join([*lines, left] if left else lines)
+
+
+def stage_words(suite: Suite, study_name: str) -> str:
+    """How the cell list names the cells of a round or stage."""
+    names = StudyNames(suite.name)
+    if (round_ := names.bracket_round(study_name)) is not None:
+        return f"bracket round {round_}"
+    return "report seed" if study_name == names.report else "convergence check, 2x epochs"
 
 
 def failed_status(attempts: int | None) -> str:

@@ -148,22 +148,42 @@ def retry_failed(suite: Suite, out_dir: Path, storage: str | None) -> list[str]:
     return [cid for name in names for cid in ledger.retry_failed(ledger.study(name))]
 
 
+def queue_status(suite: Suite, ledger: Ledger) -> tuple[dict[str, dict[str, Any]], set[str]]:
+    """(`{cell_id: axes}` of the matrix and of the rounds and stages queued so far, the ids of those finished);
+    reads only, so `--dry-run` can ask too."""
+    stages = stage_study_names(ledger, suite)  # those present
+    queued = {c.cell_id: c.axes for c in suite.cells()}
+    for name in stages:
+        queued.update(queued_cells(ledger, name))
+    run = StudyNames(suite.name).run
+    studies = [run, *stages] if run in ledger.study_names() else stages
+    finished = {trial_cell_id(t) for n in studies
+                for t in ledger.trials(ledger.study(n), (TrialState.COMPLETE,)) if "axes" in t.user_attrs}
+    return queued, finished
+
+
 def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
              quiet: bool = False) -> tuple[JobList, list[str], Progress]:
     """Check the recipe, queue the matrix, count queued and done cells; returns (jobs, studies to watch, progress)."""
     study = open_run_study(ledger, suite)
-    cells = suite.cells()
-    ledger.enqueue(study, {c.cell_id: c.axes for c in cells})
-    rounds = stage_study_names(ledger, suite)  # queued by an earlier run of this suite: counted too
-    queued = {c.cell_id: c.axes for c in cells}
-    for name in rounds:
-        queued.update(queued_cells(ledger, name))
-    finished = {trial_cell_id(t) for s in [study, *map(ledger.study, rounds)]
-                for t in ledger.trials(s, (TrialState.COMPLETE,)) if "axes" in t.user_attrs}
+    ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
+    queued, finished = queue_status(suite, ledger)  # with the rounds an earlier run of this suite queued
     left = {cid: axes for cid, axes in queued.items() if cid not in finished}
     costs = cell_costs(suite, left, pace_of(ledger, suite))
     progress = Progress(total=len(queued), done=len(finished), quiet=quiet, costs=costs)
-    progress.note(f"suite {suite.name}: {len(queued)} cells ({len(queued) - len(cells)} from bracketing and report "
-                  "seeds), "
-                  f"{len(finished)} already finished; output in {out_dir}")
+    progress.note(f"suite {suite.name}: {len(queued)} cells ({len(queued) - len(suite.cells())} from bracketing and "
+                  f"report seeds), {len(finished)} already finished; output in {out_dir}")
     return run_jobs(suite, study, ledger, progress), [study.study_name], progress
+
+
+def time_left(suite: Suite, ledger: Ledger) -> str:
+    """'N queued cells left, about T of training at this host's pace', or '' before this host finished a cell."""
+    pace = pace_of(ledger, suite)
+    queued, finished = queue_status(suite, ledger)
+    left = {cid: axes for cid, axes in queued.items() if cid not in finished}
+    if not left or not pace.per_depth_epoch:
+        return ""
+    hours = sum(cell_costs(suite, left, pace).values()) * pace.per_depth_epoch / 3600
+    return (f"time left: {len(left)} queued cells, about {hours:.1f} cell-hours at this host's pace so far (the cells "
+            "it trained, each layer at its own speed; divide by the workers training side by side; stages not "
+            "queued yet are not counted)")

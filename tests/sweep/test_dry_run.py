@@ -1,0 +1,40 @@
+"""`normbench run --dry-run` on a sweep in its report stage: every queued cell is listed and counted, finished or not,
+and the time left is estimated from what this host took for each layer; it writes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from normbench.cli import main
+from normbench.contracts.names import StudyNames
+from normbench.store.ledger import Ledger, worker_host
+
+MATRIX = {"depth": [6], "layer": ["layernorm"], "lr": [1e-3, 3e-3], "seed": [0]}
+
+
+def test_queued_report_cells_are_listed_counted_and_timed(write_suite, tmp_path: Path, capsys):
+    path = write_suite(name="d", matrix=MATRIX, train={"epochs": 10}, report_seeds=[100, 101])
+    out = tmp_path / "out"
+    ledger = Ledger(None, out)
+    run = ledger.study(StudyNames("d").run)
+    for lr, val in ((1e-3, 80.0), (3e-3, 70.0)):  # selection done here: an hour a cell
+        axes = {"depth": 6, "layer": "layernorm", "lr": lr, "seed": 0}
+        run.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=val, user_attrs={
+            "cell_id": f"depth=6,layer=layernorm,lr={lr},seed=0", "axes": axes, "worker_host": worker_host(),
+            "result": {"status": "ok", "val_top1": val, "best_val_top1": val, "test_top1": val, "seconds": 3600.0,
+                       "epochs_run": 10}}))
+    ledger.enqueue(ledger.study(StudyNames("d").report), {
+        f"depth=6,layer=layernorm,lr=0.001,seed={s}": {"depth": 6, "layer": "layernorm", "lr": 1e-3, "seed": s}
+        for s in (100, 101)})
+    ledger.close()
+    journal = (out / "ledger.journal").read_bytes()
+
+    assert main(["run", str(path), "--out", str(out), "--dry-run"]) == 0
+    listed = capsys.readouterr().out
+    assert sum("to run (report seed)" in line for line in listed.splitlines()) == 2
+    assert "4 cells, 2 finished" in listed
+    assert "time left: 2 queued cells, about 2.0 cell-hours" in listed
+    assert (out / "ledger.journal").read_bytes() == journal  # a dry run writes nothing

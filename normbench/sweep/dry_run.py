@@ -20,14 +20,18 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
 
     frame, queued, left = pd.DataFrame(), {}, ""
     if storage or OutputFolder(out).ledger.exists():
+        from optuna.trial import TrialState
+
         from normbench.report.frames import cells_frame
-        from normbench.store.ledger import Ledger
-        from normbench.sweep.run import queued_cells, stage_study_names, time_left
+        from normbench.store.ledger import UNFINISHED, Ledger
+        from normbench.store.migrations import trial_cell_id
+        from normbench.sweep.run import stage_study_names, time_left
 
         ledger = Ledger(storage, out)
         frame, left = cells_frame(ledger, StudyNames(suite.name)), time_left(suite, ledger)
-        queued = {cid: stage_words(suite, name) for name in stage_study_names(ledger, suite)
-                  for cid in queued_cells(ledger, name)}
+        queued = {trial_cell_id(t): f"{'running' if t.state == TrialState.RUNNING else 'to run'} "
+                                    f"({stage_words(suite, name)})"
+                  for name in stage_study_names(ledger, suite) for t in ledger.trials(ledger.study(name), UNFINISHED)}
     records = frame.to_dict("records")
     done = {r["cell_id"]: r["status"] for r in records}
     failed = {c["cell_id"]: len(c["attempts"]) for c in frame.attrs.get(FAILED, [])}  # not "to run": never queued
@@ -38,9 +42,10 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
     rows += [[r["cell_id"], f"{r['status']} (convergence check, 2x epochs)"] for r in records
              if r.get("role") == BUDGETS]
     listed = {row[0] for row in rows}  # the queued cells of rounds and stages no worker has finished yet
-    rows += [[cid, f"to run ({words})"] for cid, words in queued.items() if cid not in listed and cid not in failed]
+    rows += [[cid, status] for cid, status in queued.items() if cid not in listed and cid not in failed]
     selecting = [r for r in records if r.get("role") == SELECTS]
-    coming = next_bracket_round(suite, selecting) if suite.bracket and len(done) >= len(rows) else []
+    idle = not any(status.startswith(("to run", "running")) for _, status in rows)  # a next round is due
+    coming = next_bracket_round(suite, selecting) if suite.bracket and idle else []
     rows += [[suite.cell(axes).cell_id, "to run (next bracket round)"] for axes in coming]
     gave_up = (f", {len(failed)} failed for good (`normbench run --retry-failed` gives them another round)"
                if failed else "")

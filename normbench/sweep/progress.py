@@ -43,6 +43,8 @@ class Progress:
         self.cell, self.epochs = "", 0
         self.cell_fraction = 0.0  # of the current cell, trained so far
         self.in_flight: dict[str, float] = {}  # cells other processes are training: the fraction done (`running`)
+        self._trained_before: dict[str, float] = {}  # ... and the fraction each had when first seen
+        self.unit: float | None = None  # seconds per unit of the costs (sweep/pace.py), once known
         self.log_every, self._last_line = log_every, float("-inf")
         self._clear = "\r\033[K" if self.tty else ""  # return to the line's start and erase it
 
@@ -50,7 +52,8 @@ class Progress:
         """Time left, from elapsed time per unit of cost done (the trained part of the current cell and of those in
         flight counts, so finishing cells in pairs does not swing it); '?' before progress."""
         partial = self._cost(self.cell) * self.cell_fraction if self.cell else 0.0
-        partial += sum(self._cost(cell) * fraction for cell, fraction in self.in_flight.items())
+        partial += sum(self._cost(cell) * (fraction - self._trained_before.get(cell, 0.0))
+                       for cell, fraction in self.in_flight.items())
         done = self.cost_done + partial
         if not done:
             return "?"
@@ -70,7 +73,13 @@ class Progress:
         return self.costs.get(cell_id, 1.0) if self.costs else 1.0
 
     def running(self, fractions: Mapping[str, float]) -> None:
-        """The cells worker processes are training now, each with the fraction of its epochs done (the parent's)."""
+        """The cells worker processes are training now, each with the fraction of its epochs done (the parent's).
+        What a cell had when first seen (a checkpoint's epochs, replayed at once on resuming) is neither work of
+        this run's nor left to do."""
+        for cell, fraction in fractions.items():
+            if cell not in self._trained_before:
+                self._trained_before[cell] = fraction
+                self.cost_left = max(0.0, self.cost_left - self._cost(cell) * fraction)
         self.in_flight = dict(fractions)
 
     def start_cell(self, cell_id: str, epochs: int) -> None:
@@ -90,8 +99,8 @@ class Progress:
     def record(self, cell_id: str, result: CellResult | None, where: str = "") -> None:
         """Count a finished cell (`where`: the worker that trained it) and print its line; None: no stored result."""
         self.done += 1
-        self.in_flight.pop(cell_id, None)  # its whole cost counts as done now, not also as in flight
-        cost = self._cost(cell_id)
+        self.in_flight.pop(cell_id, None)  # counted as done now, not also as in flight
+        cost = self._cost(cell_id) * (1.0 - self._trained_before.pop(cell_id, 0.0))
         self.cost_done += cost
         self.cost_left = max(0.0, self.cost_left - cost)
         if self.quiet:

@@ -6,6 +6,7 @@ sweep/report_stage.py). Workers compute the same cells from the same ledger and 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,9 @@ def cell_costs(suite: Suite, cells: dict[str, dict[str, Any]], pace: Pace) -> di
 def note_new_cells(ledger: Ledger, progress: Progress, suite: Suite, study_name: str,
                    cells: dict[str, dict[str, Any]]) -> None:
     """Count a bracketing round's or the report stage's new cells (`{cell_id: axes}`) in the progress line."""
-    progress.add(cell_costs(suite, cells, pace_of(ledger, suite)))
+    pace = pace_of(ledger, suite)
+    progress.unit = progress.unit or pace.per_depth_epoch  # the unit of the costs queued so far, kept from then on
+    progress.add(cell_costs(suite, cells, dataclasses.replace(pace, per_depth_epoch=progress.unit)))
     if study_name == StudyNames(suite.name).report:
         progress.note(f"selection over: {len(cells)} report cells (each row's chosen lr on report seeds "
                       f"{suite.report_seeds})")
@@ -148,18 +151,19 @@ def retry_failed(suite: Suite, out_dir: Path, storage: str | None) -> list[str]:
     return [cid for name in names for cid in ledger.retry_failed(ledger.study(name))]
 
 
-def queue_status(suite: Suite, ledger: Ledger) -> tuple[dict[str, dict[str, Any]], set[str]]:
-    """(`{cell_id: axes}` of the matrix and of the rounds and stages queued so far, the ids of those finished);
-    reads only, so `--dry-run` can ask too."""
+def queue_status(suite: Suite, ledger: Ledger) -> tuple[dict[str, dict[str, Any]], set[str], set[str]]:
+    """(`{cell_id: axes}` of the matrix and of the rounds and stages queued so far, the ids of those finished, the
+    ids of those failed for good). Writes nothing of its own (loading a study may stamp its metric name, once)."""
     stages = stage_study_names(ledger, suite)  # those present
     queued = {c.cell_id: c.axes for c in suite.cells()}
     for name in stages:
         queued.update(queued_cells(ledger, name))
     run = StudyNames(suite.name).run
-    studies = [run, *stages] if run in ledger.study_names() else stages
-    finished = {trial_cell_id(t) for n in studies
-                for t in ledger.trials(ledger.study(n), (TrialState.COMPLETE,)) if "axes" in t.user_attrs}
-    return queued, finished
+    studies = [ledger.study(n) for n in ([run, *stages] if run in ledger.study_names() else stages)]
+    finished = {trial_cell_id(t) for s in studies
+                for t in ledger.trials(s, (TrialState.COMPLETE, TrialState.PRUNED)) if "axes" in t.user_attrs}
+    failed = {trial_cell_id(t) for s in studies for t in ledger.failed_for_good(s)}
+    return queued, finished, failed - finished
 
 
 def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
@@ -167,23 +171,25 @@ def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
     """Check the recipe, queue the matrix, count queued and done cells; returns (jobs, studies to watch, progress)."""
     study = open_run_study(ledger, suite)
     ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
-    queued, finished = queue_status(suite, ledger)  # with the rounds an earlier run of this suite queued
-    left = {cid: axes for cid, axes in queued.items() if cid not in finished}
-    costs = cell_costs(suite, left, pace_of(ledger, suite))
-    progress = Progress(total=len(queued), done=len(finished), quiet=quiet, costs=costs)
+    queued, finished, failed = queue_status(suite, ledger)  # with the rounds an earlier run of this suite queued
+    left = {cid: axes for cid, axes in queued.items() if cid not in finished | failed}
+    pace = pace_of(ledger, suite)
+    progress = Progress(total=len(queued), done=len(finished), quiet=quiet, costs=cell_costs(suite, left, pace))
+    progress.unit = pace.per_depth_epoch
     progress.note(f"suite {suite.name}: {len(queued)} cells ({len(queued) - len(suite.cells())} from bracketing and "
                   f"report seeds), {len(finished)} already finished; output in {out_dir}")
     return run_jobs(suite, study, ledger, progress), [study.study_name], progress
 
 
 def time_left(suite: Suite, ledger: Ledger) -> str:
-    """'N queued cells left, about T of training at this host's pace', or '' before this host finished a cell."""
+    """'time left: N queued cells, about H hours of one worker's training ...' at this host's pace so far; '' when
+    none is left or this host has finished no cell."""
     pace = pace_of(ledger, suite)
-    queued, finished = queue_status(suite, ledger)
-    left = {cid: axes for cid, axes in queued.items() if cid not in finished}
+    queued, finished, failed = queue_status(suite, ledger)
+    left = {cid: axes for cid, axes in queued.items() if cid not in finished | failed}
     if not left or not pace.per_depth_epoch:
         return ""
     hours = sum(cell_costs(suite, left, pace).values()) * pace.per_depth_epoch / 3600
-    return (f"time left: {len(left)} queued cells, about {hours:.1f} cell-hours at this host's pace so far (the cells "
-            "it trained, each layer at its own speed; divide by the workers training side by side; stages not "
-            "queued yet are not counted)")
+    return (f"time left: {len(left)} queued cells, about {hours:.1f} hours of one worker's training at this host's "
+            "pace so far (each layer at the speed its cells had here; N workers side by side: divide by N; stages "
+            "not queued yet are not counted)")

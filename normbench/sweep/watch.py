@@ -70,7 +70,7 @@ class WorkerWatch:
         fractions = {}
         for name in (n for n in study_names if n in existing):
             for t in self.ledger.trials(self.ledger.study(name), (TrialState.RUNNING,)):
-                if "axes" in t.user_attrs and "cell_id" in t.user_attrs:
+                if "axes" in t.user_attrs and "cell_id" in t.user_attrs and LABEL not in t.user_attrs:  # not tune's
                     epochs = self.suite.cell(t.user_attrs["axes"]).config.train.epochs
                     fractions[t.user_attrs["cell_id"]] = min(1.0, len(t.intermediate_values) / max(1, epochs))
         return fractions

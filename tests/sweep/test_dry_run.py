@@ -26,15 +26,20 @@ def test_queued_report_cells_are_listed_counted_and_timed(write_suite, tmp_path:
             "cell_id": f"depth=6,layer=layernorm,lr={lr},seed=0", "axes": axes, "worker_host": worker_host(),
             "result": {"status": "ok", "val_top1": val, "best_val_top1": val, "test_top1": val, "seconds": 3600.0,
                        "epochs_run": 10}}))
-    ledger.enqueue(ledger.study(StudyNames("d").report), {
+    report = ledger.study(StudyNames("d").report)
+    ledger.enqueue(report, {
         f"depth=6,layer=layernorm,lr=0.001,seed={s}": {"depth": 6, "layer": "layernorm", "lr": 1e-3, "seed": s}
         for s in (100, 101)})
+    training = ledger.claim(report).user_attrs["cell_id"]  # a worker trains one of them
     ledger.close()
     journal = (out / "ledger.journal").read_bytes()
 
     assert main(["run", str(path), "--out", str(out), "--dry-run"]) == 0
     listed = capsys.readouterr().out
-    assert sum("to run (report seed)" in line for line in listed.splitlines()) == 2
+    statuses = {line.split()[0]: line.split(None, 1)[1].strip() for line in listed.splitlines() if "seed=10" in line}
+    assert statuses == {training: "running (report seed)",
+                        **{cid: "to run (report seed)" for cid in statuses if cid != training}}
+    assert len(statuses) == 2
     assert "4 cells, 2 finished" in listed
-    assert "time left: 2 queued cells, about 2.0 cell-hours" in listed
+    assert "time left: 2 queued cells, about 2.0 hours of one worker's training" in listed
     assert (out / "ledger.journal").read_bytes() == journal  # a dry run writes nothing

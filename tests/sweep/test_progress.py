@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from normbench.contracts.results import CellResult
 from normbench.sweep import progress as progress_module
 from normbench.sweep.progress import Progress
@@ -139,8 +141,9 @@ def test_cells_in_flight_in_other_processes_count_their_trained_part(monkeypatch
     clock = Clock()
     monkeypatch.setattr(progress_module.time, "monotonic", clock)
     progress = Progress(total=4, stream=io.StringIO(), costs={c: 1.0 for c in "abcd"})
+    progress.running({"a": 0.0, "b": 0.0})  # two workers start a cell each
     clock.now += 60.0
-    progress.running({"a": 0.5, "b": 0.5})  # two workers, half way each: one cell's worth in 60 s
+    progress.running({"a": 0.5, "b": 0.5})  # half way each: one cell's worth in 60 s
     assert progress.eta() == "3m00s"  # 3 cells' worth left
     progress.record("a", None)  # a finishes: counted once, as done, no longer in flight
     # 1.5 cells' worth done in 60 s (40 s each); left: c, d and b's other half
@@ -169,3 +172,18 @@ def test_the_parent_reads_each_running_cells_epochs_from_the_ledger(tmp_path):
     claim.finish(CellResult.from_summary({"status": "ok", "best_val_top1": 50.0, "val_top1": 50.0}))
     watch.report()
     assert progress.in_flight == {} and progress.done == 1
+
+
+def test_a_resumed_cell_counts_only_the_epochs_trained_since_it_was_first_seen(monkeypatch):
+    """A worker resuming a checkpoint replays its earlier epochs onto the trial at once: counted as this run's work,
+    a restart with two cells 90% trained read an ETA of minutes for hours of cells."""
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    progress = Progress(total=3, stream=io.StringIO(), costs={c: 1.0 for c in "abc"})
+    progress.running({"a": 0.9})  # resumed: 90% trained before this run
+    clock.now += 10.0
+    assert progress.eta() == "?"  # nothing trained in this run yet
+    progress.running({"a": 1.0})  # its last tenth, in 10 s: 100 s a cell
+    assert progress.eta() == "3m20s"  # b and c left, 200 s; a's trained part is no longer left either
+    progress.record("a", None)
+    assert progress.cost_done == pytest.approx(0.1) and progress.cost_left == pytest.approx(2.0)

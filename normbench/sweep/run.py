@@ -66,11 +66,17 @@ def queued_cells(ledger: Ledger, study_name: str) -> dict[str, dict[str, Any]]:
             for t in ledger.trials(ledger.study(study_name), LIVE) if "axes" in t.user_attrs}
 
 
+def suite_study_names(ledger: Ledger, suite: Suite) -> list[str]:
+    """The suite's studies present in the ledger: the matrix's, then its bracketing rounds and stages."""
+    run = StudyNames(suite.name).run
+    stages = stage_study_names(ledger, suite)
+    return [run, *stages] if run in ledger.study_names() else stages
+
+
 def pace_of(ledger: Ledger, suite: Suite) -> Pace:
     """How fast this host trained the suite's finished cells (matrix, bracketing rounds, report stage)."""
-    present = set(ledger.study_names())
-    names = [n for n in (StudyNames(suite.name).run, *stage_study_names(ledger, suite)) if n in present]
-    trials = [t for n in names for t in ledger.trials(ledger.study(n), (TrialState.COMPLETE,))]
+    trials = [t for name in suite_study_names(ledger, suite)
+              for t in ledger.trials(ledger.study(name), (TrialState.COMPLETE,))]
     return Pace.learn(trials, worker_host(), lambda axes: suite.cell(axes).config.model.depth)
 
 
@@ -146,20 +152,16 @@ def retry_failed(suite: Suite, out_dir: Path, storage: str | None) -> list[str]:
     if storage is None and not OutputFolder(out_dir).ledger.exists():
         return []
     ledger = Ledger(storage, out_dir)
-    present = set(ledger.study_names())
-    names = [n for n in (StudyNames(suite.name).run, *stage_study_names(ledger, suite)) if n in present]
-    return [cid for name in names for cid in ledger.retry_failed(ledger.study(name))]
+    return [cid for name in suite_study_names(ledger, suite) for cid in ledger.retry_failed(ledger.study(name))]
 
 
 def queue_status(suite: Suite, ledger: Ledger) -> tuple[dict[str, dict[str, Any]], set[str], set[str]]:
     """(`{cell_id: axes}` of the matrix and of the rounds and stages queued so far, the ids of those finished, the
     ids of those failed for good). Writes nothing of its own (loading a study may stamp its metric name, once)."""
-    stages = stage_study_names(ledger, suite)  # those present
     queued = {c.cell_id: c.axes for c in suite.cells()}
-    for name in stages:
+    for name in stage_study_names(ledger, suite):  # those present
         queued.update(queued_cells(ledger, name))
-    run = StudyNames(suite.name).run
-    studies = [ledger.study(n) for n in ([run, *stages] if run in ledger.study_names() else stages)]
+    studies = [ledger.study(n) for n in suite_study_names(ledger, suite)]
     finished = {trial_cell_id(t) for s in studies
                 for t in ledger.trials(s, (TrialState.COMPLETE, TrialState.PRUNED)) if "axes" in t.user_attrs}
     failed = {trial_cell_id(t) for s in studies for t in ledger.failed_for_good(s)}

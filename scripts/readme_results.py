@@ -4,7 +4,8 @@
 docs/results.md holds every table between its `<!-- results:begin -->` and `<!-- results:end -->` markers; README.md
 holds one, the largest budget's final accuracy at its deepest depth, between `<!-- headline:begin -->` and
 `<!-- headline:end -->`; docs/results.md's `<!-- modern:begin -->` block holds the modern sweep's deepest table with
-each layer's measured cost beside it, and its claims (a pointer to the sweep while it trains). Both are cut from the
+each layer's measured cost beside it, and its claims, and README.md's `<!-- modern-headline:begin -->` block a shorter
+cut of that table (a pointer to the sweep while it trains, in both). All are cut from the
 published folders' own files (each leaderboard.md, and the regimes comparison `normbench compare` writes), cell for
 cell as those files print them: every number is rounded once, where the file rounded it from full precision, and the
 rows keep the files' order (by the full-precision score, so rank 1 is the true maximum). Nothing is computed here.
@@ -34,6 +35,8 @@ MODERN = "depth-sweep-digits-modern"
 MODERN_BEGIN, MODERN_END = "<!-- modern:begin -->", "<!-- modern:end -->"
 MODERN_KEPT = ["rank", "layer", "test top-1 (%)", "95% CI", "n", "lr (val-selected)", "lr window",
                "lr sensitivity (points)", "failed", "converged"]
+MODERN_HEADLINE_BEGIN, MODERN_HEADLINE_END = "<!-- modern-headline:begin -->", "<!-- modern-headline:end -->"
+MODERN_HEADLINE_KEPT = ["rank", "layer", "test top-1 (%)", "95% CI", "lr (val-selected)", "lr window", "failed"]
 # the leaderboard's final-accuracy columns the docs keep (the rest stay in the leaderboard)
 KEPT = ["rank", "layer", "test top-1 (%)", "95% CI", "n", "lr (val-selected)", "edge", "converged", "failed"]
 SENSITIVITY = "lr sensitivity (points)"
@@ -235,35 +238,47 @@ def headline(root: Path) -> str:
         HEADLINE_END])
 
 
-def modern_block(root: Path) -> str:
-    """docs/results.md's modern block: the deepest table with each layer's measured cost beside it, and the claims;
-    while the sweep is unpublished, where it trains."""
-    source = root / "results" / MODERN / "leaderboard.md"
-    if not source.is_file():
-        return "\n".join([
-            MODERN_BEGIN, "",
-            f"Still training: `results/in-progress/{MODERN}` (`suites/{MODERN}.yaml`; results/in-progress/README.md "
-            "says how to resume it). Its tables appear here when it is published.", "", MODERN_END])
-    parts = read(source)
+def modern_table(parts: dict[str, list[str]], source: Path, kept: list[str],
+                 ratios: tuple[str, ...] = ("step vs ", "memory vs ")) -> tuple[str, list[str], list[list[str]]]:
+    """The modern folder's deepest final-accuracy table: (its depth, the `kept` columns, then each cost file's
+    `ratios` columns by layer at that depth, and its rows, the top score in bold)."""
     deepest = max(depths(parts), key=int, default=None)
     if deepest is None:
         raise SystemExit(f"readme_results: {source}: no `## depth N: final accuracy` section; regenerate it with "
                          f"{regenerate(source)}")
     header, rows = parse_table(section(parts, f"## depth {deepest}: final accuracy", source)[1])
-    keep = [column(header, name, source) for name in MODERN_KEPT]
+    keep = [column(header, name, source) for name in kept]
     score = column(header, "test top-1 (%)", source)
     table = [[f"**{row[i]}**" if i == score and row is rows[0] else row[i] for i in keep] for row in rows]
-    names = list(MODERN_KEPT)
+    names = list(kept)
     for heading, lines in parts.items():  # each cost file's step and memory ratios, by layer, at this depth
         if heading.startswith("## cost per train step"):
             cost_header, cost_rows = parse_table(lines)
             at = [r for r in cost_rows if r[column(cost_header, "depth", source)] == deepest]
-            for ratio in (c for c in cost_header if c.startswith(("step vs ", "memory vs "))):
+            for ratio in (c for c in cost_header if c.startswith(ratios)):
                 device = heading.split("(", 1)[1].split(",", 1)[0]
                 by_layer = {r[cost_header.index("layer")]: r[cost_header.index(ratio)] for r in at}
                 names.append(f"{ratio} ({device})")
                 for row, out in zip(rows, table, strict=True):
                     out.append(by_layer.get(row[header.index("layer")], "—"))
+    return deepest, names, table
+
+
+def still_training(begin: str, end: str) -> str:
+    return "\n".join([
+        begin, "",
+        f"Still training: `results/in-progress/{MODERN}` (`suites/{MODERN}.yaml`; results/in-progress/README.md "
+        "says how to resume it). Its tables appear here when it is published.", "", end])
+
+
+def modern_block(root: Path) -> str:
+    """docs/results.md's modern block: the deepest table with each layer's measured cost beside it, and the claims;
+    while the sweep is unpublished, where it trains."""
+    source = root / "results" / MODERN / "leaderboard.md"
+    if not source.is_file():
+        return still_training(MODERN_BEGIN, MODERN_END)
+    parts = read(source)
+    deepest, names, table = modern_table(parts, source, MODERN_KEPT)
     claims_heading, claim_lines = section(parts, "## claims", source)
     claim_header, claim_rows = parse_table(claim_lines)
     return "\n".join([
@@ -277,6 +292,26 @@ def modern_block(root: Path) -> str:
         MODERN_END])
 
 
+def modern_headline(root: Path) -> str:
+    """README.md's modern table: which of today's recipes trains the deepest model best, at which lr, with how wide
+    an lr window, how often it fails and what a train step costs; its claims and memory live in docs/results.md."""
+    source = root / "results" / MODERN / "leaderboard.md"
+    if not source.is_file():
+        return still_training(MODERN_HEADLINE_BEGIN, MODERN_HEADLINE_END)
+    parts = read(source)
+    deepest, names, table = modern_table(parts, source, MODERN_HEADLINE_KEPT, ratios=("step vs ",))
+    steps, _, rest = header_item(parts, "regime", source).partition("; ")
+    rel = f"results/{MODERN}/leaderboard.md"
+    return "\n".join([
+        MODERN_HEADLINE_BEGIN, "",
+        f"Depth {deepest}, final accuracy (test top-1 %, the report seeds' mean and 95% t interval; bold: the true "
+        f"maximum) after {steps}; {rest.split(' (', 1)[0]}; the cost of a train step against layernorm "
+        f"(`normbench bench SUITE`). Copied from [`{rel}`]({rel}); the claims, memory and how to read each column: "
+        f"[docs/results.md]({RESULTS_DOC}#todays-recipes-and-the-residual-stream-families-depth-36).", "",
+        *render(names, table), "",
+        MODERN_HEADLINE_END])
+
+
 def updated(text: str, new_block: str, begin: str = BEGIN, end: str = END, name: str = RESULTS_DOC) -> str:
     """`text` with what lies between its `begin` and `end` markers (the markers included) replaced by `new_block`."""
     if begin not in text or end not in text:
@@ -288,7 +323,8 @@ def updated(text: str, new_block: str, begin: str = BEGIN, end: str = END, name:
 def targets(root: Path) -> list[tuple[Path, str, str, Callable[[Path], str]]]:
     """(file, begin marker, end marker, what writes its block) for each file the script keeps."""
     return [(root / RESULTS_DOC, BEGIN, END, block), (root / RESULTS_DOC, MODERN_BEGIN, MODERN_END, modern_block),
-            (root / README, HEADLINE_BEGIN, HEADLINE_END, headline)]
+            (root / README, HEADLINE_BEGIN, HEADLINE_END, headline),
+            (root / README, MODERN_HEADLINE_BEGIN, MODERN_HEADLINE_END, modern_headline)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,8 @@ FINAL = """| rank     | layer   | test top-1 (%)   | 95% CI         | n   | non-
 | 2        | b       | 95.69            | [89.29, 99.88] | 4   | 95.69 (4)         | 0.001               | edge   | no          | 1.25                      | 1/8 (12%) |"""  # noqa: E501
 
 
-def checkout(tmp_path, readme: str = "<!-- headline:begin -->\n<!-- headline:end -->\n",
+def checkout(tmp_path, readme: str = ("<!-- headline:begin -->\n<!-- headline:end -->\n"
+                                      "<!-- modern-headline:begin -->\n<!-- modern-headline:end -->\n"),
              results: str = ("<!-- results:begin -->\n<!-- results:end -->\n"
                              "<!-- modern:begin -->\n<!-- modern:end -->\n")):
     """A checkout with the published folders, a README and docs/results.md (both with markers unless told)."""
@@ -45,7 +46,8 @@ def test_the_readme_gets_one_table_and_docs_every_table(tmp_path):
     readme, docs = (root / "README.md").read_text(), (root / "docs" / "results.md").read_text()
     deepest = max(readme_results.depths(readme_results.read(
         root / "results" / readme_results.REGIMES[0] / "leaderboard.md")), key=int)
-    assert readme.count("| rank |") == 1 and f"Depth {deepest}, final accuracy" in readme
+    headline = readme.split(readme_results.HEADLINE_END)[0]
+    assert headline.count("| rank |") == 1 and f"Depth {deepest}, final accuracy" in headline
     assert "rows converged" in readme and "report [" in readme and "(docs/results.md)" in readme
     assert docs.count("| rank |") > 1 and "lr sensitivity" in docs and "Both regimes side by side" in docs
     (root / "docs" / "results.md").write_text(docs.replace("| rank |", "| rank! |", 1))  # a hand edit
@@ -132,6 +134,21 @@ def test_the_modern_block_puts_each_layers_cost_beside_its_accuracy_and_keeps_th
     assert block[0] == readme_results.MODERN_BEGIN and block[-1] == readme_results.MODERN_END
 
 
-def test_the_modern_block_points_to_the_sweep_while_it_trains(tmp_path):
-    block = readme_results.modern_block(tmp_path)
-    assert f"results/in-progress/{readme_results.MODERN}" in block and "| rank |" not in block
+def test_the_readme_gets_the_modern_table_with_each_layers_step_cost_and_a_link_to_the_rest(tmp_path):
+    folder = tmp_path / "results" / readme_results.MODERN
+    folder.mkdir(parents=True)
+    (folder / "leaderboard.md").write_text(MODERN_BOARD)
+    block = readme_results.modern_headline(tmp_path).splitlines()
+    assert block[0] == readme_results.MODERN_HEADLINE_BEGIN and block[-1] == readme_results.MODERN_HEADLINE_END
+    header = next(line for line in block if line.startswith("| rank |"))
+    assert header == ("| rank | layer | test top-1 (%) | 95% CI | lr (val-selected) | lr window | failed "
+                      "| step vs layernorm (cpu) |")  # memory and the claims stay in docs/results.md
+    assert "| 1 ★ | ngpt | **97.50** | [96.00, 99.00] | 0.001 | 0.001–0.00316 (x3.16) | 0/8 (0%) | 1.40x |" in block
+    lead = block[2]
+    assert "after 40 epochs = 640 optimizer steps per cell; 2 of 2 rows converged;" in lead
+    assert f"(results/{readme_results.MODERN}/leaderboard.md)" in lead and "docs/results.md#todays-recipes" in lead
+
+
+def test_the_modern_blocks_point_to_the_sweep_while_it_trains(tmp_path):
+    for block in (readme_results.modern_block(tmp_path), readme_results.modern_headline(tmp_path)):
+        assert f"results/in-progress/{readme_results.MODERN}" in block and "| rank |" not in block

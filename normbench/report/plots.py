@@ -35,6 +35,7 @@ from normbench.report.style import (
 ROW = ["layer", "depth"]
 DIVERGED_STEP = 8  # points between the x of two layers diverged at one place
 MAX_LR_LABELS = 6  # more lr tick labels than this collide in a 4-inch panel: every other one is labelled
+MAX_LAYERS_PER_PANEL = 8  # more curves than this tangle in one panel: one depth then gets a panel per layer
 
 
 def seed_summary(cells: pd.DataFrame, keys: list[str], value: str = SCORE) -> pd.DataFrame:
@@ -151,6 +152,8 @@ def depth_figure(cells: pd.DataFrame, selected: pd.DataFrame, *, dataset: str, e
     summary = seed_summary(selected_cells(cells, selected, ROW), ROW)
     layers = layer_order(summary["layer"], order)
     depths = sorted(summary["depth"].unique())
+    if len(depths) == 1:  # one x for 19 layers tells them apart by colour alone: give each its own, named
+        return ranking_figure(summary, dataset=dataset, epochs=epochs, metric=metric, references=references)
     gap = min((b - a for a, b in zip(depths, depths[1:], strict=False)), default=1)
     fig, ax = plt.subplots(figsize=(6.5, 4.4), layout="constrained")
     ax.set_ylim(*accuracy_limits([summary], references))
@@ -168,8 +171,32 @@ def depth_figure(cells: pd.DataFrame, selected: pd.DataFrame, *, dataset: str, e
     return fig
 
 
+def ranking_figure(summary: pd.DataFrame, *, dataset: str, epochs: str, metric: str,
+                   references: dict[str, float] | None = None) -> Any:
+    """One depth's layers side by side, best mean first (every seed diverged: last), each named under its point in
+    its colour: a suite of one depth has no depth axis to draw."""
+    ranked = summary.sort_values(["mean", "layer"], ascending=[False, True], na_position="last", ignore_index=True)
+    fig, ax = _pyplot().subplots(figsize=(max(6.5, 1.5 + 0.4 * len(ranked)), 4.4), layout="constrained")
+    ax.set_ylim(*accuracy_limits([ranked], references))
+    outside = draw_references(ax, references)
+    floor: dict[float, int] = {}
+    for x, layer in enumerate(ranked["layer"]):
+        _draw(ax, np.array([float(x)]), ranked.iloc[[x]], layer, floor, bottom=ax.get_ylim()[0])
+    ax.set_xticks(range(len(ranked)), ranked["layer"], rotation=45, ha="right", fontsize=8)
+    for label, layer in zip(ax.get_xticklabels(), ranked["layer"], strict=True):
+        label.set_color(layer_colour(layer))
+    ax.set_xlim(-0.7, len(ranked) - 0.3)
+    ax.set(ylabel=metric)
+    ax.set_title(f"{dataset}, depth {ranked['depth'].iloc[0]:g}, {epochs} epoch(s): {metric} at the val-selected lr\n"
+                 f"mean over the seeds that did not diverge, 95% CI{_outside_text(outside)}", fontsize=10)
+    if ranked["diverged"].any():
+        _legend(fig, [], diverged=True)
+    return fig
+
+
 def lr_figure(cells: pd.DataFrame, *, dataset: str, epochs: str, metric: str = "val top-1 (%)",
-              order: Sequence[str] | None = None, references: dict[str, float] | None = None) -> Any:
+              order: Sequence[str] | None = None, references: dict[str, float] | None = None,
+              baseline: str | None = "layernorm") -> Any:
     """Val top-1 (what chooses the lr) against lr, one panel per depth in a grid of at most 3 columns, over the
     selection seeds."""
     plt = _pyplot()
@@ -178,6 +205,9 @@ def lr_figure(cells: pd.DataFrame, *, dataset: str, epochs: str, metric: str = "
     layers = layer_order(summary["layer"], order)
     depths = sorted(summary["depth"].unique())
     lrs = sorted(summary["lr"].unique())
+    if len(depths) == 1 and len(layers) > MAX_LAYERS_PER_PANEL:
+        return _lr_panel_per_layer(summary, layers, lrs, limits, dataset=dataset, epochs=epochs, metric=metric,
+                                   references=references, baseline=baseline)
     rows, cols = grid(len(depths))
     fig, axes = plt.subplots(rows, cols, figsize=(PANEL[0] * cols, PANEL[1] * rows + 1.4), squeeze=False,
                              sharey=True, layout="constrained")
@@ -204,18 +234,51 @@ def lr_figure(cells: pd.DataFrame, *, dataset: str, epochs: str, metric: str = "
     return fig
 
 
-def _lr_ticks(ax: Any, lrs: list[float]) -> None:
-    """Ticks at the lrs tried, printed as the tables print them (3 significant digits)."""
+def _lr_panel_per_layer(summary: pd.DataFrame, layers: list[str], lrs: list[float], limits: tuple[float, float], *,
+                        dataset: str, epochs: str, metric: str, references: dict[str, float] | None,
+                        baseline: str | None) -> Any:
+    """One depth, many layers: a small panel per layer (one axis would tangle their curves), each with the
+    baseline's curve in grey behind it, so each panel reads as "where this layer trains, next to layernorm"."""
+    rows, cols = grid(len(layers), max_cols=5)
+    fig, axes = _pyplot().subplots(rows, cols, figsize=(2.3 * cols, 1.9 * rows + 1.0), squeeze=False, sharex=True,
+                                   sharey=True, layout="constrained")
+    behind = summary[summary["layer"] == baseline].sort_values("lr")
+    for ax, layer in zip(axes.ravel(), layers, strict=False):
+        if layer != baseline and len(behind):
+            ax.plot(behind["lr"], behind["mean"], color="0.7", linewidth=1.2, zorder=1)
+        mine = summary[summary["layer"] == layer].sort_values("lr")
+        _draw(ax, mine["lr"].to_numpy(dtype=float), mine, layer, {}, bottom=limits[0])
+        ax.set(xscale="log", ylim=limits, xlim=(lrs[0] / 1.6, lrs[-1] * 1.6))
+        for value in (references or {}).values():  # unlabelled here: the title names them
+            if limits[0] <= value <= limits[1]:
+                ax.axhline(value, color="0.45", linestyle="--", linewidth=0.7, zorder=1)
+        ax.set_title(layer, fontsize=9, color=layer_colour(layer))
+        _lr_ticks(ax, lrs, most=3)
+    for ax in axes.ravel()[len(layers):]:
+        ax.set_visible(False)
+    fig.supxlabel("lr", fontsize=9)
+    fig.supylabel(metric, fontsize=9)
+    keys = [f"grey: {baseline}"] if len(behind) else []
+    keys += [f"dashed: {', '.join(f'{name} {value:.1f}%' for name, value in references.items())}"] if references else []
+    keys += [DIVERGED_LABEL] if summary["diverged"].any() else []  # in the title: a legend would sit on "lr"
+    fig.suptitle(f"{dataset}, depth {summary['depth'].iloc[0]:g}, {epochs} epoch(s): {metric} vs lr, mean over the "
+                 f"selection seeds that did not diverge, 95% CI\n{'; '.join(keys)}", fontsize=10)
+    return fig
+
+
+def _lr_ticks(ax: Any, lrs: list[float], most: int = MAX_LR_LABELS) -> None:
+    """Ticks at the lrs tried, printed as the tables print them (3 significant digits); every other one is
+    labelled when more than `most` would collide."""
     from matplotlib.ticker import NullLocator
 
-    shown = lrs if len(lrs) <= MAX_LR_LABELS else lrs[::2]
+    shown = lrs if len(lrs) <= most else lrs[::2]
     ax.set_xticks(shown, [lr_text(lr) for lr in shown], rotation=45, ha="right", fontsize=8)
     ax.xaxis.set_minor_locator(NullLocator())
 
 
 def write_plots(cells: pd.DataFrame, selected: pd.DataFrame, out_dir: Path, *, dataset: str, epochs: str,
                 metric: str = "test top-1 (%)", order: Sequence[str] | None = None,
-                references: dict[str, float] | None = None) -> list[Path]:
+                references: dict[str, float] | None = None, baseline: str | None = "layernorm") -> list[Path]:
     """accuracy_vs_depth.png (each layer at its val-selected lr) and accuracy_vs_lr.png (one panel per depth).
 
     Args:
@@ -225,10 +288,11 @@ def write_plots(cells: pd.DataFrame, selected: pd.DataFrame, out_dir: Path, *, d
         metric: The y axis, the leaderboard's score.
         order: The suite's layers (`Suite.layers()`): the figures' order; None sorts them.
         references: Dashed lines, e.g. {"chance": 10.0, "logistic regression": 96.7}.
+        baseline: The layer drawn behind every other one when one depth gets a panel per layer.
     """
     text = {"dataset": dataset, "epochs": epochs, "order": order, "references": references}
     return [_save(depth_figure(cells, selected, metric=metric, **text), out_dir / OutputFolder.ACCURACY_VS_DEPTH),
-            _save(lr_figure(cells, **text), out_dir / OutputFolder.ACCURACY_VS_LR)]
+            _save(lr_figure(cells, baseline=baseline, **text), out_dir / OutputFolder.ACCURACY_VS_LR)]
 
 
 def step_figure(history: pd.DataFrame, at_selected: pd.DataFrame, *, dataset: str,

@@ -83,9 +83,11 @@ def claim_regimes(analysis: Analysis, claims: pd.DataFrame) -> list[str]:
 def comparison_sections(analysis: Analysis, suite: Suite | None) -> list[str]:
     a = analysis
     cells, selected, keys = a.cells, a.selected, a.keys
-    lines = ["## all depths (test top-1 % [95% CI] at each depth's val-selected lr; e = selected lr at the grid's "
-             "edge; sorted by the mean over depths)", "",
-             markdown_table(all_depths_table(selected, [*a.row_keys, *a.table_keys[1:]])), ""]
+    lines = []
+    if selected["depth"].nunique() > 1:  # with one depth it would repeat the final-accuracy table
+        lines += ["## all depths (test top-1 % [95% CI] at each depth's val-selected lr; e = selected lr at the "
+                  "grid's edge; sorted by the mean over depths)", "",
+                  markdown_table(all_depths_table(selected, [*a.row_keys, *a.table_keys[1:]])), ""]
     if selected["depth"].nunique() > 1 and a.table_keys == ["depth"]:
         tried = selecting(cells).groupby([*a.row_keys, "depth"])["lr"].agg(["min", "max"])
         lines += ["## does the best lr move with depth? (each row's val-selected lr, e = at the edge of the lrs tried; "
@@ -181,7 +183,7 @@ def run_sections(analysis: Analysis, suite: Suite | None, out_dir: Path) -> list
     order = suite.layers() if suite else None  # one order (and colour) per layer in every figure
     references = figure_references(a, out_dir)
     plots = write_plots(largest, select_lr(largest, ["layer", "depth"]), out_dir, dataset=dataset, epochs=epochs,
-                        order=order, references=references)
+                        order=order, references=references, baseline=suite.baseline if suite else "layernorm")
     for extra in (write_accuracy_vs_step(a.history, selected_cells(a.cells, a.selected, a.keys), out_dir,
                                          dataset=dataset, order=order, references=references),
                   write_lr_sensitivity(a.selected, out_dir, dataset=dataset, table_keys=a.table_keys, order=order),

@@ -90,6 +90,7 @@ def test_leaderboard_of_a_run_has_the_protocol_sections(write_suite, tmp_path: P
                  "layerscale beats layernorm at depth 1", "## throughput"):
         assert text in board, text
     assert "=None" not in board  # unset recipe values (img_size, root) are left out of the header
+    assert "## all depths" not in board  # one depth: it would repeat the final-accuracy table
     assert "edge (one lr)" in board or "no signal (best lr at chance)" in board  # one epoch of a tiny model
     csv = pd.read_csv(out / "results.csv")
     assert {"val_top1", "test_top1", "best_val_epoch", "train_size", "val_size", "test_size"} <= set(csv)

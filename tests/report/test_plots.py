@@ -121,6 +121,36 @@ def _colours_by_label(fig) -> dict[str, str]:
     return colours
 
 
+def test_one_depth_draws_a_ranking_each_layer_named_under_its_point_in_its_colour():
+    cells = make_cells(depths=(36,))  # layerscale scores highest, then layernorm, then rezero
+    fig = depth_figure(cells, select_lr(cells, ["layer", "depth"]), dataset="digits", epochs="1")
+    ax = fig.axes[0]
+    labels = ax.get_xticklabels()
+    assert [t.get_text() for t in labels] == ["layerscale", "layernorm", "rezero"]
+    assert [to_hex(t.get_color()) for t in labels] == [layer_colour(t.get_text()) for t in labels]
+    points = {c.get_label(): (c.lines[0].get_xdata()[0], c.lines[0].get_ydata()[0]) for c in ax.containers}
+    assert [points[name][0] for name in ("layerscale", "layernorm", "rezero")] == [0.0, 1.0, 2.0]
+    assert points["layerscale"][1] > points["layernorm"][1] > points["rezero"][1]
+    assert "depth 36" in ax.get_title() and not fig.legends  # no diverged seed: the names are the legend
+
+
+def test_one_depth_of_many_layers_gets_an_lr_panel_per_layer_with_the_baseline_behind_each():
+    from normbench.report.plots import MAX_LAYERS_PER_PANEL
+
+    layers = ["layernorm", *(f"custom{i}" for i in range(MAX_LAYERS_PER_PANEL))]
+    cells = add_scores(pd.DataFrame([cell(layer, 36, lr, s, 50.0 + i + 10 * s) for i, layer in enumerate(layers)
+                                     for lr in LRS for s in range(2)]))
+    fig = lr_figure(cells, dataset="digits", epochs="1", order=layers)
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == layers
+    for ax, layer in zip(shown, layers, strict=True):
+        assert [c.get_label() for c in ax.containers] == [layer]
+        grey = [line for line in ax.get_lines() if to_hex(line.get_color()) == to_hex("0.7")]
+        assert len(grey) == (0 if layer == "layernorm" else 1)  # layernorm's curve behind every other panel
+    assert list(shown[1].containers[0].lines[0].get_ydata()) == pytest.approx([56.0] * 3)  # custom0: 51 and 61
+    assert "grey: layernorm" in fig.get_suptitle()
+
+
 def test_accuracy_vs_lr_with_four_depths_is_a_readable_grid(tmp_path):
     from matplotlib.image import imread
 

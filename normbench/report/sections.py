@@ -1,7 +1,7 @@
 """The leaderboard's body for a run: per table (depth, budget) final accuracy and learning speed as two answers,
 then all depths, the paired comparisons with the baseline, the claims with their regime, the rankings across
-budgets, lr sensitivity and failure, throughput and the figures; first, any cells failed for good (they killed
-every worker that ran them). Formats an `Analysis`; computes nothing new.
+budgets, lr sensitivity and failure, blow-ups that stayed finite, throughput and the figures; first, any cells
+failed for good (they killed every worker that ran them). Formats an `Analysis`; computes nothing new.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pandas as pd
 from normbench.contracts.names import OutputFolder
 from normbench.contracts.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite, claim_rival
 from normbench.report.analysis import Analysis
+from normbench.report.blowups import blowup_section
 from normbench.report.budget import BUDGET_AXIS, budget_agreement, check_agreement
 from normbench.report.convergence import BUDGET_POINTS
 from normbench.report.cost import cost_sections
@@ -167,7 +168,8 @@ def figure_references(analysis: Analysis, out_dir: Path) -> dict[str, float]:
 def run_sections(analysis: Analysis, suite: Suite | None, out_dir: Path) -> list[str]:
     """Every section of a run's leaderboard, and its figures."""
     a = analysis
-    lines = [*failed_section(a.cells.attrs.get(FAILED, [])), *table_sections(a), *comparison_sections(a, suite)]
+    lines = [*failed_section(a.cells.attrs.get(FAILED, [])), *table_sections(a), *comparison_sections(a, suite),
+             *blowup_section(a)]
     lines += ["## throughput (median training images/s over each row's cells)", "",
               "Wall clock of cells that may have shared the machine with other work: a rough guide, not a speed "
               "benchmark (`normbench bench` measures speed).", "",

@@ -147,7 +147,8 @@ def _outside_text(outside: list[str]) -> str:
 def depth_figure(cells: pd.DataFrame, selected: pd.DataFrame, *, dataset: str, epochs: str,
                  metric: str = "test top-1 (%)", order: Sequence[str] | None = None,
                  references: dict[str, float] | None = None) -> Any:
-    """Each layer's score against depth at its val-selected lr (the seeds that score it)."""
+    """Each layer's score against depth at its val-selected lr (the seeds that score it); with one depth, the
+    layers ranked side by side instead (ranking_figure)."""
     plt = _pyplot()
     summary = seed_summary(selected_cells(cells, selected, ROW), ROW)
     layers = layer_order(summary["layer"], order)
@@ -173,9 +174,12 @@ def depth_figure(cells: pd.DataFrame, selected: pd.DataFrame, *, dataset: str, e
 
 def ranking_figure(summary: pd.DataFrame, *, dataset: str, epochs: str, metric: str,
                    references: dict[str, float] | None = None) -> Any:
-    """One depth's layers side by side, best mean first (every seed diverged: last), each named under its point in
-    its colour: a suite of one depth has no depth axis to draw."""
-    ranked = summary.sort_values(["mean", "layer"], ascending=[False, True], na_position="last", ignore_index=True)
+    """One depth's layers side by side, each named under its point in its colour, in the leaderboard's order: by
+    the score with a diverged seed at 0 (the points show the mean over the seeds that did not diverge, their
+    diverged seeds drawn apart). A suite of one depth has no depth axis to draw."""
+    scored = summary["mean"].fillna(0.0) * (summary["n"] - summary["diverged"]) / summary["n"]
+    ranked = summary.assign(_score=scored).sort_values(["_score", "layer"], ascending=[False, True],
+                                                       ignore_index=True)
     fig, ax = _pyplot().subplots(figsize=(max(6.5, 1.5 + 0.4 * len(ranked)), 4.4), layout="constrained")
     ax.set_ylim(*accuracy_limits([ranked], references))
     outside = draw_references(ax, references)
@@ -206,7 +210,7 @@ def lr_figure(cells: pd.DataFrame, *, dataset: str, epochs: str, metric: str = "
     depths = sorted(summary["depth"].unique())
     lrs = sorted(summary["lr"].unique())
     if len(depths) == 1 and len(layers) > MAX_LAYERS_PER_PANEL:
-        return _lr_panel_per_layer(summary, layers, lrs, limits, dataset=dataset, epochs=epochs, metric=metric,
+        return _lr_panels_per_layer(summary, layers, lrs, limits, dataset=dataset, epochs=epochs, metric=metric,
                                    references=references, baseline=baseline)
     rows, cols = grid(len(depths))
     fig, axes = plt.subplots(rows, cols, figsize=(PANEL[0] * cols, PANEL[1] * rows + 1.4), squeeze=False,
@@ -234,11 +238,11 @@ def lr_figure(cells: pd.DataFrame, *, dataset: str, epochs: str, metric: str = "
     return fig
 
 
-def _lr_panel_per_layer(summary: pd.DataFrame, layers: list[str], lrs: list[float], limits: tuple[float, float], *,
-                        dataset: str, epochs: str, metric: str, references: dict[str, float] | None,
-                        baseline: str | None) -> Any:
+def _lr_panels_per_layer(summary: pd.DataFrame, layers: list[str], lrs: list[float], limits: tuple[float, float], *,
+                         dataset: str, epochs: str, metric: str, references: dict[str, float] | None,
+                         baseline: str | None) -> Any:
     """One depth, many layers: a small panel per layer (one axis would tangle their curves), each with the
-    baseline's curve in grey behind it, so each panel reads as "where this layer trains, next to layernorm"."""
+    baseline's curve in grey behind it, so each panel reads as "where this layer trains, next to the baseline"."""
     rows, cols = grid(len(layers), max_cols=5)
     fig, axes = _pyplot().subplots(rows, cols, figsize=(2.3 * cols, 1.9 * rows + 1.0), squeeze=False, sharex=True,
                                    sharey=True, layout="constrained")
@@ -256,10 +260,15 @@ def _lr_panel_per_layer(summary: pd.DataFrame, layers: list[str], lrs: list[floa
         _lr_ticks(ax, lrs, most=3)
     for ax in axes.ravel()[len(layers):]:
         ax.set_visible(False)
+    for ax in axes.ravel()[max(0, len(layers) - cols):len(layers)]:  # sharex labels only the grid's last row:
+        ax.tick_params(labelbottom=True)  # a column whose last panel is hidden needs its lowest one labelled
     fig.supxlabel("lr", fontsize=9)
     fig.supylabel(metric, fontsize=9)
+    drawn = {name: v for name, v in (references or {}).items() if limits[0] <= v <= limits[1]}
+    outside = [f"{name} {v:.1f}%" for name, v in (references or {}).items() if name not in drawn]
     keys = [f"grey: {baseline}"] if len(behind) else []
-    keys += [f"dashed: {', '.join(f'{name} {value:.1f}%' for name, value in references.items())}"] if references else []
+    keys += [f"dashed: {', '.join(f'{name} {v:.1f}%' for name, v in drawn.items())}"] if drawn else []
+    keys += [f"off the axis: {', '.join(outside)}"] if outside else []
     keys += [DIVERGED_LABEL] if summary["diverged"].any() else []  # in the title: a legend would sit on "lr"
     fig.suptitle(f"{dataset}, depth {summary['depth'].iloc[0]:g}, {epochs} epoch(s): {metric} vs lr, mean over the "
                  f"selection seeds that did not diverge, 95% CI\n{'; '.join(keys)}", fontsize=10)
@@ -279,7 +288,8 @@ def _lr_ticks(ax: Any, lrs: list[float], most: int = MAX_LR_LABELS) -> None:
 def write_plots(cells: pd.DataFrame, selected: pd.DataFrame, out_dir: Path, *, dataset: str, epochs: str,
                 metric: str = "test top-1 (%)", order: Sequence[str] | None = None,
                 references: dict[str, float] | None = None, baseline: str | None = "layernorm") -> list[Path]:
-    """accuracy_vs_depth.png (each layer at its val-selected lr) and accuracy_vs_lr.png (one panel per depth).
+    """accuracy_vs_depth.png (each layer at its val-selected lr; one depth: the layers ranked) and
+    accuracy_vs_lr.png (one panel per depth; one depth of many layers: one panel per layer).
 
     Args:
         cells: Cells with `select`/`score` (normbench.contracts.selection.add_scores).

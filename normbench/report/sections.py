@@ -1,7 +1,8 @@
 """The leaderboard's body for a run: per table (depth, budget) final accuracy and learning speed as two answers,
-then all depths, the paired comparisons with the baseline, the claims with their regime, the rankings across
-budgets, lr sensitivity and failure, blow-ups that stayed finite, throughput and the figures; first, any cells
-failed for good (they killed every worker that ran them). Formats an `Analysis`; computes nothing new.
+then all depths (when there are several), the paired comparisons with the baseline, the claims with their regime,
+the rankings across budgets, lr sensitivity and failure, blow-ups that stayed finite, throughput and the figures;
+first, any cells failed for good (they killed every worker that ran them). Formats an `Analysis`; computes nothing
+new.
 """
 
 from __future__ import annotations

@@ -132,6 +132,13 @@ def test_one_depth_draws_a_ranking_each_layer_named_under_its_point_in_its_colou
     assert [points[name][0] for name in ("layerscale", "layernorm", "rezero")] == [0.0, 1.0, 2.0]
     assert points["layerscale"][1] > points["layernorm"][1] > points["rezero"][1]
     assert "depth 36" in ax.get_title() and not fig.legends  # no diverged seed: the names are the legend
+    # the leaderboard's order: a diverged seed scores 0, so 2 of 3 diverged ranks layerscale last, not first
+    failing = cells.assign(status=lambda f: f["status"].mask((f["layer"] == "layerscale") & (f["seed"] > 0),
+                                                             "diverged"))
+    failing = add_scores(failing.assign(val_top1=failing["val_top1"].where(failing["status"] == "ok"),
+                                        test_top1=failing["test_top1"].where(failing["status"] == "ok")))
+    fig = depth_figure(failing, select_lr(failing, ["layer", "depth"]), dataset="digits", epochs="1")
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["layernorm", "rezero", "layerscale"]
 
 
 def test_one_depth_of_many_layers_gets_an_lr_panel_per_layer_with_the_baseline_behind_each():
@@ -149,6 +156,12 @@ def test_one_depth_of_many_layers_gets_an_lr_panel_per_layer_with_the_baseline_b
         assert len(grey) == (0 if layer == "layernorm" else 1)  # layernorm's curve behind every other panel
     assert list(shown[1].containers[0].lines[0].get_ydata()) == pytest.approx([56.0] * 3)  # custom0: 51 and 61
     assert "grey: layernorm" in fig.get_suptitle()
+    fig.canvas.draw()
+    labelled = [ax.get_title() for ax in shown if any(t.get_visible() and t.get_text() for t in ax.get_xticklabels())]
+    assert labelled == layers[-5:]  # 9 panels in rows of 5: the lowest of each column names the lrs
+    tight = cells.assign(select=cells["select"] - 9.5 * cells["seed"])  # seeds 0.5 apart: an axis near 50-60
+    fig = lr_figure(tight, dataset="digits", epochs="1", order=layers, references={"chance": 10.0, "top": 57.0})
+    assert "dashed: top 57.0%" in fig.get_suptitle() and "off the axis: chance 10.0%" in fig.get_suptitle()
 
 
 def test_accuracy_vs_lr_with_four_depths_is_a_readable_grid(tmp_path):

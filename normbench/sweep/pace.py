@@ -1,7 +1,7 @@
 """What a queued cell will cost, learnt from the cells this machine has finished: the weights of the ETA.
 
 Depth x epochs alone misjudges a queue of mixed layers: at depth 36 a `hc` cell trains about twice as long as a
-`layernorm` one and an `mhc` cell nearly five times (results/in-progress/depth-sweep-digits-modern/cost-cpu-*.md).
+`layernorm` one and an `mhc` cell nearly five times (results/depth-sweep-digits-modern/cost-cpu-*.md).
 Each cell this host finished gives its shape (every axis but those that leave an epoch's time unchanged) seconds per
 epoch. Costs stay in one unit, depth x epochs, whatever has finished, because the progress line adds costs weighed
 before any cell finished to costs weighed after: a cell of unknown shape costs depth x epochs, one of a known shape

@@ -1,5 +1,6 @@
 """`normbench`: thin on purpose. Parses, calls, and maps errors to exit codes (2: bad input, 3: unreachable server,
-130: interrupted). Heavy imports (torch, mlflow, optuna) happen inside the commands, so `--help` stays fast."""
+143: interrupted, by Ctrl-C or SIGTERM alike). Heavy imports (torch, mlflow, optuna) happen inside the commands, so
+`--help` stays fast."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from normbench.errors import NormbenchError, Terminated
 
 def _suite_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("suite", type=Path, help="suite YAML file, e.g. suites/smoke.yaml")
-    p.add_argument("--out", type=Path, help="output folder (default: results/<suite name>)")
+    p.add_argument("--out", type=Path, help="output folder (default: runs/<suite name>, not committed; "
+                   "--out results/NAME publishes)")
     p.add_argument("--storage", help="ledger URL shared by many workers, e.g. postgresql://user:pw@host/db "
                                      "(default: a journal file in the output folder)")
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N (default: the suite's, else auto)")
@@ -103,14 +105,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
     p.add_argument("--out", type=Path, default=None, help="folder for bench-<device>-<torch>.csv/.md (default: "
                    "runs/, not committed; --out results publishes, as scripts/bench.sh does); with a suite, for "
-                   "cost-<device>-<torch>.csv/.md (default: results/<suite name>, where `normbench run` writes)")
+                   "cost-<device>-<torch>.csv/.md (default: runs/<suite name>, where `normbench run` writes)")
 
     p = sub.add_parser("probe", help="signal propagation at init: per-block stream RMS, gradient norm, token "
                                      "similarity")
-    p.add_argument("suite", type=Path, nargs="?", help="a suite YAML: probe its layers x depths on its data")
+    p.add_argument("suite", type=Path, nargs="?", help="a suite YAML: probe its layers x depths on its data (with "
+                   "--depth/--dim/--heads: its rows at those shapes instead of its own)")
     p.add_argument("--layers", nargs="+", help="registry names (default: the six mission layers)")
-    p.add_argument("--depth", type=int, nargs="+", default=[6, 36], help="model depths (default: 6 36)")
-    p.add_argument("--dim", type=int, nargs="+", default=[64], help="embed dims (default: 64)")
+    p.add_argument("--depth", type=int, nargs="+", default=None, help="model depths (default: 6 36; a suite's own)")
+    p.add_argument("--dim", type=int, nargs="+", default=None, help="embed dims (default: 64; a suite's own)")
+    p.add_argument("--heads", type=int, nargs="+", default=None, help="attention heads, one per --dim or one for all "
+                   "(default: 4; a suite's own), e.g. --dim 64 192 384 768 --heads 4 3 6 12")
     p.add_argument("--batch-size", type=int, default=64, help="images in the probe batch (default: 64)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", type=Path, default=Path("results"), help="folder for probe-<...>.md/.csv/.png")
@@ -139,9 +144,10 @@ def main(argv: list[str] | None = None) -> int:
 
         if not os.environ.get(LOCAL_WORKER):  # a worker of `run --workers`: its parent names the command to resume
             print(_stopped_message(args, e, sys.argv[1:] if argv is None else argv), file=sys.stderr)
-        return 143 if isinstance(e, Terminated) else 130
+        return stopping.INTERRUPTED
     except OSError as e:  # a disk fault mid-run (full, read-only, a folder in the way): what finished is kept
-        where = f"{e.filename}: " if e.filename else ""
+        named = e.filename or getattr(args, "out", None)  # a write with no file name (a full disk): the folder's
+        where = f"{named}: " if named else ""
         print(f"normbench: error: {where}{e.strerror or e}; free space or fix the path, then run the same command "
               "to resume (finished cells are in the ledger)", file=sys.stderr)
         return 2
@@ -167,7 +173,7 @@ def _stopped_message(args: argparse.Namespace, stop: KeyboardInterrupt, argv: li
         try:
             where = _load(args)[1]
         except Exception:  # the suite file changed or vanished meanwhile: name the default's pattern
-            where = "results/<suite name>"
+            where = "runs/<suite name>"
     return (f"\nnormbench: {how}; finished cells are saved in {where} and the cell in progress goes back to the "
             f"queue. Resume with the same command: normbench {' '.join(map(str, argv))}")
 
@@ -187,24 +193,17 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         suite.path = _overridden_copy(args.suite, overrides)
     if getattr(args, "bracket", False):
         suite.enable_bracket()
-    out = args.out or Path("results") / suite.name
+    out = args.out or OutputFolder.default_path(suite.name)
     return suite, out
 
 
 def _overridden_copy(path: Path, overrides: list[str]) -> Path:
     """The suite as `--set` leaves it, in a temporary file that lives as long as this process: the run saves it as
     the output folder's suite.yaml (the record of what ran), and its local workers load it instead of the file."""
-    import atexit
-    import shutil
-    import tempfile
-
     from normbench.contracts.suite_file import overridden_text
+    from normbench.sweep.suite_snapshot import private_copy
 
-    folder = Path(tempfile.mkdtemp(prefix="normbench-set-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    copy = folder / path.name
-    copy.write_text(overridden_text(path, overrides))
-    return copy
+    return private_copy(path.name, overridden_text(path, overrides).encode())
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -353,7 +352,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise NormbenchError("bench SUITE: the batch, compile and width are the suite's; set them in the suite "
                                  "file, not with --batch-size, --compile or --dim")
         suite = load_suite(args.suite)
-        suite_cost(suite, args.out or Path("results") / suite.name, depths=args.depth, layers=args.layers,
+        suite_cost(suite, args.out or OutputFolder.default_path(suite.name), depths=args.depth, layers=args.layers,
                    device=args.device, repeats=args.repeats or 5)
         return 0
     from normbench.diagnostics.bench import run_bench
@@ -365,7 +364,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from normbench.diagnostics import MISSION_LAYERS
-    from normbench.diagnostics.probe import grid, probe, probe_recipe, summarize, write_report
+    from normbench.diagnostics.probe import grid, probe, probe_recipe, reshape, summarize, write_report
     from normbench.report.machine import machine_line
 
     if args.weights is not None:
@@ -375,13 +374,20 @@ def cmd_probe(args: argparse.Namespace) -> int:
         configs = {(c.config.model.layer, c.config.model.depth, c.config.model.embed_dim): c.config
                    for c in suite.cells()}  # one model per (layer, depth, dim); seeds and lrs do not change the init
         configs_list, name = list(configs.values()), suite.name
+        if args.depth or args.dim or args.heads:  # the suite's rows at other shapes (a width sweep)
+            configs_list = reshape(configs_list, args.depth, args.dim, args.heads)
+            name += "".join(f"-{key}{'-'.join(map(str, values))}" for key, values in
+                            (("depth", args.depth), ("dim", args.dim), ("heads", args.heads)) if values)
     else:
-        layers = args.layers or list(MISSION_LAYERS)
-        configs_list = grid(layers, args.depth, args.dim)
-        name = f"digits-dim{'-'.join(map(str, args.dim))}-depth{'-'.join(map(str, args.depth))}"
+        layers, depths, dims = args.layers or list(MISSION_LAYERS), args.depth or [6, 36], args.dim or [64]
+        configs_list = grid(layers, depths, dims, heads=args.heads)
+        name = f"digits-dim{'-'.join(map(str, dims))}-depth{'-'.join(map(str, depths))}"
+        name += f"-heads{'-'.join(map(str, args.heads))}" if args.heads else ""
     frame = probe(configs_list, batch_size=args.batch_size, device=args.device)
     print(summarize(frame).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    header = [f"`normbench probe {' '.join(sys.argv[2:])}`".strip(), "",
+    plugins = settings.current().layer_modules  # layers a plugin registered: the command needs them to rerun
+    plugins_env = f"NORMBENCH_LAYER_MODULES={','.join(plugins)} " if plugins else ""
+    header = [f"`{plugins_env}normbench probe {' '.join(sys.argv[2:])}`".strip(), "",
               f"- {probe_recipe(configs_list, args.batch_size)}", f"- {machine_line()}"]
     print(write_report(frame, args.out, name, header="\n".join(header)))
     return 0
@@ -397,7 +403,8 @@ def _probe_weights(args: argparse.Namespace) -> int:
     if args.suite is not None or args.layers:
         raise NormbenchError("probe --weights: probes the one model the file holds; drop the suite and --layers")
     if not args.weights.is_file():
-        raise NormbenchError(f"probe --weights {args.weights}: no such file; keep_weights writes "
+        what = "a folder, not a file: name the weights.safetensors in it" if args.weights.is_dir() else "no such file"
+        raise NormbenchError(f"probe --weights {args.weights}: {what}; keep_weights writes "
                              "CHECKPOINTS/<study>/<cell>/weights.safetensors")
     frame = probe_weights(args.weights, batch_size=args.batch_size, device=args.device)
     about = (read_metadata(args.weights) or {}).get("about", {})

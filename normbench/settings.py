@@ -49,7 +49,11 @@ def _switch(name: str, text: str) -> bool:
     return text == "1"
 
 
-def _text(name: str, text: str) -> str:
+def _host(name: str, text: str) -> str:
+    # the host is written into every claim and matched against it later: a newline or tab (a stray `$(hostname)`
+    # line, a pasted value) would make a name no other process spells the same way
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise ValueError("expected one line with no control characters (a newline, a tab)")
     return text
 
 
@@ -59,7 +63,7 @@ def _modules(name: str, text: str) -> tuple[str, ...]:
 
 # name -> (field, parser, default, what it means): the one table of every setting
 SPEC: dict[str, tuple[str, Callable[[str, str], Any], Any, str]] = {
-    "NORMBENCH_HOST": ("host", _text, None, "this machine's name in the ledger (containers sharing a hostname)"),
+    "NORMBENCH_HOST": ("host", _host, None, "this machine's name in the ledger (containers sharing a hostname)"),
     "NORMBENCH_HEARTBEAT_INTERVAL": ("heartbeat_interval", _whole(1), 10,
                                      "seconds between a worker's heartbeats on a shared ledger"),
     "NORMBENCH_HEARTBEAT_GRACE": ("heartbeat_grace", _whole(1), 60,
@@ -117,5 +121,26 @@ def current() -> Settings:
 
 
 def check() -> Settings:
-    """Run at a command's start, before anything is created."""
-    return current()
+    """Run at a command's start, before anything is created: the values parse, and a cache folder the user set
+    can be created (its nearest existing folder is a writable folder), checked here and not when it is first
+    written, after the suite has trained."""
+    values = current()
+    if os.environ.get("NORMBENCH_CACHE", "").strip():
+        why = _cannot_hold_files(values.cache)
+        if why:
+            raise SettingsError(f"NORMBENCH_CACHE={os.environ['NORMBENCH_CACHE'].strip()!r}: {why} "
+                                f"({SPEC['NORMBENCH_CACHE'][3]}); point it at a folder you can write, or unset it "
+                                "for ~/.cache/normbench")
+    return values
+
+
+def _cannot_hold_files(folder: Path) -> str | None:
+    """Why `folder` cannot be created and written (without creating anything), or None."""
+    for existing in (folder, *folder.parents):
+        if existing.exists():
+            if not existing.is_dir():
+                return f"{existing} is a file, not a folder"
+            if not os.access(existing, os.W_OK | os.X_OK):
+                return f"{existing} is not writable"
+            return None
+    return None

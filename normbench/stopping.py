@@ -14,6 +14,10 @@ from typing import Any
 
 from normbench.errors import Terminated
 
+# The exit code of every interrupted run, Ctrl-C or SIGTERM alike (docs/faults.md): both give the cell in flight back
+# and print how to resume, so a script or scheduler tests one value. 143 is 128 + SIGTERM, what a scheduler expects.
+INTERRUPTED = 143
+
 _requested = threading.Event()
 
 

@@ -46,6 +46,9 @@ SERIAL = (
     "tests/store/test_ledger_heartbeat_outage.py",
     "tests/store/test_ledger_attempts.py::test_a_database_ledger_counts_heartbeat_verdicts",
     "tests/sweep/test_runner.py::test_two_local_workers_run_every_cell_exactly_once",
+    "tests/faults/test_clock_skew.py",  # heartbeats against a 6 s grace, on skewed clocks
+    "tests/faults/test_repeated_kills.py",  # kills at random moments; a 3 s journal lock grace
+    "tests/faults/test_two_journal_workers.py",  # two workers racing for cells, seen training side by side
 )
 
 

@@ -3,7 +3,9 @@ without network, each refused in one line before anything is created."""
 
 from __future__ import annotations
 
+import subprocess
 import urllib.request
+from pathlib import Path
 from urllib.error import URLError
 
 import pytest
@@ -11,6 +13,7 @@ import yaml
 
 from normbench.cli import main
 from normbench.contracts.suite import load_suite
+from tests.conftest import REPO
 from tests.contracts.test_suite import run_cli
 
 
@@ -98,3 +101,27 @@ def test_a_bad_max_attempts_setting_is_refused_before_the_folder_exists(write_su
     out = tmp_path / "out"
     assert cli.main(["run", str(write_suite()), "--out", str(out), "--quiet"]) == 2
     assert "NORMBENCH_MAX_ATTEMPTS" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.parametrize("argv", [["run", "suites/smoke.yaml"], ["tune", "suites/smoke.yaml", "--set", "tune.trials=1"],
+                                  ["worker", "suites/smoke.yaml"], ["bench", "suites/smoke.yaml"]])
+def test_without_out_a_suite_command_writes_to_the_git_ignored_runs_folder_never_to_results(argv, monkeypatch):
+    """Publishing is an explicit `--out results/NAME`: the README's `normbench tune suites/smoke.yaml` once added
+    studies to the committed results/smoke/ledger.journal."""
+    from normbench.diagnostics import suite_cost
+    from normbench.sweep import suite_run
+    from normbench.sweep.worker import WorkSummary
+
+    written: list[Path] = []
+
+    def record(suite, out, **_):  # what each command would train or measure into
+        written.append(Path(out))
+        return WorkSummary()
+
+    monkeypatch.chdir(REPO)
+    for module, name in ((suite_run, "run_suite"), (suite_run, "join_suite"), (suite_cost, "suite_cost")):
+        monkeypatch.setattr(module, name, record)
+    assert main(argv) == 0
+    assert written == [Path("runs/smoke")]
+    ignored = subprocess.run(["git", "check-ignore", "-q", "runs/smoke/ledger.journal"], cwd=REPO, check=False)
+    assert ignored.returncode == 0, "runs/ is no longer git-ignored: a default run would show in `git status`"

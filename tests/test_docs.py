@@ -112,3 +112,13 @@ def test_an_unlinked_page_and_an_unknown_verb_are_caught(tmp_path):
     assert (tmp_path / "docs" / "b.md").resolve() not in linked_docs(tmp_path / "README.md")
     verbs = command_list((tmp_path / "README.md").read_text())
     assert verbs == ["run", "frobnicate"] and set(verbs) - subcommands() == {"frobnicate"}
+
+
+def test_the_readmes_suite_is_a_valid_suite_with_the_smoke_suites_cells(tmp_path):
+    from normbench.contracts.suite import load_suite
+
+    [block] = re.findall(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    (tmp_path / "suite.yaml").write_text(block)
+    shown, smoke = load_suite(tmp_path / "suite.yaml"), load_suite(REPO / "suites" / "smoke.yaml")
+    assert len(block.strip().splitlines()) <= 12  # a glance, before the command list
+    assert [c.cell_id for c in shown.cells()] == [c.cell_id for c in smoke.cells()]

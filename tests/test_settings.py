@@ -15,7 +15,8 @@ from tests.conftest import REPO
 BAD = [("NORMBENCH_HEARTBEAT_INTERVAL", "abc", "whole number"), ("NORMBENCH_HEARTBEAT_GRACE", "later", "whole number"),
        ("NORMBENCH_RETRY_SECONDS", "x", "seconds, 0 or more"), ("NORMBENCH_POLL_SECONDS", "-1", "more than 0"),
        ("NORMBENCH_MAX_ATTEMPTS", "0", "1 or more"), ("NORMBENCH_JOURNAL_LOCK_GRACE", "soon", "more than 0"),
-       ("NORMBENCH_FASTPATH", "yes", "0 (off) or 1 (on)")]
+       ("NORMBENCH_FASTPATH", "yes", "0 (off) or 1 (on)"),
+       ("NORMBENCH_HOST", "node-a\nnode-b", "no control characters")]
 
 
 def test_the_table_and_the_dataclass_name_the_same_settings():
@@ -52,3 +53,19 @@ def test_a_run_with_a_bad_value_exits_2_in_one_line_and_creates_nothing(tmp_path
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "Traceback" not in proc.stderr
     assert name in proc.stderr and accepted in proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("below", [False, True])
+def test_a_cache_folder_that_cannot_be_created_is_refused_up_front_in_one_line(tmp_path, below):
+    out, blocker = tmp_path / "out", tmp_path / "blocker"
+    blocker.write_text("a file where the cache folder, or its parent, should be")
+    cache = blocker / "cache" if below else blocker
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MLFLOW_DISABLE_TELEMETRY": "true",
+           "NORMBENCH_CACHE": str(cache)}
+    proc = subprocess.run([sys.executable, "-m", "normbench", "run", "suites/smoke.yaml", "--out", str(out)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (f"normbench: error: NORMBENCH_CACHE={str(cache)!r}: {blocker} is a file, not a folder "
+                           "(where computed data ceilings are cached); point it at a folder you can write, or unset "
+                           "it for ~/.cache/normbench\n")
+    assert not out.exists() and blocker.is_file()

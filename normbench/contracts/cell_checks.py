@@ -56,7 +56,7 @@ def check_cell(cell: Cell, where: str) -> None:
                 "train.grad_accum_steps": cell.config.train.grad_accum_steps}
     for key, value in positive.items():
         if value <= 0:
-            raise SuiteError(f"{where}: {key}: must be positive, got {value!r}")
+            raise SuiteError(f"{where}: {_key(cell, key)}: must be positive, got {value!r}")
     t = cell.config.train
     not_negative = {"train.telemetry_every": t.telemetry_every, "train.attn_extra_loss": t.attn_extra_loss,
                     "train.attn_extra_loss_layers": t.attn_extra_loss_layers,
@@ -64,7 +64,7 @@ def check_cell(cell: Cell, where: str) -> None:
                     "train.warmup_epochs": t.warmup_epochs}  # 0 turns each off
     for key, value in not_negative.items():
         if value < 0:
-            raise SuiteError(f"{where}: {key}: must be 0 (off) or more, got {value!r}")
+            raise SuiteError(f"{where}: {_key(cell, key)}: must be 0 (off) or more, got {value!r}")
     _check_checkpoints(cell, where)
     _check_schedule(cell, where)
     _check_image(cell, where)
@@ -77,7 +77,13 @@ def check_cell(cell: Cell, where: str) -> None:
                "train.keep_weights": (cell.config.train.keep_weights, KEEP_WEIGHTS)}
     for key, (value, options) in choices.items():
         if value not in options:
-            raise SuiteError(f"{where}: {key}: {value!r}{did_you_mean(value, options)}")
+            raise SuiteError(f"{where}: {_key(cell, key)}: {value!r}{did_you_mean(value, options)}")
+
+
+def _key(cell: Cell, key: str) -> str:
+    """Where the user wrote `key` (`train.lr`): `matrix.lr` when it is a matrix axis, else the recipe's key."""
+    name = key.split(".", 1)[1]
+    return f"matrix.{name}" if name in cell.axes else key
 
 
 def _in_cell(cell: Cell, *keys: str) -> str:

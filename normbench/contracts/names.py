@@ -14,6 +14,7 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 RUN, BRACKET, REPORT, BUDGET, TUNE, TUNED = "run", "bracket", "report", "budget", "tune", "tuned"
 
@@ -84,9 +85,12 @@ WEIGHTS_ATTR = "weights"  # a trial's user attr: its kept final weights' file, r
 
 @dataclass(frozen=True)
 class OutputFolder:
-    """A suite's output folder (`results/<suite>` by default) and the path of everything normbench writes there."""
+    """A suite's output folder and the path of everything normbench writes there. By default `runs/<suite>`
+    (`default_path`), which git ignores: only an explicit `--out results/NAME` publishes."""
 
     path: Path
+
+    RUNS = "runs"  # the default folders' parent, relative to where normbench runs; .gitignore lists /runs/
 
     LEDGER = "ledger.journal"
     MLFLOW_DB = "mlflow.db"
@@ -112,6 +116,11 @@ class OutputFolder:
     WRITTEN_PATTERNS = ("telemetry_*.png", "telemetry_*.svg")  # one figure per telemetry quantity recorded
 
     @classmethod
+    def default_path(cls, suite_name: str) -> Path:
+        """Where `run`, `tune`, `worker` and `bench SUITE` write without --out: `runs/<suite>`, never `results/`."""
+        return Path(cls.RUNS) / suite_name
+
+    @classmethod
     def writes(cls, name: str) -> bool:
         """Whether normbench writes a file of that name at the top of an output folder."""
         return name in cls.WRITTEN or any(fnmatch.fnmatchcase(name, p) for p in cls.WRITTEN_PATTERNS)
@@ -132,6 +141,17 @@ class OutputFolder:
     results = property(lambda self: self.path / self.RESULTS)
     history = property(lambda self: self.path / self.HISTORY)
     ceiling = property(lambda self: self.path / self.CEILING)
+
+    def saved_suite(self) -> dict[str, Any]:
+        """OUT/suite.yaml as plain YAML ({} if missing or unreadable): its name and sections, read without loading
+        the suite (which would import torch), by `normbench ui`, `sync` and the refusal of another suite's folder."""
+        import yaml
+
+        try:
+            raw = yaml.safe_load(self.suite.read_text())
+        except (OSError, yaml.YAMLError):
+            return {}
+        return raw if isinstance(raw, dict) else {}
 
     @staticmethod
     def telemetry_figure(quantity: str) -> str:

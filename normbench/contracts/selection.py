@@ -71,14 +71,14 @@ def score_value(result: Mapping[str, Any]) -> float:
 
 
 def cell_scores(result: Mapping[str, Any]) -> dict[str, float]:
-    """`{score, select}` of one finished cell as the leaderboard defines them (rounded to 2 decimals for MLflow's
-    table); {} for a result without both finite metrics (a pruned trial)."""
+    """`{score, select}` of one finished cell as the leaderboard defines them, at full precision (a table rounds
+    where it prints, so a mean computed in MLflow is the leaderboard's); {} without both finite metrics (pruned)."""
     if result.get("status") == DIVERGED:
         return {SCORE: 0.0, SELECT: 0.0}
     test, val = result.get("test_top1"), result.get("val_top1")
     if test is None or val is None or not (math.isfinite(test) and math.isfinite(val)):
         return {}
-    return {SCORE: round(float(test), 2), SELECT: round(float(val), 2)}
+    return {SCORE: float(test), SELECT: float(val)}
 
 
 def add_scores(cells: pd.DataFrame) -> pd.DataFrame:
@@ -119,8 +119,8 @@ def choose_lr(select_mean_by_lr: Mapping[float, float]) -> float:
 
 def lr_signal(by_lr: Mapping[float, Iterable[tuple[float, bool, bool]]]) -> str:
     """Whether a row's lrs tell anything apart: AT_CHANCE when every cell of its best lr sits at chance, FLAT when the
-    range of its lr means is no larger than the largest range over the seeds that did not diverge at one lr (two
-    lrs or more; a divergence is a failure of that lr, not seed noise), else "".
+    range of its lr means is no larger than the seeds' spread (`seed_spread`: two lrs or more; a divergence is a
+    failure of that lr, not seed noise), else "".
 
     `by_lr` maps each lr to its cells' (select value, at chance, diverged) triples, one per seed.
     """
@@ -130,12 +130,21 @@ def lr_signal(by_lr: Mapping[float, Iterable[tuple[float, bool, bool]]]) -> str:
     if cells[best] and all(c for _, c, _ in cells[best]):
         return AT_CHANCE
     finite = [m for m in means.values() if not math.isnan(m)]
-    if len(finite) >= 2:
-        alive = [[v for v, _, d in triples if not d] for triples in cells.values()]
-        spread = max((max(v) - min(v) for v in alive if v), default=0.0)
-        if max(finite) - min(finite) <= spread:
-            return FLAT
+    if len(finite) >= 2 and max(finite) - min(finite) <= seed_spread(cells.values()):
+        return FLAT
     return ""
+
+
+def seed_spread(per_lr: Iterable[Iterable[tuple[float, bool, bool]]]) -> float:
+    """The seeds' spread of a row: the median over its lrs of the range of the seeds that did not diverge there
+    (lrs with two such seeds or more; 0 when none has). The median, so one stalled seed at one lr does not make every
+    lr look alike (protocol v1 stopped pre-LN at depth 36 that way, and v3 extends a flat row both ways)."""
+    ranges = []
+    for triples in per_lr:
+        alive = [v for v, _, d in triples if not d]
+        if len(alive) >= 2:
+            ranges.append(max(alive) - min(alive))
+    return float(pd.Series(ranges, dtype=float).median()) if ranges else 0.0
 
 
 def tied(select_mean_by_lr: Mapping[float, float], lr: float) -> bool:
@@ -171,11 +180,3 @@ def lrs_beyond(tried: Iterable[float], grid: list[float], side: str) -> int:
     if side == "high":
         return sum(lr > grid[-1] * (1 + 1e-9) for lr in tried)
     return sum(lr < grid[0] * (1 - 1e-9) for lr in tried)
-
-
-def edge_reason(tried: list[float], grid: list[float], side: str, *, bracket: bool, max_steps: int) -> str:
-    """Why a row's selected lr was left on the `side` edge: "cap reached" (`bracket_max_steps` steps beyond the
-    grid there), "bracketing off", or "" (bracketing would still extend it: the suite has not finished)."""
-    if not bracket:
-        return "bracketing off"
-    return "cap reached" if lrs_beyond(tried, grid, side) >= max_steps else ""

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from normbench.contracts.bracketing import DEFAULT_LR_BOUNDS
 from normbench.contracts.cell_checks import check_cell, check_dataset, check_device
 from normbench.contracts.recipe import RUN_KEYS, Cell, CellConfig, ModelConfig, TrainConfig
 from normbench.contracts.suite_file import AXIS_SECTIONS, SECTIONS, TOP_LEVEL, apply_overrides, read_suite_file
@@ -56,7 +57,8 @@ class Suite:
     description: str = ""
     axis_section: dict[str, str] = field(default_factory=dict)  # axis -> "model" | "train"
     bracket: bool = False          # add lr cells beyond the grid's edge until the best lr is interior
-    bracket_max_steps: int = 3     # at most this many grid steps beyond each end of the lr grid
+    bracket_max_steps: int | None = None  # optional cap on v2's grid steps beyond each end (None: lr_bounds only)
+    lr_bounds: tuple[float, float] = DEFAULT_LR_BOUNDS  # no bracketing round goes outside these lrs
     baseline: str | None = None    # the layer every other is compared with (default layernorm when present)
     claims: list[dict[str, Any]] = field(default_factory=list)  # {layer, beats, depth, by (default: claimed)}
     reference: str | None = None   # another suite's output folder (relative to the cwd): does its ranking hold here?
@@ -269,20 +271,47 @@ def _tune(raw: Any, suite: Suite, where: str) -> TuneConfig | None:
     return TuneConfig(**raw)
 
 
+def _lr_bounds(value: Any, suite: Suite, where: str) -> tuple[float, float]:
+    """`lr_bounds: [low, high]`: positive, low < high, and the matrix's own lrs inside them."""
+    ok = (isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                             and v > 0 for v in value) and value[0] < value[1])
+    if not ok:
+        raise SuiteError(f"{where}: lr_bounds: expected [low, high] with 0 < low < high (the lrs bracketing may "
+                         f"reach), got {value!r}")
+    outside = [lr for lr in suite.matrix.get("lr", []) if not value[0] <= lr <= value[1]]
+    if outside:
+        raise SuiteError(f"{where}: lr_bounds: {value} leaves out matrix.lr {outside}; widen lr_bounds or drop "
+                         f"those lrs")
+    return float(value[0]), float(value[1])
+
+
+def _check_layer_names(suite: Suite, where: str) -> None:
+    """Before saying a baseline or claim names no layer of the suite: a typo in the suite's own layers (`layernrom`)
+    is the mistake to name, with its suggestion, not the correct name it left out."""
+    for cell in suite.cells():
+        check_cell(cell, where)
+
+
 def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
-    """bracket, bracket_max_steps, baseline, claims and reference."""
-    bracket, steps = raw.get("bracket", False), raw.get("bracket_max_steps", 3)
+    """bracket, bracket_max_steps, lr_bounds, baseline, claims and reference."""
+    bracket, steps = raw.get("bracket", False), raw.get("bracket_max_steps")
     if not isinstance(bracket, bool):
         raise SuiteError(f"{where}: bracket: expected true or false, got {bracket!r}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise SuiteError(f"{where}: bracket_max_steps: expected a positive int (grid steps beyond each edge), "
-                         f"got {steps!r}")
+                         f"got {steps!r}; leave it out to stop only at lr_bounds")
     suite.bracket_max_steps = steps
+    if "lr_bounds" in raw:
+        suite.lr_bounds = _lr_bounds(raw["lr_bounds"], suite, where)
+    else:  # the default widens to hold the suite's own grid
+        grid = [float(lr) for lr in suite.matrix.get("lr", []) if isinstance(lr, (int, float))]
+        suite.lr_bounds = (min([DEFAULT_LR_BOUNDS[0], *grid]), max([DEFAULT_LR_BOUNDS[1], *grid]))
     if bracket:
         suite.enable_bracket()
     layers, depths = suite.layers(), suite.depths()
     baseline = raw.get("baseline", "layernorm" if "layernorm" in layers else None)
     if baseline is not None and baseline not in layers:
+        _check_layer_names(suite, where)
         raise SuiteError(f"{where}: baseline: {baseline!r} is not a layer of this suite{did_you_mean(baseline, layers)}"
                          f" (layers: {', '.join(layers)})")
     suite.baseline = baseline
@@ -300,6 +329,7 @@ def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
                 raise SuiteError(f"{where}: {key}.{k}: unknown key{did_you_mean(k, CLAIM_KEYS)}")
         for k in ("layer", next(k for k in CLAIM_RIVALS if k in claim)):
             if claim[k] not in layers:
+                _check_layer_names(suite, where)
                 raise SuiteError(f"{where}: {key}.{k}: {claim[k]!r} is not a layer of this suite"
                                  f"{did_you_mean(str(claim[k]), layers)} (layers: {', '.join(layers)})")
         if claim["depth"] not in depths:

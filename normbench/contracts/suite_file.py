@@ -19,7 +19,7 @@ from normbench.data.config import DataConfig
 from normbench.errors import SuiteError, did_you_mean
 
 TOP_LEVEL = ("name", "description", "dataset", "model", "train", "matrix", "tune", "device", "bracket",
-             "bracket_max_steps", "baseline", "claims", "reference", "report_seeds", "targets",
+             "bracket_max_steps", "lr_bounds", "baseline", "claims", "reference", "report_seeds", "targets",
              "budget_check")
 SECTIONS: dict[str, type] = {"dataset": DataConfig, "model": ModelConfig, "train": TrainConfig}
 AXIS_SECTIONS = {"model": ModelConfig, "train": TrainConfig}
@@ -64,12 +64,37 @@ for _cls in (SuiteLoader, SuiteDumper):
     _cls.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+.0123456789"))
 
 
+def user_file_bytes(path: Path, what: str, missing: str) -> bytes:
+    """The bytes of a file the user named (`what`: "suite file", "weights file"), or one line (SuiteError, exit 2)
+    saying why not: missing (`missing` says where such files are), a folder, or unreadable."""
+    if path.is_dir():
+        raise SuiteError(f"{path}: a folder, not a {what}; name the file inside it")
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise SuiteError(f"{path}: {what} not found; {missing}") from None
+    except OSError as e:
+        raise SuiteError(f"{path}: cannot read this {what} ({e.strerror or e}); check its permissions and "
+                         "the disk it is on") from None
+
+
+def user_text(path: Path, what: str, missing: str) -> str:
+    """A user's text file (`user_file_bytes`) decoded as UTF-8, or one line naming the first byte that is not."""
+    data = user_file_bytes(path, what, missing)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        utf16 = " (it looks like UTF-16)" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        line = data[:e.start].count(b"\n") + 1
+        raise SuiteError(f"{path}: line {line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
+                         f"{utf16}; save the {what} as UTF-8") from None
+
+
 def read_suite_file(path: Path) -> Any:
     """The file's YAML, read with SuiteLoader."""
-    if not path.is_file():
-        raise SuiteError(f"{path}: suite file not found; the suites/ folder holds examples (suites/smoke.yaml)")
+    text = user_text(path, "suite file", "the suites/ folder holds examples (suites/smoke.yaml)")
     try:
-        return yaml.load(path.read_text(), Loader=SuiteLoader)
+        return yaml.load(text, Loader=SuiteLoader)
     except DuplicateKeyError as e:
         raise SuiteError(f"{path}: line {e.line}: `{e.key}` is given twice (first on line {e.first_line}); YAML "
                          "would silently keep the last value: delete one") from None
@@ -118,10 +143,13 @@ def _override(item: str, path: Path) -> tuple[list[str], Any]:
             raise SuiteError(f"{path}: --set {item}: `{name}` is not a {key[0]} key{did_you_mean(key[1], valid)}")
     elif len(key) > 1 and key[0] not in ("matrix", "tune"):
         raise SuiteError(f"{path}: --set {item}: `{key[0]}` takes a value, not keys; use --set {key[0]}=VALUE")
+    if any("\udc80" <= c <= "\udcff" for c in item):  # bytes the shell passed that are not UTF-8
+        raise SuiteError(f"{path}: --set {ascii(item)}: not UTF-8 text; give the value in UTF-8")
     try:
         return key, yaml.load(text, Loader=SuiteLoader)
     except yaml.YAMLError as e:
-        raise SuiteError(f"{path}: --set {item}: the value is not valid YAML ({e.problem or e})") from None
+        raise SuiteError(f"{path}: --set {item}: the value is not valid YAML "
+                         f"({' '.join(str(getattr(e, 'problem', None) or e).split())})") from None
 
 
 def overridden_text(path: Path, overrides: Sequence[str]) -> str:

@@ -110,7 +110,7 @@ def _device_bundle(
     val = DeviceLoader(val_x, splits.val_y.to(device), train=False, **common)
     test = DeviceLoader(test_x, splits.test_y.to(device), train=False, **common)
     return DataBundle.of(cfg.name, train, val, test, num_classes=splits.num_classes, in_chans=int(train_x.shape[1]),
-                         img_size=size)
+                         img_size=size, mean=splits.mean, std=splits.std)
 
 
 @lru_cache(maxsize=8)
@@ -194,4 +194,7 @@ def build_data(
         val_fraction=cfg.val_fraction,
     )
     _check_split(train.batch_size, train.num_samples, world)
-    return DataBundle.of(cfg.name, train, val, test, num_classes=num_classes, in_chans=3, img_size=size)
+    from timm.data import DEFAULT_CROP_PCT, IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD  # imagefolder's transforms'
+
+    return DataBundle.of(cfg.name, train, val, test, num_classes=num_classes, in_chans=3, img_size=size,
+                         mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, crop_pct=DEFAULT_CROP_PCT)

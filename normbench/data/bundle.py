@@ -36,6 +36,10 @@ class DataBundle:
         val: Ordered, unaugmented loader that keeps the last partial batch.
         test: Like `val`, over the test split.
         name: Data set name, e.g. "cifar10".
+        mean: Per-channel mean of the [0, 1] pixels the loaders normalise with.
+        std: Per-channel standard deviation, likewise.
+        crop_pct: Evaluation resizes to img_size / crop_pct, then centre-crops img_size (1.0: the device-resident
+            sets, resized once, bilinear).
     """
 
     num_classes: int
@@ -48,15 +52,25 @@ class DataBundle:
     val: Loader
     test: Loader
     name: str
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    crop_pct: float = 1.0
 
     @classmethod
     def of(cls, name: str, train: Loader, val: Loader, test: Loader, *, num_classes: int, in_chans: int,
-           img_size: int) -> DataBundle:
+           img_size: int, mean: tuple[float, ...], std: tuple[float, ...], crop_pct: float = 1.0) -> DataBundle:
         """A bundle whose sample counts are read from the loaders' `num_samples`."""
         return cls(num_classes=num_classes, in_chans=in_chans, img_size=img_size,
                    num_train=train.num_samples, num_val=val.num_samples,  # type: ignore[attr-defined]
                    num_test=test.num_samples,  # type: ignore[attr-defined]
-                   train=train, val=val, test=test, name=name)
+                   train=train, val=val, test=test, name=name, mean=tuple(mean), std=tuple(std), crop_pct=crop_pct)
+
+    def timm_data_cfg(self) -> dict[str, object]:
+        """The data as timm's `pretrained_cfg` describes it: `resolve_data_config` + `create_transform(...)` on a
+        model carrying it evaluate images as the val and test loaders do (kept weights, model/weights_file.py)."""
+        return {"num_classes": self.num_classes, "input_size": (self.in_chans, self.img_size, self.img_size),
+                "mean": self.mean, "std": self.std, "crop_pct": self.crop_pct, "crop_mode": "center",
+                "interpolation": "bilinear"}
 
     def sizes(self) -> dict[str, int]:
         """The true split sizes, as logged: {"train_size", "val_size", "test_size"}."""

@@ -99,7 +99,7 @@ def probe(configs: Sequence[CellConfig], *, batch_size: int = 64, device: str = 
         device: where to run (default cpu).
         seed: model init seed (default 0).
     Returns:
-        the rows of `probe_model` for every cell, with columns layer, depth, dim first.
+        the rows of `probe_model` for every cell, with columns layer, depth, dim, heads first.
     """
     from normbench.data import build_data
     from normbench.train.loop import build_model
@@ -114,10 +114,12 @@ def probe(configs: Sequence[CellConfig], *, batch_size: int = 64, device: str = 
         torch.manual_seed(seed)
         model = build_model(replace(cell, train=replace(cell.train, seed=seed)), data).to(device)
         frame = probe_model(model, x, y)
+        frame.insert(0, "heads", cell.model.num_heads)
         frame.insert(0, "dim", cell.model.embed_dim)
         frame.insert(0, "depth", cell.model.depth)
         frame.insert(0, "layer", cell.model.layer)
         frames.append(frame)
+        del model  # a depth-36 width-768 model holds ~1 GB with its gradients: one at a time
     return pd.concat(frames, ignore_index=True)
 
 
@@ -137,8 +139,14 @@ def probe_weights(path: Path, *, batch_size: int = 64, device: str = "cpu") -> p
     data = build_data(cell.data, batch_size=batch_size, device=device, seed=0, img_size=cell.model.img_size)
     x, y = next(iter(data.val))
     model = build_model(cell, data)
-    model.load_state_dict(load_file(str(path)))
+    try:
+        tensors = load_file(str(path))
+    except Exception as e:  # truncated or damaged after its header: safetensors' own error, or an OSError
+        raise NormbenchError(f"probe --weights {path}: cannot read its tensors ({' '.join(str(e).split())}); the "
+                             "file is damaged: copy it again, or train the cell again with keep_weights") from None
+    model.load_state_dict(tensors)
     frame = probe_model(model.to(device), x, y)
+    frame.insert(0, "heads", cell.model.num_heads)
     frame.insert(0, "dim", cell.model.embed_dim)
     frame.insert(0, "depth", cell.model.depth)
     frame.insert(0, "layer", cell.model.layer)
@@ -146,36 +154,69 @@ def probe_weights(path: Path, *, batch_size: int = 64, device: str = "cpu") -> p
 
 
 def grid(layers: Sequence[str], depths: Sequence[int], dims: Sequence[int], base: ModelConfig | None = None,
-         data=None) -> list[CellConfig]:  # type: ignore[no-untyped-def]
-    """CellConfigs for layers x depths x dims on top of `base` (default: ModelConfig's digits defaults)."""
+         data=None, heads: Sequence[int] | None = None) -> list[CellConfig]:  # type: ignore[no-untyped-def]
+    """CellConfigs for layers x depths x dims on top of `base` (default: ModelConfig's digits defaults); `heads`: one
+    head count per dim, or one for all (default: base's)."""
     base = base or ModelConfig()
     if min(depths) < 1:
         raise NormbenchError(f"probe: --depth {min(depths)} has no block to probe; use depths of 1 or more")
-    for dim in dims:
-        if dim < 1 or dim % base.num_heads:
-            raise NormbenchError(f"probe: --dim {dim} does not split into {base.num_heads} heads; use a positive "
-                                 f"multiple of {base.num_heads}, e.g. {max(1, dim // base.num_heads) * base.num_heads}")
+    head_of = _heads_per_dim(dims, heads, base.num_heads)
     cells = []
     for dim in dims:
         for depth in depths:
             for layer in layers:
-                model = replace(base, layer=layer, depth=depth, embed_dim=dim)
+                model = replace(base, layer=layer, depth=depth, embed_dim=dim, num_heads=head_of[dim])
                 cells.append(CellConfig(model=model) if data is None else CellConfig(model=model, data=data))
     return cells
+
+
+def reshape(configs: Sequence[CellConfig], depths: Sequence[int] | None = None, dims: Sequence[int] | None = None,
+            heads: Sequence[int] | None = None) -> list[CellConfig]:
+    """Each config at each of `depths` x `dims` (None keeps its own), with `heads` per dim as in `grid`: a suite's
+    rows probed at widths it does not train. Configs that come out the same are probed once."""
+    if depths is not None and min(depths) < 1:
+        raise NormbenchError(f"probe: --depth {min(depths)} has no block to probe; use depths of 1 or more")
+    out: dict[tuple, CellConfig] = {}
+    for dim_given in (dims or [None]):
+        for depth_given in (depths or [None]):
+            for cell in configs:
+                dim = dim_given or cell.model.embed_dim
+                num_heads = _heads_per_dim(dims or [dim], heads, cell.model.num_heads)[dim]
+                model = replace(cell.model, depth=depth_given or cell.model.depth, embed_dim=dim, num_heads=num_heads)
+                out.setdefault((model.layer, model.depth, model.embed_dim, model.num_heads), replace(cell, model=model))
+    return list(out.values())
+
+
+def _heads_per_dim(dims: Sequence[int], heads: Sequence[int] | None, default: int) -> dict[int, int]:
+    """dim -> head count: `heads` one per dim (in order) or one for all; None: `default` for every dim."""
+    if heads is not None and len(heads) not in (1, len(dims)):
+        raise NormbenchError(f"probe: --heads takes one count per --dim ({len(dims)}) or one for all, not "
+                             f"{len(heads)}; e.g. --dim 64 768 --heads 4 12")
+    counts = list(heads) * len(dims) if heads is not None and len(heads) == 1 else list(heads or [default] * len(dims))
+    for dim, count in zip(dims, counts, strict=True):
+        if count < 1 or dim < 1 or dim % count:
+            raise NormbenchError(f"probe: --dim {dim} does not split into {count} heads; use a positive multiple of "
+                                 f"{count}, e.g. {max(1, dim // max(count, 1)) * max(count, 1)}")
+    return dict(zip(dims, counts, strict=True))
 
 
 def probe_recipe(configs: Sequence[CellConfig], batch_size: int, seed: int = 0) -> str:
     """What the probed models share, for the report's header: data, patch, heads, batch and init seed."""
     first = configs[0].model
-    dims = "/".join(map(str, sorted({c.model.embed_dim for c in configs})))
+    shapes = sorted({(c.model.embed_dim, c.model.num_heads) for c in configs})
+    dims = "/".join(str(dim) for dim, _ in shapes)
+    heads = f"{first.num_heads} heads, dim {dims}" if len({h for _, h in shapes}) == 1 else (
+        f"dim {dims} with {'/'.join(str(h) for _, h in shapes)} heads (head dim "
+        f"{'/'.join(str(d // h) for d, h in shapes)})")
     size = f"{first.img_size} px" if first.img_size else "native size"
     return (f"recipe: {configs[0].data.name} (one validation batch of {batch_size} images, {size}), patch "
-            f"{first.patch_size}, {first.num_heads} heads, dim {dims}, init seed {seed}; every layer's own init rule")
+            f"{first.patch_size}, {heads}, init seed {seed}; every layer's own init rule")
 
 
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per (layer, depth, dim): the stream RMS entering the first block and leaving the last, their ratio,
-    the largest per-block growth, the first and last blocks' gradient norms, and the last block's token cosine."""
+    """One row per (layer, depth, dim, heads): the stream RMS entering the first block and leaving the last, their
+    ratio, the largest per-block growth, the first and last blocks' gradient norms, and the last block's token
+    cosine."""
     def one(g: pd.DataFrame) -> pd.Series:
         g = g.sort_values("block")
         first, last = g.iloc[0], g.iloc[-1]
@@ -186,7 +227,7 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
             "grad_first": first["grad_norm"], "grad_last": last["grad_norm"],
             "token_cos_last": last["token_cos"],
         })
-    keys = ["layer", "depth", "dim"]
+    keys = [k for k in ("layer", "depth", "dim", "heads") if k in frame.columns]
     out = frame.groupby(keys, sort=False)[[c for c in frame.columns if c not in keys]].apply(one)
     return out.reset_index()
 
@@ -223,6 +264,9 @@ def _plot(frame: pd.DataFrame, path: Path, when: str = "at init") -> None:
     import matplotlib.pyplot as plt
 
     deepest = frame[frame["depth"] == frame["depth"].max()]
+    if deepest["dim"].nunique() > 1:
+        _plot_widths(summarize(deepest), path, when, plt)
+        return
     dim = deepest["dim"].max()
     deepest = deepest[deepest["dim"] == dim]
     first_rms = deepest[deepest["block"] == 0].set_index("layer")["rms_in"]
@@ -241,6 +285,32 @@ def _plot(frame: pd.DataFrame, path: Path, when: str = "at init") -> None:
             ax.set_yscale("log")
     axes[0].legend(fontsize=8)
     fig.suptitle(f"{when}: depth {int(deepest['depth'].max())}, dim {int(dim)}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_widths(table: pd.DataFrame, path: Path, when: str, plt) -> None:  # type: ignore[no-untyped-def]
+    """Several widths at the deepest depth: each layer's summary against the width, the regime a width sets."""
+    from normbench.report.style import LEGEND_FONT, layer_colour, layer_marker
+
+    panels = [("stream_growth", "stream growth (RMS last / embedding)", True),
+              ("token_cos_last", "token cosine after the last block", False),
+              ("grad_first", "gradient norm of block 0 (0 drawn at 1e-12)", True)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(16, 4.6))
+    for ax, (column, title, log) in zip(axes, panels, strict=True):
+        for layer, g in table.groupby("layer", sort=False):
+            g = g.sort_values("dim")
+            values = g[column].clip(lower=1e-12) if log else g[column]
+            ax.plot(g["dim"], values, marker=layer_marker(layer), color=layer_colour(layer), label=layer)
+        ax.set_title(title)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(table["dim"].unique()), [str(d) for d in sorted(table["dim"].unique())])
+        ax.set_xlabel("width (embed dim)")
+        if log:
+            ax.set_yscale("log")
+    axes[-1].legend(fontsize=LEGEND_FONT, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.suptitle(f"{when}: depth {int(table['depth'].max())}, one model per layer and width")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -326,6 +326,19 @@ def filter_checkpoint(state_dict: dict[str, torch.Tensor], model: NormbenchViT) 
     return state_dict
 
 
+def classifier_names(layer: str) -> str | tuple[str, ...]:
+    """timm's cfg `classifier` for `layer`: each module of the head holding a `weight` (`head`; nGPT's head also
+    `head.logit_scale`). timm drops `<name>.weight` and `.bias` of each when loading weights for other classes, and
+    its model tests check each names a weight; the head is built on the meta device to read them (no memory)."""
+    family = resolve_layer(layer).family
+    if family is None or family.family is None or family.family.head is None:
+        return "head"
+    head = family.family.head(8, 2, device="meta")
+    names = tuple(f"head.{n}".rstrip(".") for n, m in head.named_modules()
+                  if "weight" in dict(m.named_parameters(recurse=False)))
+    return names[0] if len(names) == 1 else names
+
+
 def build_normbench_vit(pretrained: bool = False, **kwargs: Any) -> NormbenchViT:
     """Build through timm's builder, as timm's `_create_vision_transformer`: `pretrained_cfg`, `features_only`
     (timm's getter on `forward_intermediates`), and `pretrained=True` from a local file
@@ -335,6 +348,8 @@ def build_normbench_vit(pretrained: bool = False, **kwargs: Any) -> NormbenchViT
 
         kwargs = with_file_defaults(kwargs)
     overlay = kwargs.get("pretrained_cfg_overlay") or {}
+    # every head parameter named, so timm drops the whole head when the classes differ (nGPT's logit scale too)
+    kwargs["pretrained_cfg_overlay"] = {"classifier": classifier_names(kwargs.get("layer", "layernorm")), **overlay}
     has_source = kwargs.get("pretrained_cfg") or any(overlay.get(k) for k in ("file", "state_dict", "url", "hf_hub_id"))
     if pretrained and not has_source:
         raise ValueError("normbench_vit has no published pretrained weights; load your own checkpoint with "

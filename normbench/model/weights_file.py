@@ -7,8 +7,10 @@ full recipe, and its id and test/val top-1. So
     timm.create_model("normbench_vit", pretrained=True, pretrained_cfg_overlay=dict(file=PATH))
 
 builds the trained model (`build_normbench_vit` fills the arguments you leave out from the file; the ones you give,
-`layer=...` included, must agree with it), and `normbench probe --weights PATH` measures it as the probe measures a
-model at init. A layer whose init needs training images (Admin) is built with `init_images` as usual.
+`layer=...` included, must agree with it), with the data set's channels, input size, classes, mean, std and eval
+resize in its `pretrained_cfg`, so `timm.data.create_transform(**resolve_data_config(model=model))` evaluates images
+as the cell did; `normbench probe --weights PATH` measures it as the probe measures a model at init. A layer whose
+init needs training images (Admin) is built with `init_images` as usual.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from normbench.contracts.recipe import CellConfig
 KWARGS_KEY = "normbench.create_model"  # metadata: json of timm.create_model's keyword arguments
 CELL_KEY = "normbench.cell"            # metadata: json of the cell's CellConfig
 ABOUT_KEY = "normbench.about"          # metadata: json of what the writer says (cell id, test/val top-1, version)
+DATA_KEY = "normbench.data_cfg"        # metadata: json of the data as timm's pretrained_cfg says it (mean, std, ...)
 
 
 def create_kwargs(config: CellConfig, *, img_size: int, in_chans: int, num_classes: int) -> dict[str, Any]:
@@ -33,8 +36,9 @@ def create_kwargs(config: CellConfig, *, img_size: int, in_chans: int, num_class
 
 
 def write_weights(model: Any, path: Path, config: CellConfig, *, img_size: int, in_chans: int, num_classes: int,
-                  about: dict[str, Any]) -> None:
-    """Write `model`'s weights to `path` atomically (temp file, fsync, rename), with the metadata above."""
+                  about: dict[str, Any], data_cfg: dict[str, Any] | None = None) -> None:
+    """Write `model`'s weights to `path` atomically (temp file, fsync, rename), with the metadata above; `data_cfg`
+    (data/bundle.py `timm_data_cfg`): the data set's channels, size, classes, mean, std and eval resize."""
     import os
 
     from safetensors.torch import save_file
@@ -45,7 +49,7 @@ def write_weights(model: Any, path: Path, config: CellConfig, *, img_size: int, 
     metadata = {KWARGS_KEY: json.dumps(create_kwargs(config, img_size=img_size, in_chans=in_chans,
                                                      num_classes=num_classes)),
                 CELL_KEY: json.dumps(asdict(config)),
-                ABOUT_KEY: json.dumps(about, default=str)}
+                ABOUT_KEY: json.dumps(about, default=str), **({DATA_KEY: json.dumps(data_cfg)} if data_cfg else {})}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -63,12 +67,17 @@ def read_metadata(path: str | Path) -> dict[str, Any] | None:
         return None
     from safetensors import safe_open
 
-    with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata() or {}
-    if KWARGS_KEY not in meta:
-        return None
-    return {"kwargs": json.loads(meta[KWARGS_KEY]), "cell": json.loads(meta.get(CELL_KEY, "{}")),
-            "about": json.loads(meta.get(ABOUT_KEY, "{}"))}
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+        if KWARGS_KEY not in meta:
+            return None
+        return {"kwargs": json.loads(meta[KWARGS_KEY]), "cell": json.loads(meta.get(CELL_KEY, "{}")),
+                "about": json.loads(meta.get(ABOUT_KEY, "{}")), "data_cfg": json.loads(meta.get(DATA_KEY, "{}"))}
+    except OSError:
+        raise
+    except Exception as e:  # safetensors' own error for bytes that are no safetensors file; bad JSON in it
+        raise ValueError(f"{path}: not a readable safetensors file ({' '.join(str(e).split())})") from None
 
 
 def cell_config(path: str | Path) -> CellConfig:
@@ -103,6 +112,7 @@ def with_file_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"{file}: holds another model than asked for: {named}; leave them out to build the file's")
     channels = saved["in_chans"]
     size = saved["img_size"]
-    kwargs["pretrained_cfg_overlay"] = {"num_classes": saved["num_classes"], "input_size": (channels, size, size),
-                                        **overlay}
+    data = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["data_cfg"].items()}  # JSON lists: tuples
+    kwargs["pretrained_cfg_overlay"] = {**data, "num_classes": saved["num_classes"],
+                                        "input_size": (channels, size, size), **overlay}
     return kwargs

@@ -8,15 +8,17 @@ lr sensitivity and failure rate; per table: whether the top row is separated fro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from normbench.contracts.selection import BUDGETS, ROLE, SELECT, edge_reason
+from normbench.contracts.bracketing import DEFAULT_LR_BOUNDS, RowBracket, bracket_row
+from normbench.contracts.selection import BUDGETS, ROLE, SELECT
 from normbench.report.budget import BUDGET_AXIS
 from normbench.report.convergence import budget_rows, convergence_rows, loss_floor, loss_threshold
 from normbench.report.learning_speed import add_steps_to_targets, speed_rows
-from normbench.report.stats import lr_sensitivity, select_lr, selected_cells, selecting, separation
+from normbench.report.stats import lr_sensitivity, per_lr, select_lr, selected_cells, separation
 
 MATRIX_AXES = ("depth", "layer", "lr", "seed")
 
@@ -76,15 +78,18 @@ def table_and_row_keys(cells: pd.DataFrame, matrix_axes: list[str]) -> tuple[lis
 
 def analyse(cells: pd.DataFrame, history: pd.DataFrame, *, matrix_axes: list[str], targets: list[float],
             smoothing: float | None, soft_targets: bool, lr_grid: list[float] | None = None,
-            bracket_max_steps: int | None = None) -> Analysis:
-    """`lr_grid` and `bracket_max_steps` (None: bracketing off) let the edge column say why a row stayed on one."""
+            bracket_max_steps: int | None = None, bracketing: bool | None = None,
+            lr_bounds: Sequence[float] = DEFAULT_LR_BOUNDS) -> Analysis:
+    """`lr_grid`, `bracketing`, `bracket_max_steps` and `lr_bounds` let the edge column say why bracketing left each
+    row where it is (`bracketing` None: on when `bracket_max_steps` is given, as older callers say it)."""
     budget = cells[cells[ROLE] == BUDGETS] if ROLE in cells else cells.iloc[0:0]
     cells = cells[cells[ROLE] != BUDGETS] if ROLE in cells else cells  # 2x cells never choose nor score
     row_keys, table_keys = table_and_row_keys(cells, matrix_axes)
     keys = [*row_keys, *table_keys]
     cells = add_steps_to_targets(cells, history, targets)
     regime = Regime.of(cells, smoothing, soft_targets)
-    selected = with_edge_reasons(select_lr(cells, keys), cells, keys, lr_grid, bracket_max_steps)
+    selected = with_edge_reasons(select_lr(cells, keys), cells, keys, lr_grid, bracket_max_steps,
+                                 bracketing=bracketing, lr_bounds=lr_bounds)
     at_selected = selected_cells(cells, selected, keys)
     converged = convergence_rows(at_selected, history, keys, regime.threshold)
     checked = budget_rows(at_selected, budget, keys, value=SELECT)
@@ -104,17 +109,37 @@ def analyse(cells: pd.DataFrame, history: pd.DataFrame, *, matrix_axes: list[str
 
 
 def with_edge_reasons(selected: pd.DataFrame, cells: pd.DataFrame, keys: list[str], lr_grid: list[float] | None,
-                      bracket_max_steps: int | None) -> pd.DataFrame:
-    """`edge_why` per row on an edge: "cap reached" or "bracketing off" (contracts.selection.edge_reason); "" else."""
+                      bracket_max_steps: int | None, *, bracketing: bool | None = None,
+                      lr_bounds: Sequence[float] = DEFAULT_LR_BOUNDS) -> pd.DataFrame:
+    """`edge_why` per row: why bracketing left it where it is (contracts.bracketing.bracket_row, the rule the sweep
+    queues by): "bracketing off", "cap reached", "lr bound 1e-05", "unfinished" (a next round is due), or "" (an
+    interior best with signal). `bracketing` defaults to `bracket_max_steps is not None` (the older callers' sign)."""
+    on = bracketing if bracketing is not None else bracket_max_steps is not None
+    lrs = per_lr(cells, keys)
     why = []
     for row in selected.to_dict("records"):
         side = {"low": "low", "high": "high"}.get(row["edge"])
-        if side is None or not lr_grid:
+        if not lr_grid or len(set(lr_grid)) < 2:
             why.append("")
             continue
-        tried = selecting(cells)
+        if not on:
+            why.append("bracketing off" if side else "")
+            continue
+        mine = lrs
         for k in keys:
-            tried = tried[tried[k] == row[k]]
-        why.append(edge_reason(sorted(set(tried["lr"])), sorted(lr_grid), side, bracket=bracket_max_steps is not None,
-                               max_steps=bracket_max_steps or 0))
+            mine = mine[(mine[k] == row[k]) | (mine[k].isna() & (row[k] != row[k]))]
+        plan = bracket_row(dict(zip(mine["lr"], mine["seeds"], strict=True)), lr_grid, bounds=lr_bounds,
+                           max_steps=bracket_max_steps)
+        why.append(stop_text(plan, side))
     return selected.assign(edge_why=why)
+
+
+def stop_text(plan: RowBracket, side: str | None) -> str:
+    """One row's bracketing state in words: a row with signal on an edge names that edge's stop; a row without
+    signal names each side a bound stopped ("lr bound 1e-05 below")."""
+    if plan.new:
+        return "unfinished"
+    if not plan.no_signal:
+        return plan.stopped.get(side, "") if side else ""
+    return ", ".join(f"{plan.stopped[s]} {'below' if s == 'low' else 'above'}" for s in ("low", "high")
+                     if s in plan.stopped)

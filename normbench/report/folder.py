@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from normbench.contracts.matrix_scope import MatrixScope
 from normbench.contracts.names import OutputFolder, StudyNames
 from normbench.contracts.suite import Suite, load_suite
 from normbench.errors import NormbenchError
@@ -37,7 +38,8 @@ def read_folder(out_dir: Path, *, storage: str | None = None) -> FolderRead:
         raise NormbenchError(f"{out_dir}: no ledger here ({OutputFolder.LEDGER}); run the suite first, or pass "
                              "--storage if it ran on a shared database")
     suite = load_suite(folder.suite)
-    cells = _with_recipe_columns(cells_frame(Ledger(storage, folder.path), StudyNames(suite.name)), suite)
+    ledger = Ledger(storage, folder.path)
+    cells = _with_recipe_columns(cells_frame(ledger, StudyNames(suite.name), scope=MatrixScope(suite)), suite)
     if cells.empty:
         raise NormbenchError(f"{out_dir}: no finished cells yet; run (or resume) `normbench run {suite.path}` first")
     return FolderRead(folder.path, suite, cells, _analyse(cells, suite))

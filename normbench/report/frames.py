@@ -9,14 +9,17 @@ from __future__ import annotations
 import pandas as pd
 from optuna.trial import TrialState
 
+from normbench.contracts.matrix_scope import MatrixScope
 from normbench.contracts.names import StudyNames
 from normbench.contracts.selection import BUDGETS, REPORTS, ROLE, SELECTS, add_scores
-from normbench.store.ledger import ATTEMPTS, RETRY_ROUND, Ledger, failed_for_good
+from normbench.store.attempts import ATTEMPTS, RETRY_ROUND, failed_for_good
+from normbench.store.ledger import Ledger
 from normbench.store.migrations import trial_axes
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 HISTORY_COLUMNS = ("epoch", "step", "images", "train_loss", "val_top1", "lr_now", "grad_norm")
 FAILED = "failed_for_good"  # the cells frame's attrs key: failed_cells()
+LEFT_OUT = "left_out"  # the cells frame's attrs key: how many finished cells the edited matrix no longer lists
 
 
 def studies_of(ledger: Ledger, names: StudyNames, *, tuned: bool = False) -> list[tuple[str, int, str]]:
@@ -32,27 +35,35 @@ def studies_of(ledger: Ledger, names: StudyNames, *, tuned: bool = False) -> lis
     return [s for s in studies if s[0] in present]
 
 
-def cells_frame(ledger: Ledger, names: StudyNames, *, tuned: bool = False) -> pd.DataFrame:
+def cells_frame(ledger: Ledger, names: StudyNames, *, tuned: bool = False,
+                scope: MatrixScope | None = None) -> pd.DataFrame:
     """One row per finished cell of the suite's run, bracketing and report studies (or, with `tuned`, of its tuned
-    re-runs): axes, metrics, status, `role` (select/report) and `bracket_round` (0 outside bracketing)."""
-    rows = []
+    re-runs): axes, metrics, status, `role` (select/report) and `bracket_round` (0 outside bracketing). With `scope`
+    (the suite as its file says now), only the cells it lists; attrs[LEFT_OUT] counts the others."""
+    rows, left_out = [], 0
     for name, bracket_round, role in studies_of(ledger, names, tuned=tuned):
         for t in ledger.trials(ledger.study(name), FINISHED):
+            if scope is not None and not scope.holds(name, trial_axes(t)):
+                left_out += 1
+                continue
             rows.append({"cell_id": t.user_attrs.get("cell_id"), **trial_axes(t), **t.user_attrs.get("result", {}),
                          ROLE: role, "trial": t.number, "bracket_round": bracket_round,
                          "tuned_params": t.user_attrs.get("overrides"), "history": t.user_attrs.get("history")})
     frame = pd.DataFrame(rows)
     frame = frame if frame.empty else add_scores(frame)
-    frame.attrs[FAILED] = failed_cells(ledger, names, tuned=tuned)  # not rows: they have no metrics to analyse
+    frame.attrs[FAILED] = failed_cells(ledger, names, tuned=tuned, scope=scope)  # not rows: they have no metrics
+    frame.attrs[LEFT_OUT] = left_out
     return frame
 
 
-def failed_cells(ledger: Ledger, names: StudyNames, *, tuned: bool = False) -> list[dict]:
+def failed_cells(ledger: Ledger, names: StudyNames, *, tuned: bool = False,
+                 scope: MatrixScope | None = None) -> list[dict]:
     """The suite's cells failed for good (each attempt of their last round killed its worker): cell_id, study,
     retry_round and `attempts` (per attempt: trial, host, pid, verdict, started, noticed_by, mlflow_run_id)."""
     return [{"cell_id": t.user_attrs.get("cell_id", f"trial {t.number}"), "study": name,
              "retry_round": t.user_attrs.get(RETRY_ROUND, 0), "attempts": t.user_attrs.get(ATTEMPTS, [])}
-            for name, _, _ in studies_of(ledger, names, tuned=tuned) for t in failed_for_good(ledger.study(name))]
+            for name, _, _ in studies_of(ledger, names, tuned=tuned) for t in failed_for_good(ledger.study(name))
+            if scope is None or scope.holds(name, trial_axes(t))]
 
 
 def history_frame(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

@@ -10,12 +10,14 @@ from typing import Any
 
 import pandas as pd
 
+from normbench.contracts.matrix_scope import WHY
 from normbench.contracts.recipe import RUN_KEYS
 from normbench.contracts.selection import CHANCE_SE, REPORTS, ROLE, SELECTS, TIE_RULE
 from normbench.contracts.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
 from normbench.data.config import DATASET_ONLY_KEYS
 from normbench.report.analysis import Analysis
 from normbench.report.convergence import BUDGET_POINTS, LOSS_TOLERANCE, RISE_POINTS, RISE_SHARE
+from normbench.report.frames import LEFT_OUT
 from normbench.report.machine import machine_line
 from normbench.report.stats import ALPHA
 from normbench.report.style import lr_text
@@ -64,7 +66,7 @@ def recipe_lines(suite: Suite) -> list[str]:
                          if k not in axes and (v is not None or k in NONE_MEANS))
 
     return [f"- matrix: {', '.join(f'{k} {_axis_text(k, v)}' for k, v in suite.matrix.items())}"
-            + (f"; bracketing on (at most {suite.bracket_max_steps} steps beyond each end)" if suite.bracket else "")
+            + (f"; {bracketing_text(suite)}" if suite.bracket else "")
             + (f"; report seeds {suite.report_seeds}" if suite.report_seeds else ""),
             # block_kwargs only when set (a family's expansion rate): the recipes written before it read as they did
             f"- model: {text({k: v for k, v in asdict(config.model).items() if k != 'block_kwargs' or v})}",
@@ -161,6 +163,9 @@ def header(suite: Suite | None, cells: pd.DataFrame, analysis: Analysis | None, 
         lines.append(regime_line(analysis))
     lines += ceiling_text(ceiling)
     lines += [*trained_on(cells), f"- {machine_line()}", f"- {len(cells)} cells; {SCORE_DEFINITION}"]
+    if left_out := cells.attrs.get(LEFT_OUT):
+        lines.append(f"- {left_out} finished cell{'s' if left_out != 1 else ''} of the ledger left out: {WHY} "
+                     "(put the values back in the matrix to count them again)")
     if cells.attrs.get("legacy"):
         lines.append("- NOTE: this ledger predates the test split: every number below is the best-epoch VAL top-1, "
                      "chosen on the same split (optimistic); re-run the suite for test scores")
@@ -193,3 +198,9 @@ def _threads(group: pd.DataFrame) -> str:
         return ""
     span = str(min(counts)) if len(counts) == 1 else f"{min(counts)}-{max(counts)}"
     return f", {span} thread{'s' if max(counts) > 1 else ''}"
+
+
+def bracketing_text(suite: Suite) -> str:
+    """The bracketing the suite asked for, in the words of its header line (protocol v3)."""
+    cap = f", at most {suite.bracket_max_steps} steps beyond each end" if suite.bracket_max_steps else ""
+    return f"bracketing v3 on (lr bounds [{suite.lr_bounds[0]:g}, {suite.lr_bounds[1]:g}]{cap})"

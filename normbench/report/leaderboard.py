@@ -15,6 +15,8 @@ from typing import Any
 import pandas as pd
 from optuna.trial import TrialState
 
+from normbench.contracts.bracketing import DEFAULT_LR_BOUNDS
+from normbench.contracts.matrix_scope import MatrixScope
 from normbench.contracts.names import OutputFolder, StudyNames, suites_in
 from normbench.contracts.selection import add_scores
 from normbench.contracts.suite import DEFAULT_TARGETS, Suite
@@ -49,7 +51,7 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
                              "on a shared database). Nothing was written.")
     ledger = Ledger(storage, out_dir)
     names = StudyNames(suite.name if suite else _single_suite_name(ledger))
-    cells = _with_recipe_columns(cells_frame(ledger, names), suite)
+    cells = _with_recipe_columns(cells_frame(ledger, names, scope=MatrixScope(suite) if suite else None), suite)
     tuned = with_tuned_values(cells_frame(ledger, names, tuned=True))
     if cells.empty and not tuned.empty and suite is not None and suite.tune is not None:  # `normbench tune` alone
         cells = _with_recipe_columns(tune_cells(ledger, names, suite, tuned.copy()), suite)
@@ -87,7 +89,9 @@ def _analyse(cells: pd.DataFrame, suite: Suite | None) -> Analysis:
                    smoothing=train.label_smoothing if train else None,
                    soft_targets=bool(train and (train.mixup > 0 or train.cutmix > 0)),
                    lr_grid=list(suite.matrix.get("lr", [])) if suite else None,
-                   bracket_max_steps=suite.bracket_max_steps if suite and suite.bracket else None)
+                   bracket_max_steps=suite.bracket_max_steps if suite else None,
+                   bracketing=bool(suite and suite.bracket),
+                   lr_bounds=suite.lr_bounds if suite else DEFAULT_LR_BOUNDS)
 
 
 def _ceiling(folder: OutputFolder, suite: Suite | None) -> str | None:

@@ -22,7 +22,7 @@ from normbench.report.cost import cost_sections
 from normbench.report.frames import FAILED
 from normbench.report.header import budget_text
 from normbench.report.plots import write_accuracy_vs_step, write_lr_sensitivity, write_lr_vs_depth, write_plots
-from normbench.report.stats import ALPHA, check_claims, select_lr, selected_cells, selecting
+from normbench.report.stats import ALPHA, POWER, check_claims, select_lr, selected_cells, selecting
 from normbench.report.tables import (
     all_depths_table,
     baseline_table,
@@ -105,8 +105,10 @@ def comparison_sections(analysis: Analysis, suite: Suite | None) -> list[str]:
     if suite is not None and suite.claims:
         claims = check_claims(cells, selected, keys, suite.claims)
         lines += [f"## claims (paired t test of the difference against `by`, Holm-adjusted over the claims: "
-                  f"supported where p < {ALPHA:g} and the difference lies above `by`, contradicted where below, "
-                  "else inconclusive; each read in the regime it states)", "",
+                  f"supported where p < {ALPHA:g} and the difference lies above `by`, contradicted where below; "
+                  f"else no effect found where the test had {POWER:.0%} power at its Holm level to detect the "
+                  "source's effect (`claimed`, else `by`), underpowered where it had not or no source's effect is "
+                  "comparable; each read in the regime it states)", "",
                   markdown_table(claims_table(claims, claim_regimes(a, claims))), ""]
     lines += convergence_check_section(a)
     if BUDGET_AXIS in a.table_keys:

@@ -50,6 +50,9 @@ class Verdicts(NamedTuple):
 
 
 CLAIM_VERDICTS = Verdicts("supported", "contradicted", "inconclusive", "inconclusive")
+# an undecided claim, split by the test's power (`claim_verdict`): it could have seen the source's effect, or not
+NO_EFFECT, UNDERPOWERED = "no effect found", "underpowered"
+POWER = 0.8  # the power at which a claim's detectable effect is stated (Cohen's convention)
 
 
 def t_interval(values: Sequence[float] | pd.Series, confidence: float = CONFIDENCE,
@@ -95,6 +98,41 @@ def paired_p(differences: Sequence[float], by: float = 0.0, alternative: str = "
     return float(stats.ttest_1samp(x, 0.0, alternative=alternative).pvalue)
 
 
+def detectable_effect(n: int, sd: float, alpha: float, power: float = POWER) -> float:
+    """The smallest |true mean difference - `by`| a two-sided paired t test of `n` pairs at level `alpha` detects
+    with probability `power`, taking the pairs' sample sd as the true one (a sensitivity analysis: what these seeds
+    could have seen, not the power at the effect observed).
+
+    Solved exactly: the test rejects when |T| > c = t_{1-alpha/2, n-1}, and under a shift d, T = (Z + λ) / √(V/df)
+    is noncentral t (Z standard normal, V chi-squared with df = n - 1, λ = d·√n/sd), so its power is the mean over
+    V of Φ(λ - c√(V/df)) + Φ(-λ - c√(V/df)), integrated over V's quantiles (scipy's `nct` returns NaN at the
+    large λ one degree of freedom needs); the root of power(d) = `power` is found by Brent's method. The textbook
+    shortcut (t_{1-alpha/2} + t_{power}) · sd/√n misstates it at 2-4 pairs, this suite's seeds (docs/protocol.md).
+    NaN below two pairs or without spread (every difference equal: t is undefined, and the exact sign test's p does
+    not depend on their size).
+    """
+    from scipy import integrate, optimize, stats
+
+    if n < 2 or not sd > 0:
+        return math.nan
+    df = n - 1
+    critical = float(stats.t.ppf(1 - alpha / 2, df))
+
+    def shortfall(d: float) -> float:
+        shift = d * math.sqrt(n) / sd
+
+        def rejects(u: float) -> float:  # P(|T| > c) given V at its u-quantile
+            scale = critical * math.sqrt(float(stats.chi2.ppf(u, df)) / df)
+            return float(stats.norm.cdf(shift - scale) + stats.norm.cdf(-shift - scale))
+
+        return integrate.quad(rejects, 0.0, 1.0, epsabs=1e-10, limit=200)[0] - power
+
+    high = sd
+    while shortfall(high) < 0:  # power(0) = alpha < power: the root lies above 0; double until it is bracketed
+        high *= 2
+    return float(optimize.brentq(shortfall, 0.0, high, xtol=1e-9 * sd, rtol=1e-12))
+
+
 def holm(pvalues: Sequence[float]) -> list[float]:
     """Holm-Bonferroni adjusted p-values (same order; NaN stays NaN and does not count in the family).
 
@@ -109,6 +147,29 @@ def holm(pvalues: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (len(order) - i) * p[index]))
         adjusted[index] = running
     return adjusted.tolist()
+
+
+def holm_levels(pvalues: Sequence[float]) -> list[float]:
+    """The level Holm's step-down compares each p-value with: ALPHA / (m - i), i its 0-based rank among the m
+    finite p-values sorted ascending (ties in order, as `holm` ranks them); NaN for a NaN p. A claim's detectable
+    effect is stated at its own rank's level."""
+    p = np.asarray(pvalues, dtype=float)
+    finite = np.flatnonzero(~np.isnan(p))
+    order = finite[np.argsort(p[finite], kind="stable")]
+    levels = np.full(len(p), np.nan)
+    for i, index in enumerate(order):
+        levels[index] = ALPHA / (len(order) - i)
+    return levels.tolist()
+
+
+def claim_verdict(mean: float, by: float, p_holm: float, detectable: float, reference: float) -> str:
+    """supported / contradicted where the Holm-adjusted p is below ALPHA (by the side of `by` the difference lies);
+    else "no effect found" where the test could have detected an effect of the `reference` size (the source's
+    reported effect: `detectable` <= `reference`), "underpowered" where it could not, or where there is no reference
+    or no detectable effect (fewer than two pairs, or no spread) to compare."""
+    if p_holm < ALPHA:
+        return CLAIM_VERDICTS.above if mean > by else CLAIM_VERDICTS.below
+    return NO_EFFECT if detectable <= reference else UNDERPOWERED  # NaN on either side: False
 
 
 def selecting(cells: pd.DataFrame) -> pd.DataFrame:
@@ -223,7 +284,7 @@ def paired_difference(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[st
     seeds = sorted(set(a.index) & set(b.index))
     diffs = [a[s] - b[s] for s in seeds]
     mean, low, high = t_interval(diffs, bounds=DIFFERENCE)
-    return {"n": len(seeds), "mean": mean, "low": low, "high": high, "p": paired_p(diffs),
+    return {"n": len(seeds), "mean": mean, "low": low, "high": high, "sd": _spread(diffs), "p": paired_p(diffs),
             "p_by": paired_p(diffs, by)}
 
 
@@ -291,9 +352,12 @@ def check_claims(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str],
     than `by` points" (the source reported a gain of `claimed`); or, with `steadier_than` in place of `beats`,
     "`layer`'s lr sensitivity is below the rival's by more than `by` points" (`sensitivity_difference`). The paired
     t test of the difference against `by` (two-sided, so a lone claim agrees with its 95% interval, save for identical
-    differences: `paired_p`) is Holm-adjusted
-    over the claims: supported when the adjusted p is below ALPHA and the difference lies above `by`, contradicted
-    when below, else inconclusive (fewer than two paired seeds: inconclusive too).
+    differences: `paired_p`) is Holm-adjusted over the claims: supported when the adjusted p is below ALPHA and the
+    difference lies above `by`, contradicted when below. An undecided claim states what the test could have seen:
+    `detectable`, the shift from `by` it detects with POWER at `alpha` (Holm's level for the claim's rank:
+    `holm_levels`, `detectable_effect`), against `reference`, the source's reported effect (|claimed|; else |by|
+    when the suite sets a margin; else none): "no effect found" when detectable <= reference, else "underpowered"
+    (`claim_verdict`). Columns added: n, mean, low, high, sd, p, p_by, p_holm, alpha, detectable, reference, verdict.
     """
     group_keys = [k for k in keys if k not in ("layer", "depth")]
     rows = []
@@ -312,9 +376,14 @@ def check_claims(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str],
     if frame.empty:
         return frame
     frame["p_holm"] = holm(frame["p_by"])
-    frame["verdict"] = [CLAIM_VERDICTS.neither if not p < ALPHA else
-                        CLAIM_VERDICTS.above if mean > by else CLAIM_VERDICTS.below
-                        for p, mean, by in zip(frame["p_holm"], frame["mean"], frame["by"], strict=True)]
+    frame["alpha"] = holm_levels(frame["p_by"])
+    frame["detectable"] = [detectable_effect(n, sd, alpha) if alpha == alpha else math.nan
+                           for n, sd, alpha in zip(frame["n"], frame["sd"], frame["alpha"], strict=True)]
+    claimed = frame["claimed"] if "claimed" in frame else pd.Series(math.nan, index=frame.index)
+    frame["reference"] = [abs(c) if c == c else abs(by) if by else math.nan
+                          for c, by in zip(claimed, frame["by"], strict=True)]
+    frame["verdict"] = [claim_verdict(*row) for row in zip(frame["mean"], frame["by"], frame["p_holm"],
+                                                           frame["detectable"], frame["reference"], strict=True)]
     return frame
 
 
@@ -370,5 +439,14 @@ def sensitivity_difference(cells: pd.DataFrame, selected: pd.DataFrame, keys: li
     seeds = sorted(set(mine.index) & set(theirs.index))
     diffs = [theirs[s] - mine[s] for s in seeds]
     mean, low, high = t_interval(diffs, bounds=DIFFERENCE)
-    return {"n": len(seeds), "mean": mean, "low": low, "high": high, "p": paired_p(diffs),
+    return {"n": len(seeds), "mean": mean, "low": low, "high": high, "sd": _spread(diffs), "p": paired_p(diffs),
             "p_by": paired_p(diffs, by)}
+
+
+def _spread(differences: Sequence[float]) -> float:
+    """The sample sd of paired differences; 0 when they are equal to float precision (as `paired_p` reads a tie),
+    NaN below two."""
+    x = np.asarray(differences, dtype=float)
+    if len(x) < 2:
+        return math.nan
+    return 0.0 if np.ptp(x) <= 1e-9 * max(1.0, float(np.abs(x).max())) else float(x.std(ddof=1))

@@ -31,13 +31,17 @@ def ci_text(low: float, high: float) -> str:
 
 
 def edge_text(edge: str, signal: str = "", why: str = "") -> str:
-    """Where the selected lr sits and, on an edge, why the search stopped there (cap reached, bracketing off); a row
-    whose lrs tell nothing apart says so too (contracts.selection.lr_signal): a label, never a reason to stop."""
+    """Where the selected lr sits and why bracketing left it there (report.analysis.with_edge_reasons: cap reached,
+    an lr bound, bracketing off, unfinished); a row whose lrs tell nothing apart says so (contracts.selection.lr_signal)
+    and how far both ways its lrs were explored (bracketing v3 takes such a row to the lr bounds)."""
     where = {"low": "edge (lowest lr", "high": "edge (highest lr", "only": "edge (one lr", "": ""}[edge]
-    where = f"{where}{f', {why}' if why else ''})" if where else ""
     label = {AT_CHANCE: "no signal (best lr at chance)",
              FLAT: "no signal across lrs (flat within the seeds' spread)"}.get(signal, "")
-    return "; ".join(t for t in (label, where) if t)
+    own = not label or why == "bracketing off"  # else the reason is the no-signal row's, said after the label
+    if where:
+        where = f"{where}{f', {why}' if why and own else ''})"
+    stop = "" if own or not why else "bracketing unfinished" if why == "unfinished" else f"explored to the {why}"
+    return "; ".join(t for t in (label, where, stop) if t)
 
 
 def converged_text(row: pd.Series) -> str:
@@ -168,9 +172,20 @@ def claim_text(claim: Any) -> str:
             "per selection seed, over the lrs both tried)")
 
 
+def detectable_text(detectable: float, alpha: float, n: int, reference: float) -> str:
+    """The claim's detectable effect at its Holm level against the source's: '9.87 at α 0.005 (source: 0.30)';
+    '— (one pair)' / '— (no spread)' where there is none, '(source: none)' where no reference is comparable."""
+    source = f"source: {reference:.2f}" if reference == reference else "source: none"
+    if detectable != detectable:
+        why = "no pairs" if n == 0 else "one pair" if n == 1 else "no spread"
+        return f"— ({why}; {source})"
+    return f"{detectable:.2f} at α {alpha:.3g} ({source})"
+
+
 def claims_table(claims: pd.DataFrame, regimes: list[str] | None = None) -> pd.DataFrame:
-    """One line per claim: the paired difference, its interval and Holm-adjusted p against `by`, the verdict, the
-    effect against the claimed one, and (`regimes`, one per claim row) the regime it was read in."""
+    """One line per claim: the paired difference, its interval and Holm-adjusted p against `by`, the effect the test
+    could detect at 80% power (stats.detectable_effect) beside the source's, the verdict, the effect against the
+    claimed one, and (`regimes`, one per claim row) the regime it was read in."""
     rows = []
     for i, (_, c) in enumerate(claims.iterrows()):
         claimed = c.get("claimed")
@@ -178,7 +193,10 @@ def claims_table(claims: pd.DataFrame, regimes: list[str] | None = None) -> pd.D
         rows.append({"claim": claim_text(c),
                      "difference (points)": "—" if math.isnan(c["mean"]) else f"{c['mean']:+.2f}",
                      "95% CI": ci_text(c["low"], c["high"]), "n (paired seeds)": str(c["n"]),
-                     "p (Holm)": p_text(c["p_holm"]), "verdict": c["verdict"],
+                     "p (Holm)": p_text(c["p_holm"]),
+                     "detectable at 80% power (points)": detectable_text(c["detectable"], c["alpha"], c["n"],
+                                                                          c["reference"]),
+                     "verdict": c["verdict"],
                      "effect vs claimed": effect_text(c["mean"], c["low"], c["high"], claimed),
                      **({"regime": regimes[i]} if regimes is not None else {})})
     return pd.DataFrame(rows)

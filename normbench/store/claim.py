@@ -18,8 +18,9 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from normbench.contracts.results import CellResult
-from normbench.contracts.selection import score_value, select_value
+from normbench.contracts.selection import select_value
 from normbench.errors import ClaimLostError
+from normbench.store.migrations import SCORE_ATTRS
 from normbench.store.retry import NOT_LANDED, Outage
 
 
@@ -48,6 +49,7 @@ class Claim:
     trial: optuna.Trial
     id: int
     lost: bool = False  # another worker took it over (seen by the heartbeat or a refused write)
+    failed_here: bool = False  # `release` failed the trial: a second call only queues it again
 
     @property
     def number(self) -> int:
@@ -98,8 +100,8 @@ class Claim:
         self.set_attr("result", summary)
         self.set_attr("history", result.history_records())
         # numbers optuna-dashboard can show and sort by, as the leaderboard scores them (0 when diverged)
-        self.set_attr("test_top1", score_value(summary))
-        self.set_attr("val_top1", select_value(summary))
+        for name, rule in SCORE_ATTRS.items():
+            self.set_attr(name, rule(summary))
         if result.status == "pruned":
             self._tell(TrialState.PRUNED)
         else:  # the value `normbench tune` ranks by: the selection rule's, final-epoch val
@@ -119,9 +121,13 @@ class Claim:
             self.ledger.call(self.study.tell, self.trial, values=value, state=state, unsafe=True, landed=landed)
 
     def release(self) -> None:
-        """Give the trial back (Ctrl-C, SIGTERM): failed here, queued again for the next run."""
-        if self.ledger.fail_trial(self.id):
-            self.ledger.requeue(self.study, self.frozen())
+        """Give the trial back (Ctrl-C, SIGTERM, a full disk): failed here, queued again for the next run. Called
+        again after it raised midway (a full disk frees room at its first refused write), it finishes the job."""
+        if not self.failed_here:
+            self.failed_here = self.ledger.fail_trial(self.id)
+            if not self.failed_here:  # someone else already finished or failed it
+                return
+        self.ledger.requeue(self.study, self.frozen())
 
     @contextmanager
     def heartbeat(self) -> Iterator[None]:

@@ -1,16 +1,13 @@
 """Which cells exist, who runs them, which finished: an Optuna storage, one trial per cell.
 
 A journal file in the output folder or, with `--storage postgresql://...`, a shared database. A cell is a WAITING
-trial until a worker claims it (atomically: WAITING -> RUNNING), then COMPLETE or PRUNED. A dead worker (its OS
-lock free on a journal, its heartbeat silent past the grace on a database) has its trial failed and re-queued, up to
-NORMBENCH_MAX_ATTEMPTS (default 3) lost attempts in a row, then failed for good, so a cell that kills every worker
-(OOM, segfault) cannot walk the fleet; `normbench run --retry-failed` gives it another round. Outages: store/retry.py.
+trial until a worker claims it (atomically: WAITING -> RUNNING), then COMPLETE or PRUNED. This module is the queue:
+which trial is whose, queued once. Which claim lost its worker and when a cell is failed for good: store/attempts.py.
+Outages: store/retry.py.
 """
 
 from __future__ import annotations
 
-import copy
-import datetime
 import os
 import time
 import uuid
@@ -27,9 +24,9 @@ from normbench import settings
 from normbench.contracts.names import OutputFolder, StudyNames
 from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
 from normbench.store.claim import Claim
-from normbench.store.journal import SafeJournalFileBackend, lock_lost
-from normbench.store.locks import LifeLock, holder_dead
-from normbench.store.migrations import legacy_claim_verdict, trial_cell_id
+from normbench.store.journal import SafeJournalFileBackend
+from normbench.store.locks import LifeLock
+from normbench.store.migrations import OBJECTIVE_NAME, trial_cell_id
 from normbench.store.optuna_api import TRIAL_KEY, TrialIds, find_trial_by_key
 from normbench.store.queue_lock import queue_lock
 from normbench.store.retry import NOT_LANDED, Outage, redact
@@ -38,11 +35,8 @@ from normbench.store.trial_params import add_waiting_trial, axis_distributions
 WORKER_ATTRS = ("worker_host", "worker_pid", "mlflow_run_id")
 UNFINISHED = (TrialState.WAITING, TrialState.RUNNING)
 LIVE = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
-ATTEMPTS = "attempts"  # user attr: this round's attempts that lost their worker (who, where, why), oldest first
 FAILED_FOR_GOOD = "failed_for_good"  # user attr of the FAIL record that ends a cell's round: not queued again
-WORKER_EXIT = "worker_exit:"  # study user attr `worker_exit:<host>:<pid>`: how a local worker died, as its parent saw
 SUITE = "suite"  # study user attr: the suite whose workers may claim its cells (with "recipe", the recipe hash)
-RETRY_ROUND = "retry_round"  # user attr: how many times `--retry-failed` gave the cell another round
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -79,7 +73,7 @@ class Ledger:
         self._owner: tuple[str, str] | None = None  # (suite, recipe hash) this process works for: `serve`
         self.heartbeat_interval, self.grace_period = heartbeat_interval, grace_period
         self.max_attempts = max_attempts or max_attempts_from_env()
-        self._stale: list[FrozenTrial] = []
+        self._stale: list[FrozenTrial] = []  # what Optuna's fail_stale_trials failed in `fail_stale`'s last call
         self._life: LifeLock | None = None  # journal ledgers: held while this process lives, named by its claims
         self.outage: Outage | None = None  # database ledgers: the outage their calls wait out together
         if url is None or "://" not in url:
@@ -146,7 +140,7 @@ class Ledger:
         if study.metric_names is None:  # optuna-dashboard's name for the objective (else "Objective 0")
             with warnings.catch_warnings():  # "set_metric_names is experimental": stable since Optuna 3.2
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                study.set_metric_names(["val_top1_final_epoch"])
+                study.set_metric_names([OBJECTIVE_NAME])
         return study
 
     def study_names(self) -> list[str]:
@@ -156,9 +150,6 @@ class Ledger:
     def trials(self, study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list[FrozenTrial]:
         """The study's trials (in `states`), read through an outage."""
         return self.call(study.get_trials, deepcopy=False, states=states)
-
-    def failed_for_good(self, study: optuna.Study) -> list[FrozenTrial]:
-        return self.call(failed_for_good, study)
 
     def enqueue(self, study: optuna.Study, items: dict[str, dict[str, Any]],
                 extra: dict[str, dict[str, Any]] | None = None) -> int:
@@ -172,7 +163,7 @@ class Ledger:
         # until `--retry-failed`, else every starting worker would feed them again
         with queue_lock(self.storage, self.outage, study.study_name, self.grace_period):
             present = {trial_cell_id(t) for t in study.get_trials(deepcopy=False, states=LIVE)}
-            present |= {trial_cell_id(t) for t in failed_for_good(study)}
+            present |= {trial_cell_id(t) for t in ended_cells(study)}
             missing = {cid: axes for cid, axes in items.items() if cid not in present}
             queued = [t.user_attrs.get("axes") or {} for t in study.get_trials(deepcopy=False)]
             distributions = axis_distributions([*queued, *missing.values()])  # the axes as params, for the dashboard
@@ -184,10 +175,12 @@ class Ledger:
 
     # ---------------------------------------------------------------------------------------------- claiming
 
-    def claim(self, study: optuna.Study) -> Claim | None:
-        """Take a WAITING trial, or None if none is left; NormbenchError if the study is not the served suite's.
-        A claim whose answer an outage lost reads "taken" on replay: `reclaim` frees that unsigned trial uncounted."""
-        for i, frozen in enumerate(self.trials(study, (TrialState.WAITING,))):
+    def claim(self, study: optuna.Study, wanted: Callable[[FrozenTrial], bool] | None = None) -> Claim | None:
+        """Take a WAITING trial (one `wanted` accepts), or None if none is left; NormbenchError if the study is not
+        the served suite's. A claim whose answer an outage lost reads "taken" on replay: `reclaim` frees that
+        unsigned trial uncounted."""
+        waiting = self.trials(study, (TrialState.WAITING,))
+        for i, frozen in enumerate(t for t in waiting if wanted is None or wanted(t)):
             if i == 0:  # once per claim that finds work, not on every idle poll
                 self._check_owner(study)
             try:
@@ -245,87 +238,16 @@ class Ledger:
                 return True
         return False
 
-    def reclaim(self, study: optuna.Study) -> list[FrozenTrial]:
-        """Fail and re-queue dead workers' trials (for good after `max_attempts`); returns them (to close their MLflow
-        runs). Each worker-loop turn starts here: a run whose journal lock was taken over stops: LedgerLockLostError."""
-        if (lost := lock_lost(self.storage)) is not None:
-            raise lost
-        failed: list[FrozenTrial] = []
-        host = worker_host()
-        running = self.trials(study, (TrialState.RUNNING,))
-        for t in running:
-            lock = t.user_attrs.get("worker_lock")
-            if lock is not None:  # its OS lock: free means dead, whatever host or pid it had
-                dead = not self.heartbeats and holder_dead(Path(self.url).parent / OutputFolder.LOCKS / lock)
-                verdict = (f"its worker process ended mid-cell (OS lock {lock} found free): killed (OOM killer, "
-                           "SIGKILL, a watchdog), crashed (segfault) or exited")
-            else:  # a claim from before worker_lock (store/migrations.py, version 3)
-                verdict = legacy_claim_verdict(t, host, pid_alive, None if self.heartbeats else self.grace_period)
-                dead = verdict is not None
-            if dead or _never_owned(t, self.grace_period):
-                if self.fail_trial(self.call(self.ids.of, study, t.number)):  # only the process whose FAIL lands counts
-                    self._count_lost_attempt(study, t, verdict if dead else "claimed, but its worker never signed "
-                                             "it (killed between claiming and starting the cell)")
-                    failed.append(t)
-        if self.heartbeats and not self._beats_may_be_missing():
-            failed += self._fail_stale(study, running)
-        return failed
-
-    def _fail_stale(self, study: optuna.Study, running: list[FrozenTrial]) -> list[FrozenTrial]:
-        """Fail and count RUNNING trials whose heartbeat stopped (`_on_stale` hears of each FAIL of ours that landed;
-        after a retry, one gone RUNNING -> FAIL with no error, re-queued by nobody, is one whose answer was lost)."""
-        assert self.outage is not None
-        self._stale, errors = [], self.outage.errors
+    def fail_stale(self, study: optuna.Study) -> list[FrozenTrial]:
+        """Optuna's `fail_stale_trials` on a database ledger: the trials whose FAIL of ours landed (store/attempts.py
+        counts them)."""
+        self._stale = []
         self.call(optuna.storages.fail_stale_trials, study)
-        stale = self._stale
-        if self.outage.errors != errors:
-            now = {t.number: t for t in self.trials(study)}
-            requeued = {n for t in now.values() for n in t.system_attrs.get("retry_history", [])}
-            stale += [now[t.number] for t in running if t.number not in requeued | {s.number for s in stale}
-                      and now[t.number].state == TrialState.FAIL and "error" not in now[t.number].user_attrs]
-        for t in stale:
-            self._count_lost_attempt(study, t, f"no heartbeat for over {self.grace_period} s: its worker died "
-                                     "(killed, crashed), hung, or lost the network")
-        return stale
-
-    def _beats_may_be_missing(self) -> bool:
-        """Beats missed while the ledger was down say nothing of their worker: judge no peer stale for one grace
-        after an outage that could age a live peer's last beat past the grace (its length as measured here, plus up to
-        two beat intervals: one before this process noticed it, one before the peer's next beat landed)."""
-        outage = self.outage
-        assert outage is not None
-        return (outage.back_within(self.grace_period)
-                and outage.down_for + 2 * self.heartbeat_interval >= self.grace_period)
+        return self._stale
 
     def _on_stale(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        # counted after `fail_stale_trials` returns: a write in here would not be retried on its own
+        # collected for `fail_stale`: a write in here would not be retried on its own
         self._stale.append(trial)
-
-    def _count_lost_attempt(self, study: optuna.Study, lost: FrozenTrial, verdict: str) -> None:
-        """Record a lost attempt on the cell's next trial: a WAITING copy or, after `max_attempts` in a row, a FAIL
-        record never queued again. An unsigned claim is re-queued uncounted: its cell never ran, so killed nothing."""
-        if "worker_pid" not in lost.user_attrs:
-            self.requeue(study, lost)
-            return
-        exits = self.call(worker_exits, study)
-        attempts = [*lost.user_attrs.get(ATTEMPTS, []), attempt_record(lost, verdict, exits)]
-        if len(attempts) < self.max_attempts:
-            self.requeue(study, lost, {ATTEMPTS: attempts})
-        else:
-            self.requeue(study, lost, {ATTEMPTS: attempts, FAILED_FOR_GOOD: True}, state=TrialState.FAIL)
-
-    def retry_failed(self, study: optuna.Study) -> list[str]:
-        """Give the cells failed for good another round (`normbench run --retry-failed`); returns their ids. Earlier
-        rounds stay in the ledger. Retried whole through an outage: a try skips what an earlier one queued."""
-        return self.call(self._retry_failed, study)
-
-    def _retry_failed(self, study: optuna.Study) -> list[str]:
-        retried = []
-        for record in failed_for_good(study):
-            self.requeue(study, record, {RETRY_ROUND: record.user_attrs.get(RETRY_ROUND, 0) + 1},
-                         drop=(ATTEMPTS, FAILED_FOR_GOOD))
-            retried.append(record.user_attrs.get("cell_id", f"trial {record.number}"))
-        return retried
 
     def requeue(self, study: optuna.Study, failed: FrozenTrial, user_attrs: dict[str, Any] | None = None, *,
                 drop: tuple[str, ...] = (), state: TrialState = TrialState.WAITING) -> None:
@@ -374,36 +296,9 @@ def requeue(study: optuna.Study, failed: FrozenTrial, user_attrs: dict[str, Any]
                       **(system_attrs or {})}))
 
 
-def attempt_record(lost: FrozenTrial, verdict: str, exits: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """An attempt's record (trial, host, pid, verdict, start, noticer, MLflow run) and its death if noted (`exits`)."""
-    started = lost.datetime_start.isoformat(timespec="seconds") if lost.datetime_start else None
-    record = {"trial": lost.number, "host": lost.user_attrs.get("worker_host"),
-              "pid": lost.user_attrs.get("worker_pid"), "verdict": verdict, "started": started,
-              "noticed_by": f"{worker_host()} pid {os.getpid()}", "mlflow_run_id": lost.user_attrs.get("mlflow_run_id")}
-    return with_exit(record, exits or {})
-
-
-def note_worker_exit(study: optuna.Study, host: str, pid: int, seen: dict[str, Any]) -> None:
-    """Keep how a local worker died (`seen`) on the study: a peer may count its attempts before its parent looks."""
-    study.set_user_attr(f"{WORKER_EXIT}{host}:{pid}", seen)
-
-
-def worker_exits(study: optuna.Study) -> dict[str, dict[str, Any]]:
-    """`{"host:pid": how it died}` of the local workers whose parent noted their death (`note_worker_exit`)."""
-    return {k[len(WORKER_EXIT):]: v for k, v in study.user_attrs.items() if k.startswith(WORKER_EXIT)}
-
-
-def with_exit(attempt: dict[str, Any], exits: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The attempt plus its worker's noted death (exit, exit_code, stderr, node), once; verdict ends with the exit."""
-    seen = exits.get(f"{attempt.get('host')}:{attempt.get('pid')}")
-    if not seen or "exit" in attempt:
-        return attempt
-    return {**attempt, **seen, "verdict": f"{attempt.get('verdict', '?')}; {seen.get('exit', '?')}"}
-
-
-def failed_for_good(study: optuna.Study) -> list[FrozenTrial]:
-    """The FAIL records of cells with no live trial whose newest trial is such a record. Attempts get their worker's
-    death if noted after the record was written (on copies: the study's cached trials are left as they are)."""
+def ended_cells(study: optuna.Study) -> list[FrozenTrial]:
+    """The FAIL records that end a cell's round (FAILED_FOR_GOOD): cells with no live trial whose newest trial is
+    such a record, never queued again until `--retry-failed` (store/attempts.py)."""
     newest: dict[str | None, FrozenTrial] = {}
     live = set()
     for t in study.get_trials(deepcopy=False):
@@ -412,17 +307,8 @@ def failed_for_good(study: optuna.Study) -> list[FrozenTrial]:
             live.add(cid)
         if cid not in newest or t.number > newest[cid].number:
             newest[cid] = t
-    records = [t for cid, t in newest.items() if cid is not None and cid not in live and t.state == TrialState.FAIL
-               and t.user_attrs.get(FAILED_FOR_GOOD)]
-    exits = worker_exits(study) if records else {}
-    if not exits:
-        return records
-    merged = []
-    for t in records:
-        t = copy.copy(t)
-        t.user_attrs = {**t.user_attrs, ATTEMPTS: [with_exit(a, exits) for a in t.user_attrs.get(ATTEMPTS, [])]}
-        merged.append(t)
-    return merged
+    return [t for cid, t in newest.items() if cid is not None and cid not in live and t.state == TrialState.FAIL
+            and t.user_attrs.get(FAILED_FOR_GOOD)]
 
 
 def _named_for(study_name: str, suite: str) -> bool:
@@ -430,24 +316,3 @@ def _named_for(study_name: str, suite: str) -> bool:
     names = StudyNames(suite)
     return (study_name in (names.run, names.report, names.tuned) or names.bracket_round(study_name) is not None
             or names.tune_point(study_name) is not None)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a killed child its parent has not reaped yet is a zombie: dead for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _never_owned(trial: FrozenTrial, grace_seconds: float) -> bool:
-    """A RUNNING trial unsigned for over `grace_seconds` (NORMBENCH_HEARTBEAT_GRACE): its worker died before signing."""
-    if "worker_pid" in trial.user_attrs or trial.datetime_start is None:
-        return False
-    return (datetime.datetime.now() - trial.datetime_start).total_seconds() > grace_seconds
-

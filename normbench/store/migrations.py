@@ -10,10 +10,9 @@ every trial in the current format.
   keys keeps every id. A version-1 id is recomputed from the axes.
 - version 3: results carry `val_top1`/`test_top1` (the test split). A version-2 result has only `best_val_top1`;
   contracts/selection.py reads it as legacy (select and score both the best-epoch val) and the report says so.
-- version 4: claims on a journal ledger name the claimer's OS lock (`worker_lock`); a version-3 claim has only host
-  and pid (`legacy_claim_verdict`): on its own host its pid tells; from another host (most often a new container's
-  name for the same folder) nothing can, so on a journal it is taken for dead once RUNNING longer than the heartbeat
-  grace, instead of being waited for forever.
+- version 4: claims on a journal ledger name the claimer's OS lock (`worker_lock`). A version-3 claim (host and pid
+  only) is a RUNNING trial of a run in progress; no ledger holds one any more (the published ones hold none), so its
+  check is retired (git history keeps it).
 - version 5: a finished trial carries its epochs as Optuna intermediate values (val top-1 at step = optimizer steps)
   and its scores as numeric user attrs `test_top1`/`val_top1` (SCORE_ATTRS), for optuna-dashboard's curves and
   sorting. A version-4 trial is read as it is (its `history` and `result` say everything normbench needs); only the
@@ -23,8 +22,6 @@ every trial in the current format.
 
 from __future__ import annotations
 
-import datetime
-from collections.abc import Callable
 from typing import Any
 
 from optuna.trial import FrozenTrial
@@ -32,9 +29,8 @@ from optuna.trial import FrozenTrial
 from normbench.contracts.selection import score_value, select_value
 from normbench.contracts.suite import cell_id
 
-LEDGER_VERSION = 5
 OBJECTIVE_NAME = "val_top1_final_epoch"  # every study's objective (store/ledger.py `Ledger.study` names new ones)
-SCORE_ATTRS = {"test_top1": score_value, "val_top1": select_value}  # numeric user attr -> its rule on the result
+SCORE_ATTRS = {"test_top1": score_value, "val_top1": select_value}  # numeric user attr -> its rule (store/claim.py)
 
 
 def trial_axes(trial: FrozenTrial) -> dict[str, Any]:
@@ -49,22 +45,3 @@ def trial_cell_id(trial: FrozenTrial) -> str | None:
         return cell_id(trial.user_attrs["axes"])
     return trial.user_attrs.get("cell_id")
 
-
-def legacy_claim_verdict(trial: FrozenTrial, host: str, alive: Callable[[int], bool],
-                         grace_seconds: float | None) -> str | None:
-    """Why a version-3 claim (host and pid, no `worker_lock`) has lost its worker, or None while it may be alive.
-    `grace_seconds=None` (a database ledger: its heartbeat tells) judges only a claim made on this host."""
-    pid, claimer = trial.user_attrs.get("worker_pid"), trial.user_attrs.get("worker_host")
-    if pid is None:
-        return None  # never signed: store/ledger.py `_never_owned`
-    if claimer == host:
-        return None if alive(pid) else f"its worker process (pid {pid} on {host}) is gone"
-    started = trial.datetime_start
-    if grace_seconds is None or started is None:
-        return None
-    running = (datetime.datetime.now() - started).total_seconds()
-    if running <= grace_seconds:
-        return None
-    return (f"claimed by pid {pid} on {claimer} with a normbench from before OS-lock claims, and RUNNING for "
-            f"{running:.0f} s; from {host} that process cannot be checked (a new container's name for the same "
-            f"folder, most often), so it is taken for dead after the grace ({grace_seconds:.0f} s)")

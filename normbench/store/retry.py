@@ -15,7 +15,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from normbench import settings, stopping
@@ -50,12 +50,19 @@ def retry_seconds() -> float:
     return settings.current().retry_seconds
 
 
-def is_transient(error: BaseException) -> bool:
-    """True for an error that says the server is (for now) unreachable, looking through wrapped causes."""
+def causes(error: BaseException) -> Iterator[BaseException]:
+    """`error`, then each error it wraps (`__cause__`, else `__context__`), each once: the root comes last."""
     seen: set[int] = set()
     e: BaseException | None = error
     while e is not None and id(e) not in seen:
         seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+def is_transient(error: BaseException) -> bool:
+    """True for an error that says the server is (for now) unreachable, looking through wrapped causes."""
+    for e in causes(error):
         name = type(e).__name__
         if name in _LOGIC_TYPES and e is error:
             return False
@@ -63,20 +70,12 @@ def is_transient(error: BaseException) -> bool:
             return True
         if _TRANSIENT_TEXT.search(str(e).split("\n", 1)[0]):
             return True
-        e = e.__cause__ or e.__context__
     return False
 
 
 def undelivered(error: BaseException) -> bool:
     """True when the error (or one it wraps) proves the request never reached the server."""
-    seen: set[int] = set()
-    e: BaseException | None = error
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if type(e).__name__ in _UNDELIVERED_TYPES or _UNDELIVERED_TEXT.search(str(e)):
-            return True
-        e = e.__cause__ or e.__context__
-    return False
+    return any(type(e).__name__ in _UNDELIVERED_TYPES or _UNDELIVERED_TEXT.search(str(e)) for e in causes(error))
 
 
 _PASSWORD_IN_QUERY = re.compile(r"([?&](?:password|pass|pwd)=)[^&#]*", re.IGNORECASE)

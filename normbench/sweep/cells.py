@@ -11,6 +11,7 @@ from normbench.contracts.recipe import CellConfig
 from normbench.contracts.suite import Suite
 from normbench.errors import SuiteError
 from normbench.store.ledger import Ledger
+from normbench.tracking.run_record import run_params
 
 
 def open_study_of_recipe(ledger: Ledger, suite: Suite, name: str, **study_kwargs: Any) -> optuna.Study:
@@ -32,12 +33,8 @@ def check_recipe(ledger: Ledger, suite: Suite, study: optuna.Study) -> None:
                          "--storage), or delete the old results. Changing only the matrix is fine.")
 
 
-def cell_params(axes: dict[str, Any], config: CellConfig) -> dict[str, Any]:
-    """What MLflow logs for a cell: axes, recipe, the data set's true split sizes (not synthetic-only size knobs)."""
+def cell_params(axes: dict[str, Any], config: CellConfig, role: str | None = None) -> dict[str, str]:
+    """What MLflow logs for a cell (tracking/run_record.py `run_params`), with the data set's true split sizes."""
     from normbench.data import split_sizes
-    from normbench.data.config import DATASET_ONLY_KEYS
 
-    flat = {k: v for k, v in config.flat().items()
-            if not (k.startswith("data.") and any(k[5:] in keys for name, keys in DATASET_ONLY_KEYS.items()
-                                                  if name != config.data.name))}
-    return {**axes, **flat, **{f"data.{k}": v for k, v in split_sizes(config.data).items()}}
+    return run_params(axes, config, split_sizes(config.data), role)

@@ -22,6 +22,7 @@ from normbench.contracts.names import WEIGHTS_ATTR, OutputFolder
 from normbench.contracts.recipe import CellConfig
 from normbench.store.claim import Claim
 from normbench.store.ledger import worker_host
+from normbench.sweep.progress import duration
 from normbench.train.checkpoint import CheckpointUnusable, Keeper, read, recipe_of, where
 
 CHECKPOINT_ATTR = "checkpoint"  # trial user attr: the cell's last checkpoint, as `Keeper.saved` reports it
@@ -100,7 +101,7 @@ class CellCheckpoints:
             f"; written under {was} process(es), resumed under {world}: the same global batches and schedule go on "
             f"(bit-for-bit equality with an uninterrupted run needs the same process count)")
         print(f"normbench: cell {self.cell_id} resumes from its checkpoint at {where(state)} (written "
-              f"{_duration(ago)} ago): {_duration(saved)} of training saved{processes}", file=sys.stderr, flush=True)
+              f"{duration(ago)} ago): {duration(saved)} of training saved{processes}", file=sys.stderr, flush=True)
         return state
 
     def keeper(self, claim: Claim) -> Keeper:
@@ -144,11 +145,3 @@ class CellCheckpoints:
         except OSError:  # not empty (kept weights, another cell), or gone
             pass
 
-
-def _duration(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from normbench.contracts.matrix_scope import WHY, MatrixScope
 from normbench.contracts.names import OutputFolder, StudyNames
 from normbench.contracts.selection import BUDGETS, REPORTS, SELECTS
 from normbench.contracts.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
-from normbench.sweep.bracket import bracket_axes
 
 
 def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
@@ -16,22 +16,26 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
     import pandas as pd
     from tabulate import tabulate
 
-    from normbench.report.frames import FAILED
+    from normbench.report.frames import FAILED, LEFT_OUT
 
     frame, queued, left = pd.DataFrame(), {}, ""
+    to_run = {c.cell_id: c.axes for c in suite.cells()}  # no ledger yet: every cell of the matrix
     if storage or OutputFolder(out).ledger.exists():
         from optuna.trial import TrialState
 
         from normbench.report.frames import cells_frame
         from normbench.store.ledger import UNFINISHED, Ledger
-        from normbench.store.migrations import trial_cell_id
-        from normbench.sweep.run import stage_study_names, time_left
+        from normbench.store.migrations import trial_axes, trial_cell_id
+        from normbench.sweep.pace import time_left
+        from normbench.sweep.run import cells_left, pace_of, stage_study_names
 
-        ledger = Ledger(storage, out)
-        frame, left = cells_frame(ledger, StudyNames(suite.name)), time_left(suite, ledger)
+        ledger, scope = Ledger(storage, out), MatrixScope(suite)  # only the cells the matrix lists now count
+        frame, to_run = cells_frame(ledger, StudyNames(suite.name), scope=scope), cells_left(suite, ledger)
+        left = time_left(suite, to_run, pace_of(ledger, suite))
         queued = {trial_cell_id(t): f"{'running' if t.state == TrialState.RUNNING else 'to run'} "
                                     f"({stage_words(suite, name)})"
-                  for name in stage_study_names(ledger, suite) for t in ledger.trials(ledger.study(name), UNFINISHED)}
+                  for name in stage_study_names(ledger, suite) for t in ledger.trials(ledger.study(name), UNFINISHED)
+                  if scope.holds(name, trial_axes(t))}
     records = frame.to_dict("records")
     done = {r["cell_id"]: r["status"] for r in records}
     failed = {c["cell_id"]: len(c["attempts"]) for c in frame.attrs.get(FAILED, [])}  # not "to run": never queued
@@ -45,16 +49,24 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
     rows += [[cid, status] for cid, status in queued.items() if cid not in listed and cid not in failed]
     selecting = [r for r in records if r.get("role") == SELECTS]
     idle = not any(status.startswith(("to run", "running")) for _, status in rows)  # a next round is due
-    coming = next_bracket_round(suite, selecting) if suite.bracket and idle else []
-    rows += [[suite.cell(axes).cell_id, "to run (next bracket round)"] for axes in coming]
+    if idle:  # what the next bracketing round would queue, from the finished selection cells (sweep/run.py's rule)
+        from normbench.sweep.run import next_bracket_round
+
+        finished = [({k: r[k] for k in suite.matrix}, r) for r in selecting]
+        coming = next_bracket_round(suite, finished, {row[0] for row in rows})
+        rows += [[cid, "to run (next bracket round)"] for cid in coming]
     gave_up = (f", {len(failed)} failed for good (`normbench run --retry-failed` gives them another round)"
                if failed else "")
+    left_out = frame.attrs.get(LEFT_OUT, 0)
+    dropped = f"; {left_out} finished cell(s) of the ledger left out: {WHY}" if left_out else ""
     lines = [tabulate(rows, headers=["cell", "status"], tablefmt="simple"),
-             f"{len(rows)} cells, {len(done)} finished{gave_up}; output folder {out}"]
+             f"{len(rows)} cells, {len(done)} finished{gave_up}; output folder {out}{dropped}"]
     if suite.bracket:
-        lines.append("bracketing on: when the cells above have finished, each row whose val-selected lr is the "
-                     "smallest or largest tried gets cells one grid step beyond it "
-                     f"(at most bracket_max_steps={suite.bracket_max_steps} per end)")
+        cap = f", at most bracket_max_steps={suite.bracket_max_steps} per end" if suite.bracket_max_steps else ""
+        lines.append("bracketing v3 on: when the cells above have finished, each row whose val-selected lr is the "
+                     "smallest or largest tried gets cells one grid step beyond it, and each row at chance or flat "
+                     f"across its lrs gets cells half a decade beyond both ends (within lr_bounds "
+                     f"[{suite.lr_bounds[0]:g}, {suite.lr_bounds[1]:g}]{cap})")
     if suite.report_seeds:
         rows_count = len({tuple(c.axes.get(k) for k in suite.row_axes()) for c in suite.cells()})
         lines.append(f"report seeds {suite.report_seeds}: once selection is over, each of the {rows_count} rows' "
@@ -64,7 +76,34 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
         lines.append(f"convergence check: then each row's chosen lr on report seeds {suite.report_seeds[:BUDGET_SEEDS]}"
                      f" at {BUDGET_FACTOR}x the epochs (schedule stretched); a row is converged when that changes its "
                      "val by less than the threshold the leaderboard states")
+    if not left:  # no cell finished on this host yet: the cost of a step measured here, or what is missing
+        left = time_left_from_steps(suite, out, to_run)
     return "\n".join([*lines, left] if left else lines)
+
+
+def time_left_from_steps(suite: Suite, out: Path, left: dict[str, dict[str, Any]]) -> str:
+    """The time the cells `left` take at the train step `normbench bench SUITE --out OUT` measured for this suite
+    (OUT/cost-*.csv, the newest file), or what is missing to tell; '' with none left."""
+    if not left:
+        return ""
+    import pandas as pd
+
+    from normbench.report.cost import COST_GLOB
+    from normbench.sweep.pace import step_time_left
+
+    bench = f"normbench bench {suite.path}" + ("" if out == OutputFolder.default_path(suite.name) else f" --out {out}")
+    files = [p for p in sorted(Path(out).glob(COST_GLOB), key=lambda p: p.stat().st_mtime)
+             if {"suite", "layer", "depth", "step_ms"} <= set(pd.read_csv(p, nrows=0).columns)]
+    steps = pd.read_csv(files[-1]) if files else pd.DataFrame()
+    steps = steps[steps["suite"].astype(str) == suite.name] if not steps.empty else steps
+    if steps.empty:
+        return (f"time left: not known yet: no cell of this suite has finished on this host, and {out} holds no train "
+                f"step measured for it; `{bench}` measures one per layer and depth")
+    from normbench.data import split_sizes
+
+    step_ms = {(str(r.layer), int(r.depth)): float(r.step_ms) for r in steps.itertuples()}
+    return step_time_left(suite, left, step_ms, lambda config: split_sizes(config.data)["train_size"],
+                          files[-1].name, bench)
 
 
 def stage_words(suite: Suite, study_name: str) -> str:
@@ -79,8 +118,3 @@ def failed_status(attempts: int | None) -> str:
     """A matrix cell's status when it has no result: failed for good after `attempts`, or still to run."""
     return "to run" if attempts is None else f"failed for good ({attempts} attempts)"
 
-
-def next_bracket_round(suite: Suite, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The cells the next bracketing round would queue, from the finished cells (matrix and earlier rounds)."""
-    finished = [({k: r[k] for k in suite.matrix}, r) for r in records]
-    return bracket_axes(suite, finished)

@@ -10,12 +10,16 @@ say nothing of this one's speed."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from optuna.trial import FrozenTrial
+
+from normbench.contracts.recipe import CellConfig
+from normbench.contracts.suite import Suite
 
 FREE_AXES = frozenset({"lr", "seed", "epochs", "warmup_epochs"})  # the budget check stretches the last two
 
@@ -58,3 +62,40 @@ class Pace:
         if known is None or not self.per_depth_epoch:
             return float(depth * epochs)
         return known / self.per_depth_epoch * epochs
+
+
+def cell_costs(suite: Suite, cells: dict[str, dict[str, Any]], pace: Pace) -> dict[str, float]:
+    """`{cell_id: the ETA's weight}`: each cell's cost in depth-epochs, weighed by its shape's pace here."""
+    configs = {cid: suite.cell(axes).config for cid, axes in cells.items()}
+    return {cid: pace.cost(cells[cid], c.model.depth, c.train.epochs) for cid, c in configs.items()}
+
+
+def time_left(suite: Suite, left: dict[str, dict[str, Any]], pace: Pace) -> str:
+    """'time left: N queued cells, about H hours of one worker's training ...' for the cells `left` at this host's
+    pace so far; '' when none is left or this host has finished no cell."""
+    if not left or not pace.per_depth_epoch:
+        return ""
+    hours = sum(cell_costs(suite, left, pace).values()) * pace.per_depth_epoch / 3600
+    return (f"time left: {len(left)} queued cells, about {hours:.1f} hours of one worker's training at this host's "
+            "pace so far (each layer at the speed its cells had here; N workers side by side: divide by N; stages "
+            "not queued yet are not counted)")
+
+
+def step_time_left(suite: Suite, left: dict[str, dict[str, Any]], step_ms: Mapping[tuple[str, int], float],
+                   train_size: Callable[[CellConfig], int], measured: str, bench: str) -> str:
+    """Before any cell finished here: the cells `left` at the train step `measured` timed for each (layer, depth)
+    (`normbench bench SUITE`'s cost file) times each cell's steps (`train_size(config)` images a batch at a time, for
+    its epochs); '' when none is left, or what the file lacks and the command (`bench`) that measures it."""
+    if not left:
+        return ""
+    configs = [suite.cell(axes).config for axes in left.values()]
+    lacking = sorted({(c.model.layer, c.model.depth) for c in configs} - set(step_ms))
+    if lacking:
+        shapes = ", ".join(f"{layer} at depth {depth}" for layer, depth in lacking)
+        return f"time left: not known: {measured} has no train step of {shapes}; `{bench}` measures them"
+    seconds = sum(step_ms[(c.model.layer, c.model.depth)] / 1000 * c.train.epochs
+                  * math.ceil(train_size(c) / c.train.batch_size) for c in configs)
+    hours = seconds / 3600
+    return (f"time left: {len(left)} queued cells, about {hours:.1f} hours of one worker's training at the train step "
+            f"measured here ({measured}; training steps only, evaluation not counted; N workers side by side: divide "
+            "by N; stages not queued yet are not counted)")

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+from normbench.contracts.names import StudyNames
 from normbench.contracts.results import CellResult
 from normbench.contracts.selection import select_value
+from normbench.contracts.suite import Suite
+from normbench.sweep.pace import Pace, cell_costs
 
 
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
+def duration(seconds: float) -> str:
+    """`1h02m` or `3m05s`: the ETA and every other span a sweep prints (a resumed checkpoint's age and work)."""
+    seconds = int(max(0.0, seconds))
     if seconds >= 3600:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     return f"{seconds // 60}m{seconds % 60:02d}s"
@@ -58,7 +63,7 @@ class Progress:
         if not done:
             return "?"
         per_unit = (time.monotonic() - self.started) / done
-        return _duration(per_unit * max(0.0, self.cost_left - partial))
+        return duration(per_unit * max(0.0, self.cost_left - partial))
 
     def add(self, costs: dict[str, float]) -> None:
         """More cells to run (a bracketing round), with their relative costs: counted in the total and the ETA."""
@@ -116,3 +121,19 @@ class Progress:
         self._last_line = time.monotonic()
         self.stream.write(text)
         self.stream.flush()
+
+
+def note_new_cells(progress: Progress, suite: Suite, study_name: str, cells: dict[str, dict[str, Any]],
+                   pace: Pace) -> None:
+    """Count a bracketing round's or the report stage's new cells (`{cell_id: axes}`) in the progress line, each
+    weighed at `pace` (this host's, sweep/run.py `pace_of`) in the unit of the costs queued so far."""
+    progress.unit = progress.unit or pace.per_depth_epoch  # the unit of the costs queued so far, kept from then on
+    progress.add(cell_costs(suite, cells, dataclasses.replace(pace, per_depth_epoch=progress.unit)))
+    names = StudyNames(suite.name)
+    if study_name == names.report:
+        progress.note(f"selection over: {len(cells)} report cells (each row's chosen lr on report seeds "
+                      f"{suite.report_seeds})")
+    elif study_name == names.budget:
+        progress.note(f"convergence check: {len(cells)} cells (each row's chosen lr at twice the epochs)")
+    else:
+        progress.note(f"bracket round {study_name.rsplit(':', 1)[-1]}: {len(cells)} cells beyond the lr grid's edge")

@@ -6,28 +6,27 @@ sweep/report_stage.py). Workers compute the same cells from the same ledger and 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
+from normbench.contracts.matrix_scope import MatrixScope
 from normbench.contracts.names import OutputFolder, StudyNames
 from normbench.contracts.selection import BUDGETS, REPORTS, SELECTS
 from normbench.contracts.suite import Suite
+from normbench.store import attempts
 from normbench.store.claim import Claim
 from normbench.store.ledger import LIVE, UNFINISHED, Ledger, worker_host
-from normbench.store.migrations import trial_cell_id
+from normbench.store.migrations import trial_axes, trial_cell_id
 from normbench.sweep.bracket import bracket_axes
 from normbench.sweep.cells import cell_params, open_study_of_recipe
-from normbench.sweep.pace import Pace
-from normbench.sweep.progress import Progress
+from normbench.sweep.pace import Pace, cell_costs
+from normbench.sweep.progress import Progress, note_new_cells
 from normbench.sweep.report_stage import budget_axes, report_axes
-from normbench.sweep.worker import Job
-
-JobList = Callable[[], list[Job]]
+from normbench.sweep.worker import Job, Plan
 
 
 def open_run_study(ledger: Ledger, suite: Suite) -> optuna.Study:
@@ -43,9 +42,16 @@ def run_job(suite: Suite, study: optuna.Study) -> Job:
         # The axes come from the trial's user attrs; its params show them in optuna-dashboard (store/trial_params.py).
         axes = dict(claim.trial.user_attrs["axes"])
         cell = suite.cell(axes)
-        return cell.cell_id, {**cell_params(axes, cell.config), "role": role}, cell.config
+        return cell.cell_id, cell_params(axes, cell.config, role), cell.config
 
-    return Job(study=study, cell_for=cell_for)
+    return Job(study=study, cell_for=cell_for, listed=listed_in(suite, study.study_name))
+
+
+def listed_in(suite: Suite, study_name: str) -> Callable[[FrozenTrial], bool]:
+    """Is a trial of `study_name` a cell the suite's matrix lists now? The edited-matrix rule (contracts/
+    matrix_scope.py): the others are neither trained nor scored, and stay in the ledger."""
+    scope = MatrixScope(suite)
+    return lambda trial: scope.holds(study_name, trial_axes(trial))
 
 
 def bracket_study_names(ledger: Ledger, suite: Suite) -> list[str]:
@@ -80,55 +86,38 @@ def pace_of(ledger: Ledger, suite: Suite) -> Pace:
     return Pace.learn(trials, worker_host(), lambda axes: suite.cell(axes).config.model.depth)
 
 
-def cell_costs(suite: Suite, cells: dict[str, dict[str, Any]], pace: Pace) -> dict[str, float]:
-    """`{cell_id: the ETA's weight}`: each cell's cost in depth-epochs, weighed by its shape's pace here."""
-    configs = {cid: suite.cell(axes).config for cid, axes in cells.items()}
-    return {cid: pace.cost(cells[cid], c.model.depth, c.train.epochs) for cid, c in configs.items()}
-
-
-def note_new_cells(ledger: Ledger, progress: Progress, suite: Suite, study_name: str,
-                   cells: dict[str, dict[str, Any]]) -> None:
-    """Count a bracketing round's or the report stage's new cells (`{cell_id: axes}`) in the progress line."""
-    pace = pace_of(ledger, suite)
-    progress.unit = progress.unit or pace.per_depth_epoch  # the unit of the costs queued so far, kept from then on
-    progress.add(cell_costs(suite, cells, dataclasses.replace(pace, per_depth_epoch=progress.unit)))
-    if study_name == StudyNames(suite.name).report:
-        progress.note(f"selection over: {len(cells)} report cells (each row's chosen lr on report seeds "
-                      f"{suite.report_seeds})")
-    elif study_name == StudyNames(suite.name).budget:
-        progress.note(f"convergence check: {len(cells)} cells (each row's chosen lr at twice the epochs)")
-    else:
-        progress.note(f"bracket round {study_name.rsplit(':', 1)[-1]}: {len(cells)} cells beyond the lr grid's edge")
-
-
-def run_jobs(suite: Suite, study: optuna.Study, ledger: Ledger, progress: Progress | None = None) -> JobList:
-    """The matrix, then bracketing rounds and report stage when due; a new study tells the worker loop there is more."""
-    names = StudyNames(suite.name)
-
+def run_jobs(suite: Suite, study: optuna.Study, ledger: Ledger, progress: Progress | None = None) -> Plan:
+    """The matrix's, bracketing rounds' and report stage's jobs (a read); the next of them queued by `queue_next`."""
     def jobs() -> list[Job]:
-        selecting = [study, *(ledger.study(n) for n in bracket_study_names(ledger, suite))]
-        if not any(ledger.trials(s, UNFINISHED) for s in selecting):
-            trials = [t for s in selecting for t in ledger.trials(s, LIVE)]
-            finished = [(t.user_attrs["axes"], t.user_attrs.get("result", {})) for t in trials
-                        if t.state == TrialState.COMPLETE]
-            new = next_bracket_round(suite, finished, {t.user_attrs.get("cell_id") for t in trials})
-            if new:
-                selecting.append(ledger.study(names.bracket(len(selecting))))
-                _queue(ledger, selecting[-1], new, suite, progress)
-            elif suite.report_seeds:
-                for name, stage in ((names.report, report_axes), (names.budget, budget_axes)):
-                    if cells := {suite.cell(axes).cell_id: axes for axes in stage(suite, finished)}:
-                        _queue(ledger, ledger.study(name), cells, suite, progress)
-        present = ledger.study_names()
-        after = [ledger.study(n) for n in (names.report, names.budget) if n in present]
-        return [run_job(suite, s) for s in [*selecting, *after]]
+        return [run_job(suite, s) for s in [study, *map(ledger.study, stage_study_names(ledger, suite))]]
 
-    return jobs
+    return Plan(jobs=jobs, queue_next=lambda: queue_next_stage(suite, study, ledger, progress))
+
+
+def queue_next_stage(suite: Suite, study: optuna.Study, ledger: Ledger, progress: Progress | None = None) -> None:
+    """Once the matrix and the bracketing rounds so far are finished, queue the next round or, with none left, the
+    report stage (writes only what is not queued yet: workers that compute it at once queue each cell once)."""
+    names = StudyNames(suite.name)
+    selecting = [study, *(ledger.study(n) for n in bracket_study_names(ledger, suite))]
+    listed = [(s, listed_in(suite, s.study_name)) for s in selecting]  # the cells the matrix lists now
+    if not any(wanted(t) for s, wanted in listed for t in ledger.trials(s, UNFINISHED)):
+        trials = [t for s in selecting for t in ledger.trials(s, LIVE)]
+        finished = [(t.user_attrs["axes"], t.user_attrs.get("result", {})) for s, wanted in listed
+                    for t in ledger.trials(s, (TrialState.COMPLETE,)) if wanted(t)]
+        new = next_bracket_round(suite, finished, {t.user_attrs.get("cell_id") for t in trials})
+        if new:
+            selecting.append(ledger.study(names.bracket(len(selecting))))
+            _queue(ledger, selecting[-1], new, suite, progress)
+        elif suite.report_seeds:
+            for name, stage in ((names.report, report_axes), (names.budget, budget_axes)):
+                if cells := {suite.cell(axes).cell_id: axes for axes in stage(suite, finished)}:
+                    _queue(ledger, ledger.study(name), cells, suite, progress)
 
 
 def next_bracket_round(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, Any]]],
                        present: set[str]) -> dict[str, dict[str, Any]]:
-    """`{cell_id: axes}` of the next bracketing round that are not queued yet ({} without bracketing)."""
+    """`{cell_id: axes}` of the next bracketing round that are not queued yet ({} without bracketing), from the
+    finished selection cells' (axes, result); `run --dry-run` shows it too."""
     if not suite.bracket:
         return {}
     new = {suite.cell(axes).cell_id: axes for axes in bracket_axes(suite, finished)}
@@ -143,7 +132,7 @@ def _queue(ledger: Ledger, study: optuna.Study, cells: dict[str, dict[str, Any]]
     if new:
         ledger.enqueue(study, new)
         if progress is not None:
-            note_new_cells(ledger, progress, suite, study.study_name, new)
+            note_new_cells(progress, suite, study.study_name, new, pace_of(ledger, suite))
 
 
 def retry_failed(suite: Suite, out_dir: Path, storage: str | None) -> list[str]:
@@ -152,24 +141,27 @@ def retry_failed(suite: Suite, out_dir: Path, storage: str | None) -> list[str]:
     if storage is None and not OutputFolder(out_dir).ledger.exists():
         return []
     ledger = Ledger(storage, out_dir)
-    return [cid for name in suite_study_names(ledger, suite) for cid in ledger.retry_failed(ledger.study(name))]
+    return [cid for name in suite_study_names(ledger, suite)
+            for cid in attempts.retry_failed(ledger, ledger.study(name))]
 
 
 def queue_status(suite: Suite, ledger: Ledger) -> tuple[dict[str, dict[str, Any]], set[str], set[str]]:
     """(`{cell_id: axes}` of the matrix and of the rounds and stages queued so far, the ids of those finished, the
     ids of those failed for good). Writes nothing of its own (loading a study may stamp its metric name, once)."""
     queued = {c.cell_id: c.axes for c in suite.cells()}
+    scope = MatrixScope(suite)  # an edited matrix: only the cells it lists now count
     for name in stage_study_names(ledger, suite):  # those present
-        queued.update(queued_cells(ledger, name))
+        queued.update({cid: axes for cid, axes in queued_cells(ledger, name).items() if scope.holds(name, axes)})
     studies = [ledger.study(n) for n in suite_study_names(ledger, suite)]
-    finished = {trial_cell_id(t) for s in studies
-                for t in ledger.trials(s, (TrialState.COMPLETE, TrialState.PRUNED)) if "axes" in t.user_attrs}
-    failed = {trial_cell_id(t) for s in studies for t in ledger.failed_for_good(s)}
+    finished = {trial_cell_id(t) for s in studies for t in ledger.trials(s, (TrialState.COMPLETE, TrialState.PRUNED))
+                if "axes" in t.user_attrs and scope.holds(s.study_name, trial_axes(t))}
+    failed = {trial_cell_id(t) for s in studies for t in ledger.call(attempts.failed_for_good, s)
+              if scope.holds(s.study_name, trial_axes(t))}
     return queued, finished, failed - finished
 
 
 def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
-             quiet: bool = False) -> tuple[JobList, list[str], Progress]:
+             quiet: bool = False) -> tuple[Plan, list[str], Progress]:
     """Check the recipe, queue the matrix, count queued and done cells; returns (jobs, studies to watch, progress)."""
     study = open_run_study(ledger, suite)
     ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
@@ -183,15 +175,7 @@ def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
     return run_jobs(suite, study, ledger, progress), [study.study_name], progress
 
 
-def time_left(suite: Suite, ledger: Ledger) -> str:
-    """'time left: N queued cells, about H hours of one worker's training ...' at this host's pace so far; '' when
-    none is left or this host has finished no cell."""
-    pace = pace_of(ledger, suite)
+def cells_left(suite: Suite, ledger: Ledger) -> dict[str, dict[str, Any]]:
+    """`{cell_id: axes}` of the suite's queued cells neither finished nor failed for good (`queue_status`)."""
     queued, finished, failed = queue_status(suite, ledger)
-    left = {cid: axes for cid, axes in queued.items() if cid not in finished | failed}
-    if not left or not pace.per_depth_epoch:
-        return ""
-    hours = sum(cell_costs(suite, left, pace).values()) * pace.per_depth_epoch / 3600
-    return (f"time left: {len(left)} queued cells, about {hours:.1f} hours of one worker's training at this host's "
-            "pace so far (each layer at the speed its cells had here; N workers side by side: divide by N; stages "
-            "not queued yet are not counted)")
+    return {cid: axes for cid, axes in queued.items() if cid not in finished | failed}

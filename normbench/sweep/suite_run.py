@@ -13,12 +13,11 @@ import shutil
 import sys
 from pathlib import Path
 
-import yaml
-
 from normbench.contracts.names import OutputFolder, study_suite, suites_in
 from normbench.contracts.suite import Suite
 from normbench.errors import NormbenchError
 from normbench.store import reserve
+from normbench.store.attempts import reclaim
 from normbench.store.journal import ledger_identity, repair_tail
 from normbench.store.ledger import Ledger, max_attempts_from_env
 from normbench.store.locks import journal_lock_grace
@@ -106,7 +105,7 @@ class SuiteRun:
         try:
             for name in self.ledger.study_names():
                 if study_suite(name) == self.suite.name:
-                    self.ledger.reclaim(self.ledger.study(name))
+                    reclaim(self.ledger, self.ledger.study(name))
         except Exception as e:
             print(f"normbench: warning: could not reclaim the workers' cells on the way out ({e}); the next run "
                   "does", file=sys.stderr)
@@ -197,12 +196,9 @@ def check_folder_suite(suite: Suite, folder: OutputFolder, ledger: Ledger | None
 def _suites_in_folder(folder: OutputFolder, ledger: Ledger | None) -> dict[str, str]:
     """suite name -> what names it: the folder's journal ledger (`ledger`; None for a database) and its suite.yaml."""
     names = {name: str(folder.ledger) for name in suites_in(ledger.study_names())} if ledger is not None else {}
-    try:
-        saved = yaml.safe_load(folder.suite.read_text())
-    except (OSError, yaml.YAMLError):  # none saved yet, or unreadable: the ledger alone tells
-        saved = None
-    if isinstance(saved, dict) and isinstance(saved.get("name"), str):
-        names.setdefault(saved["name"], str(folder.suite))
+    saved = folder.saved_suite().get("name")  # none saved yet, or unreadable: the ledger alone tells
+    if isinstance(saved, str):
+        names.setdefault(saved, str(folder.suite))
     return names
 
 

@@ -23,13 +23,20 @@ def take_snapshot(suite: Suite) -> Path:
     except OSError as e:
         raise SuiteError(f"{suite.path}: cannot read it again ({e.strerror}); it was moved or deleted while this "
                          "command was starting. Nothing was written.") from None
-    folder = Path(tempfile.mkdtemp(prefix="normbench-suite-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    copy = folder / suite.path.name
-    copy.write_bytes(data)
+    copy = private_copy(suite.path.name, data)
     if not _says(copy, suite):
         raise SuiteError(f"{suite.path}: changed while this command was starting (it no longer says the suite read "
                          "a moment ago); run the command again to use it as it is now. Nothing was written.")
+    return copy
+
+
+def private_copy(name: str, data: bytes) -> Path:
+    """`data` in a file named `name`, in a temporary folder removed when this process exits: a suite as this process
+    read it (`take_snapshot`) or as `--set` leaves it (cli.py), which its workers load and OUT/suite.yaml records."""
+    folder = Path(tempfile.mkdtemp(prefix="normbench-suite-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    copy = folder / name
+    copy.write_bytes(data)
     return copy
 
 

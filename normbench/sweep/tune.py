@@ -9,13 +9,15 @@ reported by test top-1 like `normbench run`."""
 from __future__ import annotations
 
 import contextlib
+import math
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from normbench.contracts.names import StudyNames
+from normbench.contracts.selection import choose_lr, seed_mean
 from normbench.contracts.suite import Suite, TuneConfig, cell_id, with_overrides
 from normbench.contracts.tuning import LABEL, search_keys, search_seed, seeds
 from normbench.errors import ClaimLostError, SuiteError
@@ -23,8 +25,7 @@ from normbench.store.claim import Claim
 from normbench.store.ledger import UNFINISHED, Ledger
 from normbench.sweep.cells import cell_params, check_recipe, open_study_of_recipe
 from normbench.sweep.progress import Progress
-from normbench.sweep.run import JobList
-from normbench.sweep.worker import Job
+from normbench.sweep.worker import Job, Plan
 
 
 def trial_label(key: dict[str, Any], sampled: dict[str, Any], number: int) -> str:
@@ -50,7 +51,7 @@ def _sampler_and_pruner(tune: TuneConfig) -> dict[str, Any]:
 
 
 def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
-              quiet: bool = False) -> tuple[JobList, list[str], Progress]:
+              quiet: bool = False) -> tuple[Plan, list[str], Progress]:
     """Check every study's recipe and queue each search's budget; returns (jobs, studies to watch, progress)."""
     if suite.tune is None:
         raise SuiteError(f"{suite.path}: has no `tune:` section; add one with `trials:` and `space:` "
@@ -91,23 +92,40 @@ def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
 
     def jobs() -> list[Job]:
         current = [search_job(key, study) for key, study in studies]
+        return [*current, rerun_job(ledger.study(names.tuned))] if names.tuned in ledger.study_names() else current
+
+    def queue_next() -> None:
+        """Once every search is over, queue each one's best configuration on the matrix's seeds."""
         if any(ledger.trials(study, UNFINISHED) for _, study in studies):
-            return current
+            return
         tuned = open_study_of_recipe(ledger, suite, names.tuned)
         items, extra = {}, {}
         for key, study in studies:
             complete = ledger.trials(study, (TrialState.COMPLETE,))
             if not complete:
                 continue  # every trial pruned: nothing to re-run
-            # the selection rule's: the best final-epoch val, ties to the smaller lr (report/tune_frame.py relies on it)
-            best = max(complete, key=lambda t: (-1.0 if t.value is None else t.value, -t.params.get("lr", 0.0)))
+            best = best_trial(complete)
             for seed in seeds(suite):
                 axes = {**key, "seed": seed}
                 items[cell_id(axes)], extra[cell_id(axes)] = axes, {"overrides": best.params}
         ledger.enqueue(tuned, items, extra)
-        return [*current, rerun_job(tuned)]
 
     progress = Progress(total=len(keys) * (tune.trials + len(seeds(suite))), quiet=quiet)
     progress.note(f"tune {suite.name}: {len(keys)} studies x {tune.trials} trials on seed {search_seed(suite)}, "
                   f"then the best of each over seed(s) {seeds(suite)}; output in {out_dir}")
-    return jobs, [*searches.values(), names.tuned], progress
+    return Plan(jobs=jobs, queue_next=queue_next), [*searches.values(), names.tuned], progress
+
+
+def best_trial(complete: list[FrozenTrial]) -> FrozenTrial:
+    """A search's winner by the selection rule (contracts/selection.py `choose_lr`, as report/tune_frame.py reads the
+    search back): the lr with the best mean final-epoch val (a trial without one counts as none), ties to the smaller
+    lr; among that lr's trials the best val, ties to the earlier trial."""
+    def value(trial: FrozenTrial) -> float:
+        return math.nan if trial.value is None else trial.value
+
+    by_lr: dict[float, list[float]] = {}
+    for t in complete:
+        by_lr.setdefault(t.params.get("lr", 0.0), []).append(value(t))
+    lr = choose_lr({lr: seed_mean(values) for lr, values in by_lr.items()})
+    at_lr = [t for t in complete if t.params.get("lr", 0.0) == lr]
+    return max(at_lr, key=lambda t: (-math.inf if math.isnan(value(t)) else value(t), -t.number))

@@ -12,8 +12,8 @@ from normbench.contracts.suite import Suite
 from normbench.contracts.tuning import LABEL
 from normbench.store.ledger import Ledger
 from normbench.sweep.launch import stop_workers
-from normbench.sweep.progress import Progress
-from normbench.sweep.run import note_new_cells, queued_cells, stage_study_names
+from normbench.sweep.progress import Progress, note_new_cells
+from normbench.sweep.run import pace_of, queued_cells, stage_study_names
 from normbench.sweep.worker import WorkSummary
 from normbench.sweep.worker_exits import WorkerProcess, after_exit
 
@@ -50,7 +50,7 @@ class WorkerWatch:
             new = {cid: axes for cid, axes in queued_cells(self.ledger, name).items() if cid not in self.counted}
             if new:
                 self.counted.update(new)
-                note_new_cells(self.ledger, self.progress, self.suite, name, new)
+                note_new_cells(self.progress, self.suite, name, new, pace_of(self.ledger, self.suite))
         return [*self.study_names, *(n for n in rounds if n not in self.study_names)]
 
     def report(self) -> None:

@@ -7,20 +7,24 @@ closes its run KILLED. A cell that kills its worker NORMBENCH_MAX_ATTEMPTS times
 
 from __future__ import annotations
 
+import errno
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from normbench import settings, stopping
 from normbench.contracts.recipe import CellConfig
 from normbench.contracts.results import EpochRecord
 from normbench.errors import ClaimLostError, NormbenchError
+from normbench.store.attempts import ATTEMPTS, failed_for_good, reclaim
 from normbench.store.claim import Claim
-from normbench.store.ledger import ATTEMPTS, UNFINISHED, Ledger
+from normbench.store.journal import LedgerWriteError
+from normbench.store.ledger import UNFINISHED, Ledger
 from normbench.sweep.checkpoints import CellCheckpoints, CheckpointFolder
 from normbench.sweep.progress import Progress
 from normbench.tracking.tracker import Tracker
@@ -42,8 +46,20 @@ class Job:
     study: optuna.Study
     cell_for: Callable[[Claim], tuple[str, dict[str, Any], CellConfig]]  # -> cell_id, params, recipe
     report: bool = False  # feed per-epoch val accuracy to the study's pruner
+    listed: Callable[[FrozenTrial], bool] = lambda trial: True  # the suite's own (contracts/matrix_scope.py)
 
 
+@dataclass
+class Plan:
+    """A mode's work (sweep/run.py, sweep/tune.py). `jobs()` reads: the jobs of the studies queued so far.
+    `queue_next()` writes: it queues the next stage (a bracketing round, the report stage, tune's re-runs) once those
+    before it are finished, and does nothing before; the worker loop calls it when its queue runs dry."""
+
+    jobs: Callable[[], list[Job]]
+    queue_next: Callable[[], None]
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 TRAINED, FAILED, LOST = "trained", "failed", "lost"  # how a claimed cell ended for this worker (`run_cell`)
 
 
@@ -86,12 +102,13 @@ class WorkSummary:
         return f"ledger + MLflow: {spent:.1f} s of {self.busy_seconds:.1f} s ({100 * spent / self.busy_seconds:.1f}%)"
 
 
-def work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
+def work(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
          suite_name: str, max_cells: int | None = None, dist: Dist | None = None,
          checkpoints: CheckpointFolder | None = None) -> WorkSummary:
-    """Run cells until every study of `jobs()` (re-read when they run dry) is finished; under torchrun, as rank 0."""
+    """Run cells until every study of `plan` (the next stage queued when they run dry) is finished; under torchrun,
+    as rank 0."""
     try:
-        summary = _work(jobs, ledger, tracker, device, progress, suite_name, max_cells, dist, checkpoints)
+        summary = _work(plan, ledger, tracker, device, progress, suite_name, max_cells, dist, checkpoints)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the cell was given back and its ranks told; let them return
         broadcast(None, dist)
         raise
@@ -114,29 +131,29 @@ def follow(device: str, dist: Dist) -> int:
     return cells
 
 
-def _work(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
+def _work(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
           suite_name: str, max_cells: int | None, dist: Dist | None,
           checkpoints: CheckpointFolder | None = None) -> WorkSummary:
     share = CpuShare.sign_in() if dist is None and resolve_device(device).type == "cpu" else None
     try:
-        return _work_loop(jobs, ledger, tracker, device, progress, suite_name, max_cells, dist, checkpoints, share)
+        return _work_loop(plan, ledger, tracker, device, progress, suite_name, max_cells, dist, checkpoints, share)
     finally:
         if share is not None:
             share.close()
 
 
-def _work_loop(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
+def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
                suite_name: str, max_cells: int | None, dist: Dist | None, checkpoints: CheckpointFolder | None,
                share: CpuShare | None) -> WorkSummary:
     summary = WorkSummary()
     poll = poll_seconds()  # a bad setting is refused before the first claim, not when the queue runs dry
-    current = jobs()
+    current = plan.jobs()
     while max_cells is None or summary.cells_run < max_cells:
         stopping.check()  # between cells
         turn_started = time.perf_counter()
         for job in current:
-            ledger.reclaim(job.study)  # dead workers' cells back to the queue (their runs: the next sync's)
-        claimed = next(((job, c) for job in current if (c := ledger.claim(job.study)) is not None), None)
+            reclaim(ledger, job.study)  # dead workers' cells back to the queue (their runs: the next sync's)
+        claimed = next(((job, c) for job in current if (c := ledger.claim(job.study, job.listed)) is not None), None)
         if claimed is not None:
             if share is not None:
                 share.apply()  # the cores' share as of now: another run may have started or ended since the last cell
@@ -148,10 +165,11 @@ def _work_loop(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, 
             summary.train_seconds += trained
             summary.busy_seconds += time.perf_counter() - turn_started
             continue
-        if any(ledger.trials(job.study, UNFINISHED) for job in current):
+        if any(job.listed(t) for job in current for t in ledger.trials(job.study, UNFINISHED)):
             stopping.wait(poll)  # others are training; if one dies, its cell comes back to the queue
             continue
-        refreshed = jobs()
+        plan.queue_next()
+        refreshed = plan.jobs()
         if [j.study.study_name for j in refreshed] == [j.study.study_name for j in current]:
             summary.failed_for_good = failed_cells(current, ledger)  # nothing left to run: what will never finish
             return summary
@@ -162,7 +180,7 @@ def _work_loop(jobs: Callable[[], list[Job]], ledger: Ledger, tracker: Tracker, 
 def failed_cells(jobs: list[Job], ledger: Ledger) -> dict[str, int]:
     """`{cell id: attempts}` of the jobs' cells failed for good (each attempt killed its worker)."""
     return {t.user_attrs.get("cell_id", f"trial {t.number}"): len(t.user_attrs.get(ATTEMPTS, []))
-            for job in jobs for t in ledger.failed_for_good(job.study)}
+            for job in jobs for t in ledger.call(failed_for_good, job.study) if job.listed(t)}
 
 
 def run_cell(job: Job, claim: Claim, *, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
@@ -212,11 +230,17 @@ def run_cell(job: Job, claim: Claim, *, ledger: Ledger, tracker: Tracker, device
         release(claim, run_id, tracker)
         raise
     except Exception as e:  # a crash in one cell must not take the suite down
-        tracker.fail(run_id)
+        if isinstance(e, OSError) and e.errno in DISK_FULL:  # the disk's fault, not the cell's: stop, give it back
+            release(claim, run_id, tracker)
+            raise
         try:
             claim.fail(f"{type(e).__name__}: {e}")
         except ClaimLostError:  # already failed as stale and queued again: nothing more to record here
             pass
+        except NormbenchError:  # the ledger could not record it (a full disk): give the cell back, stop the run
+            release(claim, run_id, tracker)
+            raise
+        tracker.fail(run_id)
         progress.note(f"cell {cell_id} failed: {type(e).__name__}: {e} (it is retried on the next run)")
         if dist is not None:  # the other ranks may be inside a collective: end the group (torchrun stops them)
             raise
@@ -270,13 +294,21 @@ def _state(result: Any) -> str:
 
 
 def release(claim: Claim, run_id: str, tracker: Tracker) -> None:
-    """Give a claimed cell back on the way out (Ctrl-C, SIGTERM, a ledger outage past the budget): run KILLED, trial
-    re-queued. Best effort: the ledger that stopped us may be the one we cannot tell."""
+    """Give a claimed cell back on the way out (Ctrl-C, SIGTERM, a full disk, a ledger outage past the budget): trial
+    re-queued, then run KILLED (the ledger first: on a full disk, the room the reserve freed is the ledger's). Best
+    effort: the ledger that stopped us may be the one we cannot tell."""
+    for last in (False, True):
+        try:
+            claim.release()
+            break
+        except LedgerWriteError as e:  # the disk refused it: its first refusal freed the reserve, so once more
+            if last:
+                print(f"normbench: warning: could not give trial {claim.number} back to the queue ({e}); it stays "
+                      "RUNNING in the ledger until the next run takes it over (at once: its lock is free once "
+                      "this process ends)", file=sys.stderr)
+        except Exception:  # the ledger is away: the heartbeat (database) or the lock (journal) frees the cell instead
+            break
     tracker.fail(run_id, "KILLED")
-    try:
-        claim.release()
-    except Exception:  # the ledger is away: the heartbeat (database) or the lock (journal) frees the cell instead
-        pass
 
 
 def settle(claim: Claim, run_id: str, tracker: Tracker) -> None:

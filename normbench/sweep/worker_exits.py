@@ -3,8 +3,8 @@
 An OOM kill, segfault or `os._exit` leaves no traceback or ledger entry: only the parent sees the exit code and the
 last stderr lines. Stderr goes to an unlinked temporary file, not a pipe (a worker must outlive a parent killed with
 -9, not die of a broken pipe); a thread forwards it and keeps the tail. A worker that died holding a cell gets its
-exit noted (ledger.note_worker_exit) and a replacement, so retries never run in the parent, which must live to name
-the cells failed for good; one replacement per lost attempt, so NORMBENCH_MAX_ATTEMPTS bounds them."""
+exit noted (store/attempts.py `note_worker_exit`) and a replacement, so retries never run in the parent, which must
+live to name the cells failed for good; one replacement per lost attempt, so NORMBENCH_MAX_ATTEMPTS bounds them."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import threading
 import time
 from typing import Any
 
-from normbench.store.ledger import UNFINISHED, Ledger, note_worker_exit, worker_host
+from normbench.store.attempts import note_worker_exit
+from normbench.store.ledger import UNFINISHED, Ledger, worker_host
 
 STDERR_LINES = 20  # kept per worker: enough for a CUDA or OOM message, short enough for the ledger
 LINE_CHARS = 500

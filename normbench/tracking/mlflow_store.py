@@ -13,10 +13,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from normbench.contracts.names import OutputFolder
 from normbench.store.locks import folder_lock
+from normbench.store.retry import causes
 
 PARENT_RUN = "leaderboard"  # the suite's parent run: holds the leaderboard files; every cell is nested under it
 KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"  # MLflow 3: a model-training experiment
@@ -28,15 +27,6 @@ Point = tuple[str, float, int, int]  # (key, value, timestamp ms, step): an MLfl
 # NullPool, a connection per session: a store file deleted or replaced mid-run is seen at its path. User settings win.
 MLFLOW_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
                    "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SQLALCHEMYSTORE_POOLCLASS": "NullPool"}
-
-
-def suite_yaml(out_dir: Path) -> dict[str, Any]:
-    """The folder's suite.yaml as plain YAML ({} if missing or unreadable); loading the suite would import torch."""
-    try:
-        raw = yaml.safe_load(OutputFolder(out_dir).suite.read_text())
-    except (OSError, yaml.YAMLError):
-        return {}
-    return raw if isinstance(raw, dict) else {}
 
 
 def tracking_uri(out_dir: Path, explicit: str | None = None) -> str:
@@ -122,10 +112,7 @@ def log_batches(client: Any, run_id: str, params: Mapping[str, str] | None = Non
 
 def describe_error(error: BaseException) -> str:
     """`Type: first line` of the root error in `error`'s chain, not MLflow's or SQLAlchemy's wrapping of it."""
-    seen: set[int] = set()
-    while (inner := error.__cause__ or error.__context__) is not None and id(error) not in seen:
-        seen.add(id(error))
-        error = inner
+    *_, error = causes(error)
     lines = [line.strip() for line in str(error).splitlines()
              if line.strip() and not line.strip().startswith("(raised as a result of")]
     return f"{type(error).__name__}: {lines[0][:300]}" if lines else type(error).__name__

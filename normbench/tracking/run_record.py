@@ -2,12 +2,14 @@
 - key: tags `study` and `trial` (its number) under the folder's parent run: one run per cell attempt, live or synced.
 - `ledger_state`: the trial state (COMPLETE, PRUNED, FAIL) the run fully mirrors; written last, once every earlier
   write landed. A run without it (logging cut off, worker killed) is completed by sync.
-- `layout`: this module's version; sync replaces runs of an older layout (epochs at step = epoch).
+- `layout`: this module's version; sync replaces runs of an older layout (2: scores rounded to 2 decimals; 1: epochs
+  at step = epoch).
 - name: like a table row (`d36 layerscale lr3e-3 s0`), so the pinned Run Name column shows the axes.
 - per-epoch metrics at step = optimizer steps; `scheduled_lr` is the schedule's lr (`lr`, a param, is the cell's peak).
 - telemetry of the first, middle and last block (as the leaderboard's table) under `telemetry/<position>/` (own chart
   sections): `telemetry/last/grad_norm` is the deepest block at any depth, so depths compare like for like.
-- final: `test_top1` scores, `val_top1_final` selects (contracts/selection.py: final epoch, 0 when diverged).
+- final: `test_top1` scores, `val_top1_final` selects (contracts/selection.py: final epoch, 0 when diverged), at full
+  precision: only a printed table rounds.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from normbench.contracts.names import BRACKET, BUDGET, REPORT, RUN, TUNE, TUNED, study_kind, study_suite
-from normbench.contracts.selection import BUDGETS, DIVERGED, REPORTS, SCORE, SELECT, SELECTS, cell_scores
+from normbench.contracts.recipe import CellConfig
+from normbench.contracts.selection import BUDGETS, DIVERGED, REPORTS, ROLE, SCORE, SELECT, SELECTS, cell_scores
 from normbench.tracking.mlflow_store import Point
 
-LAYOUT = "2"
+LAYOUT = "3"
 LAYOUT_TAG, STATE_TAG = "layout", "ledger_state"
 TUNE_LABEL = "label"  # a search trial's user attr naming it (sweep/tune.py LABEL; its cell_id is a budget slot)
 EPOCH_METRICS = {"val_top1": "val_top1", "train_loss": "train_loss", "lr": "scheduled_lr", "grad_norm": "grad_norm",
@@ -54,11 +57,27 @@ def run_tags(cell_id: str, axes: Mapping[str, Any], study: str, trial: int, atte
             **{k: str(v) for k, v in axes.items()}, **colour}
 
 
-def one_param_per_axis(params: Mapping[str, Any]) -> dict[str, str]:
-    """An axis (`layer`) replaces its recipe key (`model.layer`) to show once in the UI; values cut to 6000 chars."""
-    axes = [k for k in params if "." not in k]
-    dropped = {f"{section}.{k}" for k in axes for section in ("model", "train", "data")}
-    return {k: str(v)[:6000] for k, v in params.items() if k not in dropped}
+def run_params(axes: Mapping[str, Any], config: CellConfig | None = None, sizes: Mapping[str, int] | None = None,
+               role: str | None = None) -> dict[str, str]:
+    """A run's params, for live runs (sweep/cells.py) and synced ones (sync.py) alike: the cell's axes bare (`layer`,
+    the only params without a section: `axes_of`), its recipe (`config`) as `section.key` less another data set's
+    knobs and the keys an axis already shows (`model.layer`), the data set's true split sizes (`data.train_size`),
+    and its `role` (none for tune's cells); values cut to MLflow's 6000 characters."""
+    from normbench.data.config import DATASET_ONLY_KEYS
+
+    recipe: dict[str, Any] = {}
+    if config is not None:
+        foreign = {k for name, keys in DATASET_ONLY_KEYS.items() if name != config.data.name for k in keys}
+        recipe = {k: v for k, v in config.flat().items() if not (k.startswith("data.") and k[5:] in foreign)}
+    params = {**axes, **recipe, **{f"data.{k}": v for k, v in (sizes or {}).items()},
+              **({ROLE: role} if role else {})}
+    shown = {f"{section}.{k}" for k in axes for section in ("model", "train", "data")}
+    return {k: str(v)[:6000] for k, v in params.items() if k not in shown}
+
+
+def axes_of(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The axes among a run's params: those `run_params` writes without a section, but its role."""
+    return {k: v for k, v in params.items() if "." not in k and k != ROLE}
 
 
 def epoch_points(record: Mapping[str, Any], timestamp: int) -> list[Point]:

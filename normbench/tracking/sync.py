@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from normbench.contracts.names import TUNE, TUNED, WEIGHTS_ATTR, OutputFolder, StudyNames, study_suite
+from normbench.contracts.recipe import CellConfig
 from normbench.errors import NormbenchError
 from normbench.store.journal import ledger_identity
 from normbench.store.ledger import Ledger
@@ -31,8 +32,8 @@ from normbench.tracking.run_record import (
     epoch_points,
     final_points,
     kind_and_role,
-    one_param_per_axis,
     run_name,
+    run_params,
     run_tags,
     telemetry_points,
 )
@@ -72,11 +73,11 @@ class RunContent:
 
 
 class RecipeParams:
-    """A synced run's recipe params as the live run logs them (sweep/cells.py cell_params), from suite.yaml."""
+    """A synced run's recipe, from suite.yaml, for its params as the live run logs them (run_record.run_params)."""
 
     def __init__(self, folder: OutputFolder) -> None:
         self.folder = folder
-        name = mlflow_store.suite_yaml(folder.path).get("name")
+        name = folder.saved_suite().get("name")
         self.suite_name = str(name) if name else None
 
     @cached_property
@@ -88,20 +89,17 @@ class RecipeParams:
         except Exception:  # a suite file this normbench no longer reads: the axes still say what the cell was
             return None
 
-    def flat(self, axes: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-        """`section.key -> value` of the cell of `axes` (with a tuned re-run's `overrides`); {} without a suite."""
+    def config(self, axes: dict[str, Any], overrides: dict[str, Any] | None = None) -> CellConfig | None:
+        """The recipe of the cell of `axes` (with a tuned re-run's `overrides`); None without a suite."""
         if self._suite is None:
-            return {}
+            return None
         from normbench.contracts.suite import with_overrides
-        from normbench.data.config import DATASET_ONLY_KEYS
 
         try:
             cell = self._suite.cell(axes)
-            config = with_overrides(cell, overrides) if overrides else cell.config
+            return with_overrides(cell, overrides) if overrides else cell.config
         except Exception:  # axes the suite no longer has (a renamed layer, a removed key)
-            return {}
-        foreign = {k for name, keys in DATASET_ONLY_KEYS.items() if name != config.data.name for k in keys}
-        return {k: v for k, v in config.flat().items() if not (k.startswith("data.") and k[5:] in foreign)}
+            return None
 
 
 def sync(out_dir: Path, storage: str | None = None, tracking_uri: str | None = None) -> SyncSummary:
@@ -164,33 +162,41 @@ def _sync_suite(client: Any, uri: str, ledger: Ledger, recipes: RecipeParams, su
                                             or own and tags.get("kind") == mlflow_store.PARENT_RUN):
             client.delete_run(run.info.run_id)  # an older layout; in the folder's own store, a replaced ledger's too
             summary.replaced += 1
-    for name, study in studies.items():
-        for trial in ledger.trials(study, SYNCED):
-            run = existing.get((name, trial.number))
-            # a FAIL gets a run if it trained or crashed, not a bookkeeping one (duplicate claim, cell failed for good)
-            if run is None and trial.state == TrialState.FAIL and not trial.intermediate_values \
-                    and "error" not in trial.user_attrs:
-                continue
-            if run is not None and run.data.tags.get(STATE_TAG) == trial.state.name \
-                    and run.info.status == RUN_STATUS[trial.state]:
-                summary.present += 1
-                continue
-            content = trial_run(name, trial, recipes)
-            if run is None:
-                run_id = client.create_run(experiment, start_time=content.start, run_name=content.name,
-                                           tags={**content.tags, "mlflow.parentRunId": parent}).info.run_id
-                mlflow_store.log_batches(client, run_id, content.params, content.points)
-                client.set_terminated(run_id, content.status, end_time=content.end)
-                summary.added += 1
-            else:
-                run_id = run.info.run_id
-                _complete(client, run, content)
-                summary.completed += 1
-            _attach_weights(client, run_id, folder, trial)
+    trials = [(name, trial) for name, study in studies.items() for trial in ledger.trials(study, SYNCED)]
+    for name, trial in progress_bar(trials, suite):
+        run = existing.get((name, trial.number))
+        # a FAIL gets a run if it trained or crashed, not a bookkeeping one (duplicate claim, cell failed for good)
+        if run is None and trial.state == TrialState.FAIL and not trial.intermediate_values \
+                and "error" not in trial.user_attrs:
+            continue
+        if run is not None and run.data.tags.get(STATE_TAG) == trial.state.name \
+                and run.info.status == RUN_STATUS[trial.state]:
+            summary.present += 1
+            continue
+        content = trial_run(name, trial, recipes)
+        if run is None:
+            run_id = client.create_run(experiment, start_time=content.start, run_name=content.name,
+                                       tags={**content.tags, "mlflow.parentRunId": parent}).info.run_id
+            mlflow_store.log_batches(client, run_id, content.params, content.points)
+            client.set_terminated(run_id, content.status, end_time=content.end)
+            summary.added += 1
+        else:
+            run_id = run.info.run_id
+            _complete(client, run, content)
+            summary.completed += 1
+        _attach_weights(client, run_id, folder, trial)
     files = sorted({p for pattern in ARTIFACTS for p in folder.path.glob(pattern) if p.is_file()})
     for path in files:  # logged again each time: a regenerated leaderboard replaces them
         client.log_artifact(parent, str(path))
     summary.artifacts = len(files)
+
+
+def progress_bar(trials: list[Any], suite: str) -> Iterable[Any]:
+    """tqdm's bar over a suite's trials on a terminal (a published folder takes 14-50 s); nothing when stderr is no
+    terminal (tests, logs, pipes), where the summary line alone reports."""
+    from tqdm import tqdm
+
+    return tqdm(trials, desc=f"MLflow sync {suite}", unit="run", disable=None, leave=False, dynamic_ncols=True)
 
 
 def _all_runs(client: Any, experiment: str) -> Iterator[Any]:
@@ -221,11 +227,9 @@ def trial_run(study: str, trial: FrozenTrial, recipes: RecipeParams) -> RunConte
                   if v is not None and math.isfinite(v)]
     if result:
         points += telemetry_points(result.get("telemetry") or [], end) + final_points(result, end)
-    params = {**axes, **(recipes.flat(axes, attrs.get("overrides")) if kind != TUNE else {})}
-    if result:  # the data set's true split sizes, as the live run logs them (sweep/cells.py cell_params)
-        params.update({f"data.{k}": result[k] for k in ("train_size", "val_size", "test_size") if result.get(k)})
-    if kind not in (TUNE, TUNED):  # a tuning study's cells take no `role` param (sweep/tune.py's cell_for)
-        params["role"] = role
+    sizes = {k: result[k] for k in ("train_size", "val_size", "test_size") if result and result.get(k)}
+    params = run_params(axes, recipes.config(axes, attrs.get("overrides")) if kind != TUNE else None, sizes,
+                        role if kind not in (TUNE, TUNED) else None)  # a tuning study's cells take no `role`
     # the `status` tag: the cell's (ok, diverged, pruned), or `failed` for an attempt that did not finish
     tags = {**run_tags(cell_id, axes, study, trial.number, attempt),
             "status": str(result.get("status", "ok")) if result else "failed", STATE_TAG: trial.state.name}
@@ -234,7 +238,7 @@ def trial_run(study: str, trial: FrozenTrial, recipes: RecipeParams) -> RunConte
     tags.update({k: str(result[k]) for k in ("device", "torch_version", "torch_threads") if result and result.get(k)})
     if attrs.get("error"):
         tags["error"] = str(attrs["error"])[:5000]
-    return RunContent(run_name(cell_id, attempt), tags, one_param_per_axis(params), points, RUN_STATUS[trial.state],
+    return RunContent(run_name(cell_id, attempt), tags, params, points, RUN_STATUS[trial.state],
                       start, end)
 
 

@@ -121,13 +121,13 @@ class Tracker:
         client, experiment, parent = self._open()
         attempt = int(tags.get("attempt", 1))
         trial = int(tags["trial"]) if str(tags.get("trial", "")).isdigit() else -1
-        axes = {k: v for k, v in params.items() if "." not in k and k != "role"}  # sweep/cells.py cell_params
+        axes = run_record.axes_of(params)
         all_tags = {**default_tags(), **tags, "mlflow.parentRunId": parent,
                     **run_record.run_tags(cell_id, axes, tags.get("study", ""), trial, attempt)}
         run = client.create_run(experiment, start_time=started, tags=all_tags,
                                 run_name=run_record.run_name(cell_id, attempt))
         self._run_ids[handle] = run.info.run_id
-        mlflow_store.log_batches(client, run.info.run_id, run_record.one_param_per_axis(params))
+        mlflow_store.log_batches(client, run.info.run_id, params)
 
     def _log(self, handle: str, points: list[mlflow_store.Point], tags: dict[str, str], end: str = "") -> None:
         client = self._open()[0]

@@ -20,8 +20,9 @@ from typing import Any
 from normbench import stopping
 from normbench.contracts.names import OutputFolder
 from normbench.errors import NormbenchError
-from normbench.tracking.mlflow_store import KIND, KIND_TAG, open_client, suite_yaml
-from normbench.tracking.view_state import SHARE_KEY, SHARE_TAG, group_colours, view_state
+from normbench.tracking.mlflow_store import KIND, KIND_TAG, open_client
+from normbench.tracking.run_record import axes_of
+from normbench.tracking.view_state import SHARE_KEY, group_colours, share_key, view_state
 
 UI_LOG = "mlflow-ui.log"
 APP = "normbench.tracking.ui_app:app"  # MLflow's app, its page given the groups' colours
@@ -31,18 +32,18 @@ BACKEND_STORE_ENV, ARTIFACT_ROOT_ENV = "_MLFLOW_SERVER_FILE_STORE", "_MLFLOW_SER
 NO_JOBS_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
 
 
-def ui_url(host: str, port: int, experiment_id: str, charts: bool = False) -> str:
-    """The experiment's runs table (or its chart view) in the model-training workflow, with the shared view."""
+def ui_url(host: str, port: int, experiment_id: str, charts: bool = False, key: str = SHARE_KEY) -> str:
+    """The experiment's runs table (or its chart view) in the model-training workflow, with the shared view `key`."""
     return (f"http://{_reachable(host)}:{port}/#/experiments/{experiment_id}/runs"
-            f"?workflowType=machine_learning&viewStateShareKey={SHARE_KEY}" + ("&compareRunsMode=CHART" * charts))
+            f"?workflowType=machine_learning&viewStateShareKey={key}" + ("&compareRunsMode=CHART" * charts))
 
 
 def suite_axes(out: Path, params: list[dict[str, str]]) -> list[str]:
     """The columns that tell cells apart: `out/suite.yaml`'s matrix axes and tuned keys, in its order (YAML only: no
-    torch import); else every param without a section prefix (an axis, see sweep/cells.py cell_params)."""
+    torch import); else the axes the runs' params name (tracking/run_record.py `run_params`, `axes_of`)."""
     logged = {k for p in params for k in p}
-    axes = sorted(k for k in logged if "." not in k)
-    suite = suite_yaml(out)
+    axes = sorted({k for p in params for k in axes_of(p)})
+    suite = OutputFolder(out).saved_suite()
     if not isinstance(suite.get("matrix"), dict):
         return axes
     matrix = list(suite["matrix"])
@@ -52,8 +53,9 @@ def suite_axes(out: Path, params: list[dict[str, str]]) -> list[str]:
     return [a for a in ordered if a in logged] + [a for a in axes if a not in ordered]
 
 
-def prepare_experiment(uri: str, out: Path) -> tuple[str, dict[str, str]]:
-    """Tag the suite's experiment with the model-training kind and shared view; returns its id and group colours."""
+def prepare_experiment(uri: str, out: Path) -> tuple[str, dict[str, str], list[str]]:
+    """Tag the suite's experiment with the model-training kind and a shared view per depth (view_state.share_key);
+    returns its id, the group colours and the depths, deepest first (the view that opens) ([] without a depth axis)."""
     client = open_client(uri, out)
     experiment = _suite_experiment(client, out)
     runs = client.search_runs([experiment.experiment_id], max_results=50_000)
@@ -61,16 +63,38 @@ def prepare_experiment(uri: str, out: Path) -> tuple[str, dict[str, str]]:
     # `role` is a param too, but no axis: its tag filters the view
     axes = [a for a in suite_axes(out, [r.data.params for r in runs]) if a != "role"]
     reports = any(r.data.tags.get("role") == "report" for r in runs)
-    colours = group_colours((r.data.params for r in runs), axes)
-    state = view_state(axes, metrics, reports, groups=colours)
+    colours = group_colours((r.data.params for r in runs), axes, _suite_layers(out))
+    depths = sorted({r.data.params["depth"] for r in runs if "depth" in r.data.params}, key=_number, reverse=True)
     client.set_experiment_tag(experiment.experiment_id, KIND_TAG, KIND)
-    client.set_experiment_tag(experiment.experiment_id, SHARE_TAG, json.dumps(state))
-    return experiment.experiment_id, colours
+    for depth in depths or [None]:
+        groups = [g for g in colours if depth is None or g.startswith(f"param.depth.{depth},")]
+        state = view_state(axes, metrics, reports, groups=groups, depth=depth)
+        key = share_key(depth, depths[0] if depths else None)
+        client.set_experiment_tag(experiment.experiment_id, f"mlflow.sharedViewState.{key}", json.dumps(state))
+    return experiment.experiment_id, colours, depths
+
+
+def depth_urls(host: str, port: int, experiment_id: str, depths: list[str]) -> list[str]:
+    """`  depth 24: URL` for each depth after the deepest (whose view the first URL opens), deepest first."""
+    return [f"  depth {d}: {ui_url(host, port, experiment_id, key=share_key(d, depths[0]))}" for d in depths[1:]]
+
+
+def _suite_layers(out: Path) -> list[str]:
+    matrix = OutputFolder(out).saved_suite().get("matrix")
+    layers = matrix.get("layer") if isinstance(matrix, dict) else None
+    return [str(x) for x in layers] if isinstance(layers, list) else []
+
+
+def _number(text: str) -> tuple[float, str]:
+    try:
+        return float(text), text
+    except ValueError:
+        return float("-inf"), text
 
 
 def _suite_experiment(client: Any, out: Path) -> Any:
     """The experiment named by `out/suite.yaml`, else the one experiment with runs (the newest if several)."""
-    name = suite_yaml(out).get("name")
+    name = OutputFolder(out).saved_suite().get("name")
     if name and (found := client.get_experiment_by_name(str(name))) is not None:
         return found
     experiments = [e for e in client.search_experiments() if e.name != "Default"]
@@ -107,7 +131,7 @@ def server_command(uri: str, out: Path, host: str, port: int,
 def run_ui(uri: str, out: Path, host: str, port: int, open_browser: bool) -> int:
     """Tag the experiment, start the server, print the URLs once it answers; wait until it exits or Ctrl-C/SIGTERM."""
     log_path = OutputFolder(out) / UI_LOG
-    experiment_id, colours = prepare_experiment(uri, out)
+    experiment_id, colours, depths = prepare_experiment(uri, out)
     cmd, env = server_command(uri, out, host, port, colours)
     with open(log_path, "w") as log:
         server = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
@@ -116,8 +140,10 @@ def run_ui(uri: str, out: Path, host: str, port: int, open_browser: bool) -> int
             raise NormbenchError(f"the MLflow UI server exited with code {server.returncode} before answering; "
                                  f"its log, {log_path}, ends with:\n{_tail(log_path)}")
         url = ui_url(host, port, experiment_id)
-        print(f"MLflow UI: {url}  (Ctrl-C stops it)\n  charts: {ui_url(host, port, experiment_id, charts=True)}"
-              f"\n  server log: {log_path}", flush=True)
+        shown = f" (depth {depths[0]}; the others below)" if len(depths) > 1 else ""
+        print("\n".join([f"MLflow UI: {url}  (Ctrl-C stops it){shown}",
+                         f"  charts: {ui_url(host, port, experiment_id, charts=True)}",
+                         *depth_urls(host, port, experiment_id, depths), f"  server log: {log_path}"]), flush=True)
         if open_browser:
             import webbrowser
 

@@ -1,6 +1,11 @@
 """The app `normbench ui` serves: MLflow's, plus one script on its page. MLflow's UI takes group colours only from
 localStorage (`experimentRunColors`, what its colour picker writes), else hashes the group id; the script merges in
-each layer's leaderboard colour and keeps MLflow's assistant panel (a third of the width) from opening on a first visit.
+each row's view colour (view_state.py) and keeps MLflow's assistant panel (a third of the width) from opening on a
+first visit. MLflow prints a metric with every digit it has (`98.33333333333333 (average)`); the store keeps them
+(a mean computed from it is the leaderboard's), and the table rounds where it prints, as the leaderboard does:
+ROUND_SCRIPT shows a metric cell's value of 1 or more with 2 decimals, a smaller one with 3 significant digits.
+LEGEND_STYLE lets a chart's legend list every row (MLflow's is a two-line scroll box). Both checked in a real browser
+by scripts/ui-screenshots.sh (docs/mlflow-table.png, docs/mlflow-charts.png).
 """
 
 from __future__ import annotations
@@ -17,12 +22,36 @@ STORAGE_KEY = "experimentRunColors"  # MLflow UI's localStorage entry of run and
 ASSISTANT_SEEN = "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1"  # set: MLflow's UI does not open its assistant
 
 
+# every text node in the runs table's metric cells (`col-id` metrics.`name`) that is a number with 3 decimals or more,
+# rounded as it is added or changed (the grid draws rows as they scroll into view)
+ROUND_SCRIPT = ("(function(){var r=/^(\\s*)(-?\\d+\\.\\d{3,})(\\s*)$/;"
+                "function f(n){if(!n)return;var w=document.createTreeWalker(n,4),t;while((t=w.nextNode())){"
+                "var m=r.exec(t.nodeValue),e=t.parentElement;"
+                "if(!m||!e||!e.closest('.ag-cell[col-id^=\"metrics.\"]'))continue;var v=parseFloat(m[2]);"
+                "var s=Math.abs(v)>=1?v.toFixed(2):String(Number(v.toPrecision(3)));"
+                "if(s!==m[2])t.nodeValue=m[1]+s+m[3]}}"
+                "new MutationObserver(function(l){l.forEach(function(m){"
+                "if(m.type==='characterData')f(m.target.parentNode);"
+                "else m.addedNodes.forEach(function(n){f(n.nodeType===3?n.parentNode:n)})})})"
+                ".observe(document.documentElement,{childList:true,subtree:true,characterData:true})})();")
+
+
+# A chart card's legend is a 32 px scroll box (MLflow 3.17: two lines, two groups of 19 in a half-width card): the
+# card becomes a column whose legend takes its lines' height, up to 40% of it, and whose plot takes the rest
+_CARD = '[data-testid="experiment-view-compare-runs-card"]'
+_ITEM = 'div > svg > path[d$="h24"]'  # a legend item: a 24 px line sample beside its label (`:has` does not nest)
+LEGEND_STYLE = (f"<style>{_CARD} div:has(> div > {_ITEM}){{display:flex;flex-direction:column}}"
+                f"{_CARD} div:has(+ div > {_ITEM}){{flex:1 1 0;min-height:0;height:auto!important}}"
+                f"{_CARD} div:has(> {_ITEM}){{flex:0 0 auto;height:auto!important;max-height:40%}}</style>")
+
+
 def colour_script(colours: dict[str, str]) -> bytes:
     data = json.dumps(colours).replace("<", "\\u003c")  # no `</script>` can end it early
     return (f"<script>(function(){{var k={json.dumps(STORAGE_KEY)},a={json.dumps(ASSISTANT_SEEN)},c={{}};"
             f"try{{c=JSON.parse(localStorage.getItem(k)||'{{}}')}}catch(e){{}}Object.assign(c,{data});"
             "localStorage.setItem(k,JSON.stringify(c));"
-            "if(localStorage.getItem(a)===null)localStorage.setItem(a,'true')})()</script>").encode()
+            f"if(localStorage.getItem(a)===null)localStorage.setItem(a,'true')}})();{ROUND_SCRIPT}</script>"
+            f"{LEGEND_STYLE}").encode()
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -16,6 +16,7 @@ Knows nothing of the ledger: the worker (sweep/checkpoints.py) decides where che
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -127,7 +128,10 @@ def write(path: Path, state: dict[str, Any]) -> int:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
-            torch.save(state, f)
+            try:
+                torch.save(state, f)
+            except RuntimeError as e:  # torch's zip writer reports a refused write so ("unexpected pos ...")
+                raise _refused(tmp, e) from None
             f.flush()
             os.fsync(f.fileno())
         size = tmp.stat().st_size
@@ -136,6 +140,14 @@ def write(path: Path, state: dict[str, Any]) -> int:
         tmp.unlink(missing_ok=True)
     _fsync_folder(path.parent)
     return size
+
+
+def _refused(tmp: Path, error: RuntimeError) -> OSError:
+    """torch.save's RuntimeError for a write the disk refused, as the OSError it is (a full disk: ENOSPC), so the
+    keeper warns and the cell trains on instead of failing."""
+    full = os.statvfs(tmp.parent).f_bavail == 0
+    code = errno.ENOSPC if full else errno.EIO
+    return OSError(code, f"{os.strerror(code)}; torch.save: {' '.join(str(error).split())}"[:300], str(tmp))
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -229,7 +241,7 @@ class Keeper:
 
         try:
             write_weights(fit.model, self.weights, config, img_size=fit.data.img_size, in_chans=fit.data.in_chans,
-                          num_classes=fit.data.num_classes,
+                          num_classes=fit.data.num_classes, data_cfg=fit.data.timm_data_cfg(),
                           about={"cell_id": self.label, **result, "normbench": _version()})
         except OSError as e:
             print(f"normbench: warning: could not keep the weights in {self.weights} ({e.strerror or e})",

@@ -80,6 +80,9 @@ def test_dry_run_lists_cells(write_suite, capsys, tmp_path):
     ({"bracket": "yes"}, ["bracket", "true or false"]),
     ({"bracket": True}, ["bracket", "matrix.lr", "at least two"]),  # TINY has one lr: no ratio to step by
     ({"bracket_max_steps": 0}, ["bracket_max_steps", "positive int"]),
+    ({"lr_bounds": [1e-2, 1e-5]}, ["lr_bounds", "0 < low < high"]),
+    ({"lr_bounds": 1e-5}, ["lr_bounds", "[low, high]"]),
+    ({"lr_bounds": [1e-5, 1e-4]}, ["lr_bounds", "leaves out matrix.lr [0.001]"]),
     ({"baseline": "layernrom"}, ["baseline", "did you mean `layernorm`"]),
     ({"claims": {"layer": "layerscale"}}, ["claims", "a list"]),
     ({"claims": [{"layer": "layerscale", "beats": "layernorm"}]}, ["claims[0]", "depth"]),
@@ -116,7 +119,8 @@ def test_bracket_flag_needs_an_lr_grid(write_suite, capsys):
 def test_protocol_keys_parse_with_defaults(write_suite):
     claim = {"layer": "layerscale", "beats": "layernorm", "depth": 1}
     suite = load_suite(write_suite(claims=[claim, {**claim, "by": 3.4}]))
-    assert suite.baseline == "layernorm" and not suite.bracket and suite.bracket_max_steps == 3
+    assert suite.baseline == "layernorm" and not suite.bracket and suite.bracket_max_steps is None
+    assert suite.lr_bounds == (1e-5, 1e-1)  # bracketing v3 stops at these unless a cap is set
     assert [c["by"] for c in suite.claims] == [0.0, 3.4]
     assert suite.report_seeds == [] and suite.targets == [50.0, 70.0, 90.0]
     chosen = load_suite(write_suite(report_seeds=[101, 100], targets=[90, 30]))

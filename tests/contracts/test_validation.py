@@ -111,3 +111,22 @@ def test_the_known_sizes_are_the_datas():
     for name, train_size in BUNDLED_TRAIN_SIZE.items():
         bundle = build_data(DataConfig(name=name), batch_size=1, device="cpu")
         assert bundle.sizes()["train_size"] == train_size and bundle.img_size == NATIVE_IMG_SIZE[name]
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    # the typo also leaves the baseline (and a claim's layer) out: the typo is named, not the name it left out
+    ({"baseline": "layernorm", "matrix": {"depth": [1], "layer": ["layernrom", "layerscale"], "lr": [1e-3]}},
+     "matrix.layer: unknown layer `layernrom` (did you mean `layernorm`?); `normbench layers` lists them all"),
+    ({"claims": [{"layer": "layerscale", "beats": "layernorm", "depth": 1}],
+      "matrix": {"depth": [1], "layer": ["layernrom", "layerscale"], "lr": [1e-3]}},
+     "matrix.layer: unknown layer `layernrom` (did you mean `layernorm`?); `normbench layers` lists them all"),
+    # a bad value of an axis is named where it was written: the matrix, not the recipe key it overrides
+    ({"matrix": {"depth": [1], "layer": ["layernorm"], "lr": [1e-3, -2]}}, "matrix.lr: must be positive, got -2"),
+    ({"matrix": {"depth": [1], "layer": ["layernorm"], "lr": [1e-3], "weight_decay": [0.05, -1]}},
+     "matrix.weight_decay: must be 0 (off) or more, got -1"),
+])
+def test_a_mistake_is_named_at_the_key_the_user_wrote(write_suite, capsys, tmp_path, overrides, expected):
+    path, out = write_suite(**overrides), tmp_path / "out"
+    code, err = run_cli(capsys, "run", str(path), "--out", str(out))
+    assert code == 2 and err.strip() == f"normbench: error: {path}: {expected}"  # one line
+    assert not out.exists()

@@ -11,7 +11,18 @@ import pytest
 import torch
 
 from normbench import cli
-from normbench.diagnostics.probe import COLUMNS, grid, probe, probe_model, summarize, token_cosine, write_report
+from normbench.diagnostics.probe import (
+    COLUMNS,
+    grid,
+    probe,
+    probe_model,
+    probe_recipe,
+    reshape,
+    summarize,
+    token_cosine,
+    write_report,
+)
+from normbench.errors import NormbenchError
 from tests.layers._cases import NUM_CLASSES, images, tiny_vit
 
 
@@ -103,9 +114,50 @@ def test_cli_probe_flags_and_suite(tmp_path: Path, capsys):
 
 @pytest.mark.parametrize(("flag", "value", "message"), [("--depth", "0", "depths of 1 or more"),
                                                          ("--dim", "30", "multiple of 4, e.g. 28"),
+                                                         ("--heads", "5", "split into 5 heads"),
                                                          ("--layers", "layernrom", "layernorm")])
 def test_cli_probe_bad_input_exits_2_naming_the_fix(flag, value, message, tmp_path: Path, capsys):
     assert cli.main(["probe", flag, value, "--depth", "1", "--out", str(tmp_path)] if flag != "--depth"
                     else ["probe", flag, value, "--out", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err
     assert not list(tmp_path.iterdir()), "nothing half-written"
+
+
+def test_reshape_puts_each_row_at_each_width_with_its_heads_once():
+    rows = grid(["layernorm", "peri_ln"], [2], [16])
+    cells = reshape(rows + rows, dims=[16, 48], heads=[2, 3])  # a repeated row is probed once
+    shapes = [(c.model.layer, c.model.depth, c.model.embed_dim, c.model.num_heads) for c in cells]
+    assert shapes == [("layernorm", 2, 16, 2), ("peri_ln", 2, 16, 2), ("layernorm", 2, 48, 3), ("peri_ln", 2, 48, 3)]
+    assert [c.model.num_heads for c in reshape(rows, dims=[16, 48], heads=[8])] == [8, 8, 8, 8]  # one for all
+    assert [c.model.depth for c in reshape(rows, depths=[1, 3])] == [1, 1, 3, 3]  # width and heads kept
+    assert {c.model.embed_dim for c in reshape(rows, depths=[1, 3])} == {16}
+    assert "dim 16/48 with 2/3 heads (head dim 8/16)" in probe_recipe(cells, 8)
+    with pytest.raises(NormbenchError, match="one count per --dim"):
+        reshape(rows, dims=[16, 48], heads=[2, 3, 4])
+    with pytest.raises(NormbenchError, match="--dim 48 does not split into 5 heads"):
+        reshape(rows, dims=[48], heads=[5])
+
+
+def test_cli_probe_suite_across_widths_writes_one_table_and_the_width_figure(tmp_path: Path, capsys):
+    suite = tmp_path / "s.yaml"
+    suite.write_text("name: widths\ndataset: {name: digits}\nmodel: {embed_dim: 16, num_heads: 2, patch_size: 4}\n"
+                     "matrix:\n  depth: [2]\n  layer: [layernorm, peri_ln]\n  lr: [1.0e-3, 3.0e-3]\n", encoding="utf-8")
+    assert cli.main(["probe", str(suite), "--dim", "16", "48", "--heads", "2", "3", "--batch-size", "8",
+                     "--out", str(tmp_path)]) == 0
+    stem = tmp_path / "probe-widths-dim16-48-heads2-3"
+    frame = pd.read_csv(stem.with_suffix(".csv"))
+    assert set(frame[["layer", "dim", "heads"]].itertuples(index=False, name=None)) == {
+        ("layernorm", 16, 2), ("peri_ln", 16, 2), ("layernorm", 48, 3), ("peri_ln", 48, 3)}
+    assert (frame["depth"] == 2).all() and len(frame) == 4 * 2  # the suite's depth, two blocks per model
+    text = stem.with_suffix(".md").read_text(encoding="utf-8")
+    assert text.count("| peri_ln ") == 2 and "dim 16/48 with 2/3 heads (head dim 8/16)" in text
+    assert stem.with_suffix(".png").stat().st_size > 0
+    # the width figure reads the same summary as the table: a layer's growth at each width
+    table = summarize(frame)
+    assert list(table.columns[:4]) == ["layer", "depth", "dim", "heads"] and len(table) == 4
+    peri = table[table["layer"] == "peri_ln"].set_index("dim")
+    assert (peri["stream_growth"] > table[table["layer"] == "layernorm"].set_index("dim")["stream_growth"]).all()
+    assert cli.main(["probe", str(suite), "--dim", "16", "48", "--heads", "2", "3", "4",
+                     "--out", str(tmp_path / "x")]) == 2
+    assert "one count per --dim (2) or one for all" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists(), "nothing written"

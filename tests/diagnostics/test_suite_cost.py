@@ -71,7 +71,7 @@ def test_without_out_the_cost_lands_where_run_writes_the_suite(write_suite, caps
     suite = write_suite(matrix={"depth": [1], "layer": ["layernorm"], "lr": [1e-3], "seed": [0]})
     monkeypatch.chdir(tmp_path)
     code, _ = run_cli(capsys, "bench", str(suite), "--repeats", "1")
-    assert code == 0 and len(list((tmp_path / "results" / "tiny").glob("cost-cpu-*.csv"))) == 1
+    assert code == 0 and len(list((tmp_path / "runs" / "tiny").glob("cost-cpu-*.csv"))) == 1
 
 
 def test_compiled_models_timed_side_by_side_get_room_for_every_one():

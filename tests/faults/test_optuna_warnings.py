@@ -14,11 +14,12 @@ from tests.conftest import REPO
 WORKER = """
 import sys, warnings
 import optuna
+from normbench.store.attempts import reclaim
 from normbench.store.ledger import Ledger
 
 ledger = Ledger(sys.argv[1], sys.argv[2], heartbeat_interval=1, grace_period=6)
 study = ledger.study("run:tiny")
-ledger.reclaim(study)  # fail_stale_trials, as every turn of a worker
+reclaim(ledger, study)  # fail_stale_trials, as every turn of a worker
 warnings.warn("another feature is experimental", optuna.exceptions.ExperimentalWarning)
 """
 

@@ -10,7 +10,8 @@ from collections import Counter
 
 from optuna.trial import TrialState
 
-from normbench.store.ledger import ATTEMPTS, RETRY_ROUND, Ledger, failed_for_good
+from normbench.store.attempts import ATTEMPTS, RETRY_ROUND, failed_for_good
+from normbench.store.ledger import Ledger
 from tests.faults.helpers import FAST_HEARTBEAT, assert_invariants, finish, normbench, trials
 
 PLUGIN = '''

@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from sqlalchemy.engine import make_url
 
 from normbench.cli import main
-from normbench.store.ledger import ATTEMPTS
+from normbench.store.attempts import ATTEMPTS
 from tests.faults.helpers import FAST_HEARTBEAT, assert_invariants, finish, normbench, running, trials, wait_for
 from tests.postgres_server import _connect, _find_binaries
 

@@ -19,7 +19,7 @@ import normbench
 from normbench.contracts.recipe import CellConfig
 from normbench.layers import get_spec
 from normbench.model.vit import NormbenchViT
-from tests.layers._cases import SINGLE, data_kwargs
+from tests.layers._cases import FAMILIES, SINGLE, data_kwargs
 
 LAYERS = [*SINGLE, "learnable_scaler+layerscale", "layerscale+qk_norm"]
 IMG, PATCH, DIM = 16, 4, 32
@@ -320,6 +320,25 @@ def test_pretrained_adapts_in_chans_and_num_classes_as_timm(layer, checkpoint):
                         pretrained_cfg_overlay=dict(file=path, num_classes=-1))
     assert not torch.equal(fresh_head.head.weight, src["head.weight"])
     torch.testing.assert_close(fresh_head.pos_embed, src["pos_embed"])
+
+
+@pytest.mark.parametrize("layer", ["layernorm", *FAMILIES])
+@torch.no_grad()
+def test_every_heads_weights_are_the_cfgs_classifier_so_another_class_count_fine_tunes(layer, checkpoint):
+    """timm's `create_model(..., pretrained=True, num_classes=5)` from 10-class weights drops each `classifier`
+    name's weight and bias: the names must cover the whole head (nGPT's `head.logit_scale` too), each a weight."""
+    source, path = checkpoint(layer)
+    model = create(layer, num_classes=5, pretrained=True, pretrained_cfg_overlay=dict(file=path, num_classes=10))
+    names = model.pretrained_cfg["classifier"]
+    names = (names,) if isinstance(names, str) else names
+    state, src = model.state_dict(), source.state_dict()
+    head = {k for k in state if k.startswith("head.")}
+    assert head == {f"{n}.{p}" for n in names for p in ("weight", "bias") if f"{n}.{p}" in state}
+    assert all(f"{n}.weight" in state for n in names)  # timm's test_model_default_cfgs
+    assert all(state[k].shape[0] == 5 for k in head)
+    for name in src.keys() - head:
+        torch.testing.assert_close(state[name], src[name], rtol=0, atol=0, msg=name)
+    assert model(images()).shape == (2, 5)
 
 
 @torch.no_grad()

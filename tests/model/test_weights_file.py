@@ -59,3 +59,25 @@ def test_probe_measures_the_trained_model(kept, tmp_path, capsys):
     assert "of the trained weights named above" in report and "test top-1" in report
     assert "layerscale" in capsys.readouterr().out
     assert main(["probe", "--weights", str(tmp_path / "none.safetensors")]) == 2
+
+
+def test_timms_own_data_pipeline_from_the_files_cfg_scores_the_cells_test_top1(kept):
+    """`resolve_data_config` + `create_transform` read the data set's channels, size, classes, mean and std from the
+    file's pretrained_cfg (not ImageNet's 3-channel ones): the digits test images through them score the cell's."""
+    from timm.data import create_transform, resolve_data_config
+
+    from normbench.data.digits import DIGITS_MEAN, DIGITS_STD, load_digits_splits
+
+    path, config, result = kept
+    model = timm.create_model("normbench_vit", pretrained=True, pretrained_cfg_overlay=dict(file=str(path))).eval()
+    cfg = resolve_data_config(model=model)
+    assert (cfg["input_size"], cfg["mean"], cfg["std"]) == ((1, 8, 8), DIGITS_MEAN, DIGITS_STD)
+    assert model.pretrained_cfg["num_classes"] == 10
+    transform = create_transform(**cfg)
+    splits = load_digits_splits()  # [0, 1] pixels, (N, 1, 8, 8), as a reader's own tensors would be
+    with torch.inference_mode():
+        x = torch.stack([transform(image) for image in splits.test_x])
+        top1 = 100.0 * int((model(x).argmax(dim=-1) == splits.test_y).sum()) / len(splits.test_y)
+    loader = build_data(config.data, batch_size=config.train.batch_size, device="cpu").test
+    torch.testing.assert_close(x, torch.cat([batch for batch, _ in loader]))  # the cell's own test images
+    assert top1 == pytest.approx(result.test_top1, abs=1e-9)

@@ -39,3 +39,20 @@ def test_swapped_pairs_name_the_pairs_that_change_order():
     names = ["layernorm", "layerscale", "rezero"]
     assert swapped_pairs(names, np.array([3.0, 2.0, 1.0]), np.array([2.0, 3.0, 1.0])) == [("layernorm", "layerscale")]
     assert swapped_pairs(names, np.array([3.0, 2.0, 1.0]), np.array([3.0, 2.0, 1.0])) == []
+
+
+def test_rows_of_replicates_get_each_rows_own_rho_as_scipy_computes_one_pair():
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(50, 6)), rng.normal(size=(50, 6))
+    b[0] = 2.0  # a constant row has no rho
+    rows = spearman(a, b)
+    assert math.isnan(rows[0])
+    assert rows[1:] == pytest.approx([spearmanr(x, y).statistic for x, y in zip(a[1:], b[1:], strict=True)])
+
+
+def test_nine_items_are_sampled_and_never_give_0():
+    a = np.arange(9, dtype=float)
+    p = permutation_p(a, a)
+    assert 0 < p < 5 / 20_001 and p == permutation_p(a, a)  # the observed ordering counts; the seed is fixed

@@ -11,9 +11,13 @@ import pytest
 
 from normbench.contracts.selection import add_scores, chosen_lrs
 from normbench.report.stats import (
+    POWER,
     check_claims,
+    claim_verdict,
+    detectable_effect,
     edge,
     holm,
+    holm_levels,
     lr_sensitivity,
     paired_p,
     select_lr,
@@ -108,10 +112,10 @@ def test_paired_comparison_against_the_baseline_over_matched_seeds():
 
 @pytest.mark.parametrize(("diffs", "by", "expected"), [
     ([5.0, 6.0, 7.0], 3.4, "supported"),       # 6 ± 2.4841: [3.516, 8.484] lies above 3.4
-    ([5.0, 6.0, 7.0], 4.0, "inconclusive"),    # ... but not above 4
+    ([5.0, 6.0, 7.0], 4.0, "no effect found"),  # ... but not above 4; sd 1, 3 pairs detect 3.26 from 4, the margin
     ([-5.0, -6.0, -7.0], 0.0, "contradicted"),
-    ([2.0, 5.0, 2.0], 0.0, "inconclusive"),
-    ([9.0], 0.0, "inconclusive"),              # one seed: no interval, no verdict
+    ([2.0, 5.0, 2.0], 0.0, "underpowered"),    # no source's effect, no margin: nothing it could have ruled out
+    ([9.0], 0.0, "underpowered"),              # one seed: no interval, no test
 ])
 def test_claims_verdicts(diffs, by, expected):
     cells = paired_cells(diffs)
@@ -262,8 +266,92 @@ def test_a_steadier_than_claim_is_read_as_a_sensitivity_difference_beside_a_beat
               {"layer": "steady", "beats": "shaky", "depth": 12, "by": 0.0}]
     table = check_claims(cells, select_lr(cells, ["layer", "depth"]), ["layer", "depth"], claims)
     # per seed, shaky's sensitivity is 25, 24.5, 24 and steady's 1; at their best lr both score 90: no accuracy gain
-    assert table["verdict"].tolist() == ["supported", "inconclusive"]
+    assert table["verdict"].tolist() == ["supported", "underpowered"]  # equal scores: no spread, no detectable effect
     assert table["mean"].tolist() == pytest.approx([23.5, 0.0])
     texts = claims_table(table)["claim"].tolist()
     assert texts[0] == claim_text(table.iloc[0]) and texts[0].startswith("steady's lr sensitivity is below shaky's")
     assert "per selection seed" in texts[0] and texts[1] == "steady beats shaky at depth 12"
+
+
+@pytest.mark.parametrize(("n", "expected"), [(33, 0.5029), (34, 0.4950)])
+def test_the_detectable_effect_meets_the_textbook_sample_size(n, expected):
+    # Cohen's table (and G*Power): a paired t test needs 34 pairs to detect dz = 0.5 at two-sided 0.05 with 80% power;
+    # 33 pairs fall short. The exact MDE at 33 pairs lies above 0.5 sd, at 34 below it
+    assert detectable_effect(n, 2.0, 0.05) == pytest.approx(2 * expected, abs=2e-4)
+    # many pairs: the normal limit (z_0.975 + z_0.8) sd / sqrt(n) = 2.8016 sd / sqrt(n)
+    assert detectable_effect(2000, 1.0, 0.05) == pytest.approx(2.8016 / math.sqrt(2000), rel=2e-3)
+
+
+@pytest.mark.parametrize(("n", "sd", "alpha"), [(2, 3.0, 0.05), (4, 5.0, 0.01), (4, 1.0, 0.005)])
+def test_the_detectable_effect_is_detected_at_80_percent_power_by_simulation(n, sd, alpha):
+    """Brute force: draw n paired differences from N(MDE, sd) many times and run scipy's own t test; it rejects
+    80% of the time (±1.1 points: three binomial standard errors at 16,000 draws). Below the MDE it rejects less."""
+    import numpy as np
+    from scipy import stats
+
+    mde = detectable_effect(n, sd, alpha)
+    rng = np.random.default_rng(0)
+
+    def rejected(shift: float) -> float:
+        draws = rng.normal(shift, sd, size=(16_000, n))
+        return float((stats.ttest_1samp(draws, 0.0, axis=1).pvalue < alpha).mean())
+
+    assert rejected(mde) == pytest.approx(POWER, abs=0.011)
+    assert rejected(0.8 * mde) < POWER - 0.03
+    if n == 2:  # 1 degree of freedom: the textbook shortcut (t_0.975 + t_0.8) sd / sqrt(n) is 14% short of it
+        shortcut = (stats.t.ppf(1 - alpha / 2, 1) + stats.t.ppf(POWER, 1)) * sd / math.sqrt(2)
+        assert shortcut < 0.9 * mde and rejected(shortcut) < POWER - 0.02
+
+
+def test_no_detectable_effect_without_two_pairs_or_without_spread():
+    assert math.isnan(detectable_effect(1, 2.0, 0.05)) and math.isnan(detectable_effect(0, math.nan, 0.05))
+    assert math.isnan(detectable_effect(4, 0.0, 0.05))  # equal differences: the sign test, whatever their size
+    assert detectable_effect(4, 2.0, 0.05) == pytest.approx(2 * detectable_effect(4, 1.0, 0.05))  # scales with sd
+    assert detectable_effect(4, 1.0, 0.005) > detectable_effect(4, 1.0, 0.05)  # a stricter level needs more
+
+
+def test_holm_levels_follow_each_p_values_rank():
+    # ranks by p: 0.001 first (0.05 / 3), 0.02 second (0.05 / 2), 0.04 last (0.05); NaN is no part of the family
+    assert holm_levels([0.04, 0.001, math.nan, 0.02]) == pytest.approx([0.05, 0.05 / 3, math.nan, 0.025],
+                                                                       nan_ok=True)
+
+
+@pytest.mark.parametrize(("mean", "p_holm", "detectable", "reference", "expected"), [
+    (3.0, 0.01, 2.0, 1.0, "supported"),
+    (-3.0, 0.01, 2.0, 1.0, "contradicted"),
+    (0.2, 0.6, 0.8, 1.0, "no effect found"),      # it would have seen the source's 1 point: it saw none
+    (0.2, 0.6, 1.2, 1.0, "underpowered"),         # it could not have seen 1 point
+    (0.2, 0.6, 0.8, math.nan, "underpowered"),    # no source's effect to rule out
+    (0.2, math.nan, math.nan, 1.0, "underpowered"),  # fewer than two pairs
+])
+def test_claim_verdict_splits_an_undecided_claim_by_its_power(mean, p_holm, detectable, reference, expected):
+    assert claim_verdict(mean, 0.0, p_holm, detectable, reference) == expected
+
+
+def test_a_suite_of_claims_lands_in_each_of_the_four_verdicts():
+    """Four claims on hand-built seeds, Holm over the four: each lands in its own verdict, with its detectable effect
+    at its rank's level. Differences (points) per seed:
+        clear gain    +8, +9, +10, +11, +12, +13   sd 1.87: p tiny, supported
+        clear loss    -8, -9, -10, -11, -12, -13   contradicted
+        tight, none   -0.5, +0.5, 0, +0.5, -0.5, 0  sd 0.45: detects 0.64 point; the source claims 3 -> no effect found
+        noisy         -20, +25, -5, +30, -15, +10  sd 20.8: detects 35.5 points; the source claims 3 -> underpowered
+    """
+    rows, layers = [], {"gain": [8, 9, 10, 11, 12, 13], "loss": [-8, -9, -10, -11, -12, -13],
+                        "tight": [-0.5, 0.5, 0, 0.5, -0.5, 0], "noisy": [-20, 25, -5, 30, -15, 10]}
+    for layer, diffs in layers.items():
+        rows += [cell(layer, 1e-3, s, 70.0, 50.0 + d, depth=36) for s, d in enumerate(diffs)]
+    rows += [cell("base", 1e-3, s, 70.0, 50.0, depth=36) for s in range(6)]
+    cells = add_scores(pd.DataFrame(rows))
+    claims = [{"layer": name, "beats": "base", "depth": 36, "by": 0.0, **({"claimed": 3.0} if i > 1 else {})}
+              for i, name in enumerate(layers)]
+    table = check_claims(cells, select_lr(cells, ["layer", "depth"]), ["layer", "depth"], claims)
+    assert table["verdict"].tolist() == ["supported", "contradicted", "no effect found", "underpowered"]
+    assert table["reference"].tolist() == pytest.approx([math.nan, math.nan, 3.0, 3.0], nan_ok=True)
+    # by p the noisy claim ranks third (level 0.05 / 2) and the tight one, mean 0 and p 1, last (0.05 / 1)
+    assert table["alpha"].tolist()[2:] == pytest.approx([0.05, 0.025])
+    for (_, row), diffs in zip(table.iterrows(), layers.values(), strict=True):
+        assert row["detectable"] == pytest.approx(detectable_effect(6, float(pd.Series(diffs).std()), row["alpha"]))
+    assert table["detectable"].iloc[2] < 3.0 < table["detectable"].iloc[3]
+    texts = claims_table(table)["detectable at 80% power (points)"].tolist()
+    assert texts[2] == f"{table['detectable'].iloc[2]:.2f} at α 0.05 (source: 3.00)"
+    assert texts[0].endswith("(source: none)")

@@ -9,6 +9,7 @@ import time
 import optuna
 from optuna.trial import TrialState
 
+from normbench.store.attempts import reclaim
 from normbench.store.ledger import Ledger
 from normbench.store.trial_params import add_waiting_trial, axis_distributions
 
@@ -75,10 +76,10 @@ def test_a_peer_silent_through_the_outage_is_not_judged_stale_until_a_grace_has_
     # whole seconds, so a beat 2.2 s old can read as 2 s, not over the grace of 2
     time.sleep(3.2)
     _beat_through_an_outage(ledger, mine, monkeypatch)
-    assert ledger.reclaim(study) == []  # the server came back less than one grace ago: no verdict
+    assert reclaim(ledger, study) == []  # the server came back less than one grace ago: no verdict
     assert ledger.storage.get_trial(peer.id).state == TrialState.RUNNING
     time.sleep(2.2)
-    assert peer.number in [t.number for t in ledger.reclaim(study)]  # a grace later, silence means lost
+    assert peer.number in [t.number for t in reclaim(ledger, study)]  # a grace later, silence means lost
 
 
 def test_a_blip_too_short_to_hide_a_beat_holds_off_no_verdict(tmp_path):
@@ -95,4 +96,4 @@ def test_a_blip_too_short_to_hide_a_beat_holds_off_no_verdict(tmp_path):
     time.sleep(5.5)  # both claims' beats are older than the grace, in Optuna's whole seconds too (see above)
     assert ledger.outage.call(dropped_once) == "ok"
     assert ledger.outage.back_within(4) and ledger.outage.down_for < 1.5  # 0.5 s give or take, + 2 x 1 s < 4
-    assert peer.number in [t.number for t in ledger.reclaim(study)]
+    assert peer.number in [t.number for t in reclaim(ledger, study)]

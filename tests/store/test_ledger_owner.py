@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import datetime
 import os
-import subprocess
-import sys
 
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
 from normbench.errors import NormbenchError
-from normbench.store.ledger import ATTEMPTS, SUITE, Ledger, worker_host
+from normbench.store.attempts import ATTEMPTS, reclaim
+from normbench.store.ledger import SUITE, Ledger, worker_host
+from normbench.store.locks import LifeLock
 
 AXES = {"depth": 1, "layer": "layernorm", "lr": 1e-3, "seed": 0}
 CELL = "depth=1,layer=layernorm,lr=0.001,seed=0"
@@ -62,7 +62,7 @@ def test_an_unstamped_study_of_an_older_ledger_is_known_by_its_name(tmp_path):
 
 def claimed(study, *, started_ago: float, **signed):
     """A RUNNING copy of the cell claimed `started_ago` seconds ago (Optuna's public API: a FrozenTrial added to
-    the study), signed with `signed` (worker_host, worker_pid) or, without them, never signed."""
+    the study), signed with `signed` (worker_host, worker_pid, worker_lock) or, without them, never signed."""
     study.add_trial(FrozenTrial(
         number=0, trial_id=0, state=TrialState.RUNNING, value=None, datetime_complete=None, params={},
         distributions={}, system_attrs={}, intermediate_values={}, user_attrs={"cell_id": CELL, "axes": AXES, **signed},
@@ -70,18 +70,11 @@ def claimed(study, *, started_ago: float, **signed):
     return study.get_trials(deepcopy=False)[-1]
 
 
-def a_dead_pid() -> int:
-    """The pid of a process that has exited and been reaped."""
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True)
-    return int(done.stdout)
-
-
 def test_a_claim_never_signed_is_queued_again_without_counting_an_attempt(tmp_path):
     ledger = Ledger(None, tmp_path, grace_period=60)
     study = ledger.study("run:a")
     unsigned = claimed(study, started_ago=61)  # the worker died between its claim and its first write
-    assert [t.number for t in ledger.reclaim(study)] == [unsigned.number]
+    assert [t.number for t in reclaim(ledger, study)] == [unsigned.number]
     [again] = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     assert again.user_attrs["cell_id"] == CELL and ATTEMPTS not in again.user_attrs
     assert study.get_trials(deepcopy=False)[unsigned.number].state == TrialState.FAIL
@@ -91,7 +84,7 @@ def test_a_claim_unsigned_within_the_grace_is_left_to_its_worker(tmp_path):
     ledger = Ledger(None, tmp_path, grace_period=60)
     study = ledger.study("run:a")
     claimed(study, started_ago=5)  # claimed a moment ago: its worker is signing it
-    assert ledger.reclaim(study) == []
+    assert reclaim(ledger, study) == []
     assert [t.state for t in study.get_trials(deepcopy=False)] == [TrialState.RUNNING]
 
 
@@ -99,25 +92,25 @@ def test_the_grace_for_an_unsigned_claim_is_the_ledgers_heartbeat_grace(tmp_path
     ledger = Ledger(None, tmp_path, grace_period=10)  # NORMBENCH_HEARTBEAT_GRACE=10
     study = ledger.study("run:a")
     within, past = claimed(study, started_ago=8), claimed(study, started_ago=12)
-    assert [t.number for t in ledger.reclaim(study)] == [past.number]
+    assert [t.number for t in reclaim(ledger, study)] == [past.number]
     assert study.get_trials(deepcopy=False)[within.number].state == TrialState.RUNNING
 
 
-def test_a_claim_signed_by_a_live_pid_is_never_taken_however_old(tmp_path):
-    """Signed (host and pid, as before OS-lock claims): the pid decides, not the time since the claim."""
-    ledger = Ledger(None, tmp_path, grace_period=60)
+def test_a_claim_whose_os_lock_is_held_is_never_taken_however_old(tmp_path):
+    """Signed (host, pid and the claimer's OS lock): the lock decides, not the time since the claim."""
+    ledger, lock = Ledger(None, tmp_path, grace_period=60), LifeLock(tmp_path)
     study = ledger.study("run:a")
-    claimed(study, started_ago=3600, worker_host=worker_host(), worker_pid=os.getpid())
-    assert ledger.reclaim(study) == []
+    claimed(study, started_ago=3600, worker_host=worker_host(), worker_pid=os.getpid(), worker_lock=lock.path.name)
+    assert reclaim(ledger, study) == []
     assert [t.state for t in study.get_trials(deepcopy=False)] == [TrialState.RUNNING]
 
 
-def test_a_claim_signed_by_a_dead_pid_is_taken_at_once_and_counted(tmp_path):
-    ledger = Ledger(None, tmp_path, grace_period=60)
+def test_a_claim_whose_os_lock_is_free_is_taken_at_once_and_counted(tmp_path):
+    ledger, lock = Ledger(None, tmp_path, grace_period=60), LifeLock(tmp_path)
     study = ledger.study("run:a")
-    pid = a_dead_pid()
-    dead = claimed(study, started_ago=1, worker_host=worker_host(), worker_pid=pid)
-    assert [t.number for t in ledger.reclaim(study)] == [dead.number]
+    lock.release()  # its worker process ended
+    dead = claimed(study, started_ago=1, worker_host=worker_host(), worker_pid=4242, worker_lock=lock.path.name)
+    assert [t.number for t in reclaim(ledger, study)] == [dead.number]
     [again] = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     [attempt] = again.user_attrs[ATTEMPTS]  # the cell ran, so the death may be its doing: counted
-    assert attempt["pid"] == pid and f"pid {pid} on {worker_host()}" in attempt["verdict"]
+    assert attempt["pid"] == 4242 and f"OS lock {lock.path.name} found free" in attempt["verdict"]

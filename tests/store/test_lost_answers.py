@@ -16,7 +16,8 @@ from optuna.trial import TrialState
 from sqlalchemy.exc import OperationalError
 
 from normbench.contracts.results import CellResult
-from normbench.store.ledger import ATTEMPTS, Ledger
+from normbench.store.attempts import ATTEMPTS, reclaim
+from normbench.store.ledger import Ledger
 from normbench.store.optuna_api import TRIAL_KEY
 from normbench.store.retry import NOT_LANDED, Outage, redact, undelivered
 
@@ -140,7 +141,7 @@ def test_a_stale_trial_failed_whose_answer_was_lost_is_still_counted_and_queued_
     claim = ledger.claim(study)  # and no heartbeat thread: its worker is as good as dead
     time.sleep(2.5)  # past the 1 s grace
     failed = lose_answers(ledger.storage, "set_trial_state_values")
-    assert [t.number for t in ledger.reclaim(study)] == [claim.number] and failed == [True]
+    assert [t.number for t in reclaim(ledger, study)] == [claim.number] and failed == [True]
     waiting = ledger.trials(study, (TrialState.WAITING,))
     assert len(waiting) == 1 and len(waiting[0].user_attrs[ATTEMPTS]) == 1
     assert "no heartbeat" in waiting[0].user_attrs[ATTEMPTS][0]["verdict"]

@@ -63,20 +63,41 @@ def at_digits_size(cells: list, num_classes: int = 10, val_size: int = 360) -> l
     return [(axes, {**result, "num_classes": num_classes, "val_size": val_size}) for axes, result in cells]
 
 
-def test_a_row_at_chance_at_every_lr_steps_up_not_down():
-    # the reported case: rezero at exactly chance at both lrs (identical per seed: the model has not moved). The
-    # tie-break picks the smaller lr, but nothing learned: the step goes up from the largest lr, never below 1e-3
+def test_a_row_at_chance_at_every_lr_is_extended_both_ways_until_the_lr_bounds():
+    # rezero at exactly chance at both lrs (the model has not moved): no optimum to stay near, so bracketing v3
+    # tries half a decade below the smallest and above the largest lr, round after round, until the bounds
     chance = [10.28, 9.72]
     cells = at_digits_size([*done("rezero", 1e-3, chance), *done("rezero", 3e-3, chance)])
     added = bracket_axes(suite(), cells)
-    assert {a["lr"] for a in added} == {9e-3} and len(added) == 2
-    # the next round, still at chance: up again; at the limit, stop
-    more = at_digits_size([*cells[:4], *done("rezero", 9e-3, chance)])
-    assert {a["lr"] for a in bracket_axes(suite(), more)} == {2.7e-2}
-    assert bracket_axes(suite(bracket_max_steps=1), more) == []
-    # at chance below a largest lr that diverged: nothing between chance and divergence, stop
+    assert sorted({a["lr"] for a in added}) == [3.333e-4, 9e-3] and len(added) == 4
+    more = at_digits_size([c for lr in (3.333e-4, 1e-3, 3e-3, 9e-3) for c in done("rezero", lr, chance)])
+    assert sorted({a["lr"] for a in bracket_axes(suite(), more)}) == [1.111e-4, 2.7e-2]
+    # the lr bounds stop each side on its own: below 1.111e-4 and above 2.7e-2 both leave [1e-4, 3e-2]
+    lrs = (1.111e-4, 3.333e-4, 1e-3, 3e-3, 9e-3, 2.7e-2)
+    bounded = at_digits_size([c for lr in lrs for c in done("rezero", lr, chance)])
+    assert bracket_axes(suite(lr_bounds=[1e-4, 3e-2]), bounded) == []
+    assert {a["lr"] for a in bracket_axes(suite(lr_bounds=[1e-4, 1e-1]), bounded)} == {8.1e-2}
+    # at chance below a largest lr that diverged: nothing between chance and divergence above; below, keep going
     blew_up = at_digits_size([*done("rezero", 1e-3, chance), *done("rezero", 3e-3, [0, 0], status="diverged")])
-    assert bracket_axes(suite(), blew_up) == []
+    assert {a["lr"] for a in bracket_axes(suite(), blew_up)} == {3.333e-4}
+
+
+def test_a_row_at_chance_with_an_interior_best_is_tried_lower_and_higher():
+    # the published NormFormer case: three lrs near chance, the best (by noise) interior. Protocol v2 stopped there;
+    # the row was untrained at every lr tried, and one seed at the next lr down reaches 58%
+    cells = at_digits_size([*done("normformer", 1e-3, [11.0, 12.0]), *done("normformer", 3e-3, [12.5, 12.9]),
+                            *done("normformer", 9e-3, [10.0, 10.5])])
+    assert sorted({a["lr"] for a in bracket_axes(suite(), cells)}) == [3.333e-4, 2.7e-2]
+    # once the lower lr learns, the row has signal and v2's rule takes over: a step below the new edge
+    learned = [*cells, *at_digits_size(done("normformer", 3.333e-4, [58.0, 55.0])),
+               *at_digits_size(done("normformer", 2.7e-2, [10.0, 10.0]))]
+    assert {a["lr"] for a in bracket_axes(suite(), learned)} == {1.111e-4}
+
+
+def test_a_row_with_an_interior_best_and_signal_gets_nothing_new():
+    cells = at_digits_size([*done("layernorm", 1e-3, [70, 72]), *done("layernorm", 3e-3, [85, 86]),
+                            *done("layernorm", 9e-3, [60, 64])])
+    assert bracket_axes(suite(), cells) == []
 
 
 def test_a_flat_row_above_chance_is_still_extended_and_the_leaderboard_flags_it():
@@ -84,16 +105,19 @@ def test_a_flat_row_above_chance_is_still_extended_and_the_leaderboard_flags_it(
     from normbench.report.stats import select_lr
     from normbench.report.tables import layer_table
 
-    # 70.5 vs 70.5 with seeds 5 apart: the lrs are indistinguishable, and the tie-break's choice (the smaller lr) is
-    # the low edge. Protocol v2 labels the row "no signal" but still steps down: a label never stops the search
+    # 70.5 vs 70.5 with seeds 5 apart: the lrs are indistinguishable, so neither the tie-break's edge nor an
+    # interior best is an optimum: v3 extends both ways, and the leaderboard says the row has no signal yet
     cells = at_digits_size([*done("layernorm", 1e-3, [68, 73]), *done("layernorm", 3e-3, [69, 72])])
-    assert {a["lr"] for a in bracket_axes(suite(), cells)} == {3.333e-4}
+    assert {a["lr"] for a in bracket_axes(suite(), cells)} == {3.333e-4, 9e-3}
     frame = pd.DataFrame([{"cell_id": f"{a['lr']}-{a['seed']}", **a, "best_val_top1": r["val_top1"], **r}
                           for a, r in cells])
     selected = select_lr(add_scores(frame), ["layer", "depth"])
     assert selected["signal"].tolist() == [FLAT]
     assert layer_table(selected, ["layer"])["edge"].tolist() == [
         "no signal across lrs (flat within the seeds' spread); edge (lowest lr)"]  # a label beside the edge
+    # a clearly lower mean below gives the row signal; the lr tied with its best above is no lower: one step up
+    lower = [*cells, *at_digits_size(done("layernorm", 3.333e-4, [40, 42]))]
+    assert {a["lr"] for a in bracket_axes(suite(), lower)} == {9e-3}
 
 
 def test_a_seed_stalled_at_a_non_selected_lr_does_not_stop_the_search():
@@ -107,15 +131,6 @@ def test_a_seed_stalled_at_a_non_selected_lr_does_not_stop_the_search():
     lower = [*cells, *at_digits_size(done("layernorm", 3.333e-4, [88, 86]))]  # better again: a step further
     assert {a["lr"] for a in bracket_axes(suite(), lower)} == {1.111e-4}
     assert bracket_axes(suite(bracket_max_steps=1), lower) == []  # the cap
-
-
-def test_edge_reason_names_the_cap_or_bracketing_off():
-    from normbench.contracts.selection import edge_reason
-
-    grid = [1e-3, 3e-3]
-    assert edge_reason([3.3e-4, 1e-3, 3e-3], grid, "low", bracket=True, max_steps=1) == "cap reached"
-    assert edge_reason([3.3e-4, 1e-3, 3e-3], grid, "low", bracket=True, max_steps=2) == ""
-    assert edge_reason([1e-3, 3e-3], grid, "high", bracket=False, max_steps=2) == "bracketing off"
 
 
 def test_a_genuine_bottom_edge_optimum_still_steps_down():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
+import pandas as pd
 from optuna.trial import TrialState
 
 from normbench.cli import main
@@ -43,3 +44,29 @@ def test_queued_report_cells_are_listed_counted_and_timed(write_suite, tmp_path:
     assert "4 cells, 2 finished" in listed
     assert "time left: 2 queued cells, about 2.0 hours of one worker's training" in listed
     assert (out / "ledger.journal").read_bytes() == journal  # a dry run writes nothing
+
+
+def test_before_any_cell_finished_the_time_left_comes_from_the_train_step_measured_here(write_suite, tmp_path,
+                                                                                         capsys):
+    """The README promises the time left here from the first dry run: with no ledger yet, from the cost file
+    `normbench bench SUITE --out OUT` wrote (each cell: its epochs x batches x its layer's step), else it says what
+    it lacks."""
+    path, out = write_suite(name="t"), tmp_path / "out"  # digits: 1077 train images, batch 256: 5 steps an epoch
+    assert main(["run", str(path), "--out", str(out), "--dry-run"]) == 0
+    said = capsys.readouterr().out.splitlines()[-1]
+    assert said.startswith("time left: not known yet") and f"`normbench bench {path} --out {out}`" in said
+    assert not out.exists()
+
+    out.mkdir()
+    steps = {"layernorm": 360_000.0, "layerscale": 720_000.0}  # ms: 6 and 12 minutes a step
+    pd.DataFrame([{"suite": "t", "layer": layer, "depth": 1, "step_ms": ms} for layer, ms in steps.items()]).to_csv(
+        out / "cost-cpu-2.x.csv", index=False)
+    assert main(["run", str(path), "--out", str(out), "--dry-run"]) == 0
+    said = capsys.readouterr().out.splitlines()[-1]
+    # 1 epoch x 5 steps x (6 + 12) minutes = 1.5 hours
+    assert said.startswith("time left: 2 queued cells, about 1.5 hours") and "cost-cpu-2.x.csv" in said
+    pd.DataFrame([{"suite": "t", "layer": "layernorm", "depth": 1, "step_ms": 1.0}]).to_csv(
+        out / "cost-cpu-2.x.csv", index=False)
+    assert main(["run", str(path), "--out", str(out), "--dry-run"]) == 0
+    assert "no train step of layerscale at depth 1" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == ["cost-cpu-2.x.csv"]  # a dry run writes nothing

@@ -15,8 +15,8 @@ from normbench.contracts.names import StudyNames
 from normbench.contracts.suite import parse_suite
 from normbench.store.ledger import Ledger, worker_host
 from normbench.sweep.pace import Pace
-from normbench.sweep.progress import Progress
-from normbench.sweep.run import note_new_cells, open_run
+from normbench.sweep.progress import Progress, note_new_cells
+from normbench.sweep.run import open_run, pace_of
 
 
 def finished(layer: str, seconds: float, *, host: str = "here", depth: int = 6, lr: float = 1e-3, seed: int = 0,
@@ -73,9 +73,9 @@ def test_cells_queued_before_and_after_any_finished_share_one_unit(tmp_path: Pat
                 **trial.user_attrs, "worker_host": worker_host(), "result": {"status": "ok", "seconds": seconds,
                                                                             "epochs_run": 10}}))
     later = Progress(total=0, stream=io.StringIO(), costs={"matrix cell": 60.0})
-    note_new_cells(ledger, later, suite, "bracket:p:1", {
+    note_new_cells(later, suite, "bracket:p:1", {
         "ln": {"depth": 6, "layer": "layernorm", "lr": 1e-2, "seed": 0},
-        "mhc": {"depth": 6, "layer": "mhc", "lr": 1e-2, "seed": 0}})
+        "mhc": {"depth": 6, "layer": "mhc", "lr": 1e-2, "seed": 0}}, pace_of(ledger, suite))
     # the median pace, 3 s per depth-epoch, is the unit: layernorm's 60 s cell is 20 units and mhc's 300 s 100,
     # beside the 60 units (180 s at that pace) a matrix cell was weighed at before any finished
     assert later.costs == pytest.approx({"matrix cell": 60.0, "ln": 20.0, "mhc": 100.0})
@@ -83,5 +83,6 @@ def test_cells_queued_before_and_after_any_finished_share_one_unit(tmp_path: Pat
     assert sorted(resumed.costs.values()) == pytest.approx([20.0, 100.0]) and resumed.unit == 3.0
     # and keeps that unit for what it queues later, whatever the mix of layers finished since
     resumed.unit = 1.5
-    note_new_cells(ledger, resumed, suite, "bracket:p:1", {"ln": {"depth": 6, "layer": "layernorm", "lr": 1e-2}})
+    note_new_cells(resumed, suite, "bracket:p:1", {"ln": {"depth": 6, "layer": "layernorm", "lr": 1e-2}},
+                   pace_of(ledger, suite))
     assert resumed.costs["ln"] == pytest.approx(6.0 / 1.5 * 10)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
+from optuna.trial import FrozenTrial, TrialState
 
 from normbench.cli import main
+from normbench.contracts.selection import chosen_lrs
 from normbench.contracts.suite import load_suite
 from normbench.store.ledger import Ledger
-from normbench.sweep.tune import LABEL, search_seed, seeds
+from normbench.sweep.tune import LABEL, best_trial, search_seed, seeds
 from tests.sweep.test_runner import mlflow_runs
 
 
@@ -80,3 +84,24 @@ def test_tune_exits_1_and_names_the_cells_failed_for_good_like_run(monkeypatch, 
         assert "failed for good" in capsys.readouterr().err
     monkeypatch.setattr(suite_run, "run_suite", lambda *args, **kwargs: WorkSummary(cells_run=3))
     assert main(["tune", "suites/smoke.yaml", "--quiet"]) == 0
+
+
+def search_trial(number: int, lr: float, value: float | None):
+    """A finished search trial (its value None: an objective that never came back, as a frame's missing `select`)."""
+    return FrozenTrial(number=number, trial_id=number, state=TrialState.COMPLETE, value=value, params={"lr": lr},
+                       distributions={}, user_attrs={}, system_attrs={}, intermediate_values={},
+                       datetime_start=None, datetime_complete=None)
+
+
+def test_tunes_winner_is_the_selection_rules_choice_with_a_missing_value_and_a_tie():
+    # lr 3e-3 has no value: the old rule counted it as -1.0 and tied it above nothing, choose_lr never picks it;
+    # 1e-3 and 1e-2 tie at 80: the smaller lr wins
+    trials = [search_trial(0, 3e-3, None), search_trial(1, 1e-2, 80.0), search_trial(2, 1e-3, 80.0),
+              search_trial(3, 3e-2, 10.0)]
+    frame = pd.DataFrame({"layer": "ln", "lr": [t.params["lr"] for t in trials],
+                          "select": [math.nan if t.value is None else t.value for t in trials]})
+    assert best_trial(trials).params["lr"] == chosen_lrs(frame, ["layer"])["lr"].item() == 1e-3
+    only_missing = [search_trial(0, 3e-3, None), search_trial(1, 1e-2, -5.0)]  # a number beats no number
+    assert best_trial(only_missing).number == 1
+    same_lr = [search_trial(0, 1e-3, 50.0), search_trial(1, 1e-3, 70.0), search_trial(2, 1e-3, 70.0)]
+    assert best_trial(same_lr).number == 1  # the lr's best val, ties to the earlier trial

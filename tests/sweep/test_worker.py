@@ -52,7 +52,7 @@ def test_a_cell_taken_over_before_its_first_write_is_stopped_not_crashed(write_s
     ledger = Ledger(None, tmp_path)
     study = open_run_study(ledger, suite)
     ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
-    job = run_jobs(suite, study, ledger)()[0]
+    job = run_jobs(suite, study, ledger).jobs()[0]
     claim = ledger.claim(job.study)
     tracker = _TakenOverAtStart(job.study)
     progress = Progress(total=1, quiet=True)

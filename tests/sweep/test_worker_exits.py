@@ -13,7 +13,8 @@ import optuna
 from optuna.trial import TrialState
 
 from normbench.contracts.suite import load_suite
-from normbench.store.ledger import ATTEMPTS, WORKER_EXIT, Ledger, failed_for_good, worker_host
+from normbench.store.attempts import ATTEMPTS, WORKER_EXIT, failed_for_good, reclaim
+from normbench.store.ledger import Ledger, worker_host
 from normbench.sweep.dry_run import dry_run_report
 from normbench.sweep.worker_exits import WorkerProcess, after_exit, died, exit_words
 
@@ -24,10 +25,11 @@ CELL = "depth=1,layer=layernorm,lr=0.001,seed=0"
 DIES_HOLDING_A_CELL = textwrap.dedent("""
     import os, sys
     from pathlib import Path
+    from normbench.store.attempts import reclaim
     from normbench.store.ledger import Ledger
     ledger = Ledger(None, Path(sys.argv[1]))
     study = ledger.study("run:tiny")
-    ledger.reclaim(study)
+    reclaim(ledger, study)
     if ledger.claim(study) is None:
         sys.exit(0)
     print("CUDA out of memory (pretend)", file=sys.stderr, flush=True)
@@ -53,7 +55,7 @@ def test_a_worker_that_dies_holding_a_cell_is_noted_on_its_attempts_and_replaced
     [first] = study.get_trials(deepcopy=False)[-1].user_attrs[ATTEMPTS]  # noted before it was counted
     assert first["pid"] == proc.pid and first["exit_code"] == 137 and first["node"] == worker_host()
     assert first["stderr"] == "CUDA out of memory (pretend)" and first["verdict"].endswith(exit_words(137))
-    peer.reclaim(study)  # a peer counts the second attempt (the last) before the parent has noted the death
+    reclaim(peer, study)  # a peer counts the second attempt (the last) before the parent has noted the death
     assert after_exit(double, peer, ["run:tiny"]) is None  # no cell left: no replacement
     [record] = failed_for_good(study)
     attempts = record.user_attrs[ATTEMPTS]  # the second death, noted after the record was written: merged
@@ -84,7 +86,7 @@ def test_dry_run_shows_a_cell_failed_for_good(write_suite, tmp_path):
     dead = Ledger(None, out)
     poison = dead.claim(dead.study("run:tiny")).user_attrs["cell_id"]
     dead.close()
-    peer.reclaim(study)
+    reclaim(peer, study)
     report = dry_run_report(suite, out, None)
     assert re.search(rf"^{re.escape(poison)}\s+failed for good \(1 attempts\)$", report, re.MULTILINE), report
     assert "1 failed for good (`normbench run --retry-failed`" in report

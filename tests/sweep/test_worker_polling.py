@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 from normbench.contracts.results import CellResult
 from normbench.contracts.suite import load_suite
 from normbench.errors import NormbenchError
+from normbench.store.attempts import reclaim
 from normbench.store.ledger import Ledger
 from normbench.sweep import worker
 from normbench.sweep.progress import Progress
@@ -73,7 +74,7 @@ def test_a_dead_workers_cell_is_requeued_by_the_ledger_and_its_run_closed_by_the
                   {"suite": suite.name, "study": study.study_name, "trial": str(trial.number)})
     tracker.finish()
     dead.close()  # its OS lock freed, as the kernel frees it when the process is killed
-    [failed] = ledger.reclaim(study)  # what the worker loop does on every turn
+    [failed] = reclaim(ledger, study)  # what the worker loop does on every turn
     assert failed.number == trial.number
     sync(tmp_path)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")

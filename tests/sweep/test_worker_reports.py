@@ -32,7 +32,7 @@ def test_run_cells_report_each_epochs_val_to_their_trial(write_suite, tmp_path, 
     ledger = Ledger(None, tmp_path)
     study = open_run_study(ledger, suite)
     ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
-    job = run_jobs(suite, study, ledger)()[0]
+    job = run_jobs(suite, study, ledger).jobs()[0]
     while (claim := ledger.claim(job.study)) is not None:
         outcome, _ = run_cell(job, claim, ledger=ledger, tracker=_NoTracking(), device="cpu",
                               progress=Progress(total=2, quiet=True), suite_name="iv")

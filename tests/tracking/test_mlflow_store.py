@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from normbench.tracking.mlflow_store import log_batches
+from normbench.store.retry import causes
+from normbench.tracking.mlflow_store import describe_error, log_batches
 
 
 class Recorder:
@@ -35,3 +36,19 @@ def test_tags_alone_make_one_call_and_nothing_makes_none() -> None:
     assert [[t.key for t in c["tags"]] for c in client.calls] == [["ledger_state"]]
     log_batches(client, "run")
     assert len(client.calls) == 1
+
+
+def test_an_error_is_described_by_the_root_of_its_chain_even_a_chain_that_loops() -> None:
+    """store/retry.py `causes` walks the chain for the retry verdicts and for this message alike."""
+    try:
+        try:
+            raise ConnectionRefusedError("[Errno 111] Connection refused\n(more detail)")
+        except ConnectionRefusedError as root:
+            raise RuntimeError("MLflow wrapped it") from root
+    except RuntimeError as wrapped:
+        error = wrapped
+    assert describe_error(error) == "ConnectionRefusedError: [Errno 111] Connection refused"
+    a, b = ValueError("a"), KeyError("b")
+    a.__cause__, b.__cause__ = b, a  # a loop: each error once, then stop
+    assert [type(e) for e in causes(a)] == [ValueError, KeyError]
+    assert describe_error(a) == "KeyError: 'b'"

@@ -28,7 +28,7 @@ from normbench.store.journal import ledger_identity
 from normbench.store.ledger import Ledger
 from normbench.tracking.sync import sync
 from normbench.tracking.tracker import Tracker
-from tests.tracking.ledgers import STEPS_PER_EPOCH, copy_converged, fail_trial, history, write_ledger
+from tests.tracking.ledgers import REPO, STEPS_PER_EPOCH, copy_converged, fail_trial, history, write_ledger
 
 SUITE = "depth-sweep-digits-converged"
 
@@ -73,9 +73,11 @@ def test_every_cell_of_the_converged_folder_is_a_run_with_its_score_and_its_epoc
     for row in csv.itertuples():
         run = runs[row.cell_id]
         assert run.info.status == "FINISHED" and run.data.tags["role"] == row.role
-        assert run.data.metrics["test_top1"] == pytest.approx(row.score, abs=0.006)  # the leaderboard's score
+        # the leaderboard's score, unrounded: a mean in MLflow is the leaderboard's
+        assert run.data.metrics["test_top1"] == pytest.approx(row.score, abs=1e-6)
+        assert run.data.metrics["val_top1_final"] == pytest.approx(row.select, abs=1e-6)
         if row.status == "ok":
-            assert run.data.metrics["test_top1"] == pytest.approx(row.test_top1, abs=0.006)
+            assert run.data.metrics["test_top1"] == pytest.approx(row.test_top1, abs=1e-6)
         curve = client.get_metric_history(run.info.run_id, "val_top1")
         assert len(curve) == row.epochs_run  # a point per epoch
         assert max(m.step for m in curve) == row.epochs_run * row.steps_per_epoch  # at step = optimizer steps
@@ -84,6 +86,24 @@ def test_every_cell_of_the_converged_folder_is_a_run_with_its_score_and_its_epoc
     epochs = {(r.data.tags["role"], r.data.params.get("train.epochs", r.data.params.get("epochs")))
               for r in runs.values()}
     assert epochs == {("select", "40"), ("report", "40"), ("budget", "80")}
+
+
+def test_the_smoke_folder_synced_by_the_cli_keeps_every_score_at_full_precision(tmp_path, capsys):
+    """`normbench sync` of a published folder: each run's test_top1 and val_top1_final are results.csv's, unrounded
+    (a mean computed in MLflow is the leaderboard's); no progress bar when stderr is no terminal."""
+    out = tmp_path / "results" / "smoke"
+    out.mkdir(parents=True)
+    for name in ("ledger.journal", "suite.yaml", "results.csv"):
+        shutil.copy2(REPO / "results" / "smoke" / name, out / name)
+    assert main(["sync", str(out)]) == 0
+    assert "it/s" not in capsys.readouterr().err
+    csv = pd.read_csv(out / "results.csv")
+    runs = cells(out, "smoke")
+    assert sorted(runs) == sorted(csv["cell_id"])
+    for row in csv.itertuples():
+        metrics = runs[row.cell_id].data.metrics
+        assert abs(metrics["test_top1"] - row.test_top1) < 1e-6 and abs(metrics["val_top1_final"] - row.select) < 1e-6
+    assert any(round(v, 2) != v for v in csv["test_top1"])  # the folder has scores that rounding would change
 
 
 def test_a_second_sync_adds_nothing(converged):
@@ -264,7 +284,7 @@ def test_the_readmes_pandas_example_gives_the_leaderboards_scores(converged):
     assert len(board) == len(report) == csv.groupby(["depth", "layer"]).ngroups
     for row in board.to_dict("records"):
         expected = report.loc[(int(row["params.depth"]), row["params.layer"])]
-        assert row["score"] == pytest.approx(expected["score"], abs=0.01)  # each cell's score is kept to 2 decimals
+        assert row["score"] == pytest.approx(expected["score"], abs=1e-6)  # each cell's score kept unrounded
         assert float(row["lr"]) == pytest.approx(expected["lr"]) and row["seeds"] == 4
     assert list(board["score"]) == sorted(board["score"], reverse=True)
 
@@ -295,3 +315,20 @@ def test_a_run_made_twice_by_racing_syncs_is_kept_once(tmp_path):
     assert (summary.replaced, summary.present, summary.added) == (1, 1, 0)
     assert cells(out, "tiny")[ids[0]].info.run_id == complete.info.run_id  # the complete one kept
     assert client.get_run(twin).info.lifecycle_stage == "deleted"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_sync_shows_tqdms_bar_on_a_terminal_only(monkeypatch):
+    from normbench.tracking.sync import progress_bar
+
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert list(progress_bar([1, 2, 3], "smoke")) == [1, 2, 3]
+    assert "MLflow sync smoke:" in terminal.getvalue() and "0/3" in terminal.getvalue()  # then cleared
+    piped = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", piped)
+    assert list(progress_bar([1, 2, 3], "smoke")) == [1, 2, 3] and piped.getvalue() == ""

@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 from normbench.cli import main
 from normbench.contracts.selection import cell_scores
 from normbench.store.ledger import Ledger
-from normbench.tracking.run_record import final_points, one_param_per_axis
+from normbench.tracking.run_record import axes_of, final_points, run_params
 from normbench.tracking.sync import sync
 from normbench.tracking.ui import KIND, KIND_TAG, suite_axes, ui_url
 from normbench.tracking.view_state import SHARE_KEY, SHARE_TAG, view_state
@@ -29,7 +29,7 @@ from tests.tracking.ledgers import fail_trial, history, result, write_ledger
 def test_view_state_shows_the_axes_and_the_score_sorted_best_first() -> None:
     state = view_state(["depth", "layer", "lr", "seed"])
     assert state["orderByKey"] == "metrics.`test_top1`" and state["orderByAsc"] is False
-    assert state["selectedColumns"][1:5] == ["params.`depth`", "params.`layer`", "params.`lr`", "params.`seed`"]
+    assert state["selectedColumns"][1:4] == ["params.`depth`", "params.`layer`", "params.`lr`"]  # no averaged seed
     assert "metrics.`test_top1`" in state["selectedColumns"] and "metrics.`val_top1_final`" in state["selectedColumns"]
 
 
@@ -49,21 +49,27 @@ def test_axes_follow_the_suite_order_and_include_tuned_keys(tmp_path: Path) -> N
     assert suite_axes(tmp_path / "nowhere", params) == ["depth", "layer", "seed"]
 
 
-def test_one_param_per_axis() -> None:
-    params = {"layer": "rezero", "lr": 0.001, "model.layer": "rezero", "train.lr": 0.001, "model.depth": 2,
-              "data.name": "digits", "data.train_size": 1077}
-    assert one_param_per_axis(params) == {"layer": "rezero", "lr": "0.001", "model.depth": "2", "data.name": "digits",
-                                          "data.train_size": "1077"}
+def test_run_params_show_each_axis_once_and_name_the_axes_without_guessing() -> None:
+    from normbench.contracts.suite import parse_suite
+
+    suite = parse_suite({"name": "p", "dataset": {"name": "digits"},
+                         "matrix": {"depth": [2], "layer": ["rezero"], "lr": [1e-3], "seed": [0]}}, Path("p.yaml"))
+    [cell] = suite.cells()
+    params = run_params(cell.axes, cell.config, {"train_size": 1077}, role="select")
+    assert params["layer"] == "rezero" and params["lr"] == "0.001" and params["data.train_size"] == "1077"
+    assert not {"model.layer", "train.lr", "model.depth"} & set(params)  # an axis shows once, bare
+    assert "model.embed_dim" in params and params["data.name"] == "digits" and params["role"] == "select"
+    assert axes_of(params) == {k: str(v) for k, v in cell.axes.items()}  # every axis, and the role is none
 
 
 def test_the_score_columns_are_the_leaderboards() -> None:
     """As contracts/selection.py add_scores: test top-1 scores, val top-1 selects, a diverged cell is 0 for both."""
     ok = {"status": "ok", "val_top1": 81.234, "test_top1": 79.876, "best_val_top1": 90.0}
-    assert cell_scores(ok) == {"score": 79.88, "select": 81.23}
+    assert cell_scores(ok) == {"score": 79.876, "select": 81.234}  # unrounded: a mean in MLflow is the leaderboard's
     assert cell_scores({**ok, "status": "diverged"}) == {"score": 0.0, "select": 0.0}
     assert cell_scores({**ok, "status": "pruned", "test_top1": float("nan")}) == {}
     logged = {k: v for k, v, _, step in final_points(ok, 0)}  # MLflow's names say what they are
-    assert (logged["test_top1"], logged["val_top1_final"], logged["diverged"]) == (79.88, 81.23, 0.0)
+    assert (logged["test_top1"], logged["val_top1_final"], logged["diverged"]) == (79.876, 81.234, 0.0)
     logged = {k: v for k, v, _, step in final_points({**ok, "status": "diverged"}, 0)}
     assert (logged["test_top1"], logged["val_top1_final"], logged["diverged"]) == (0.0, 0.0, 1.0)
 
@@ -113,7 +119,7 @@ def test_the_served_api_has_the_view_the_nesting_and_the_columns(write_suite, tm
     tags = {t["key"]: t["value"] for t in body["experiment"]["tags"]}
     assert tags[KIND_TAG] == KIND
     view = json.loads(tags[SHARE_TAG])
-    assert view["selectedColumns"][1:5] == ["params.`depth`", "params.`layer`", "params.`lr`", "params.`seed`"]
+    assert view["selectedColumns"][1:4] == ["params.`depth`", "params.`layer`", "params.`lr`"]
 
     runs = body["runs"]
     parent = next(r for r in runs if r["info"]["run_name"] == "leaderboard")
@@ -160,3 +166,28 @@ def test_a_new_store_starts_without_mlflow_info_lines(tmp_path: Path) -> None:
     started = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert (tmp_path / "mlflow.db").exists()
     assert "Creating initial MLflow database tables" not in started.stderr and " INFO " not in started.stderr
+
+
+def test_a_folder_of_several_depths_opens_on_the_deepest_each_other_depth_one_link_away(tmp_path: Path) -> None:
+    from normbench.tracking.ui import depth_urls, prepare_experiment
+    from normbench.tracking.view_state import SHARE_TAG, share_key
+
+    write_ledger(tmp_path, layers=("layernorm", "layerscale"))  # depth 1
+    axes = {"depth": 12, "layer": "layerscale", "lr": 1e-3, "seed": 0}
+    Ledger(None, tmp_path).study("run:tiny").add_trial(optuna.trial.create_trial(
+        state=TrialState.COMPLETE, value=40.0, user_attrs={"cell_id": "depth=12,layer=layerscale,lr=0.001,seed=0",
+                                                            "axes": axes, "result": result(3), "history": history(3)}))
+    sync(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment_id, colours, depths = prepare_experiment(uri, tmp_path)
+    assert depths == ["12", "1"]  # numerically, deepest first
+    assert colours["param.depth.12,param.layer.layerscale"] == colours["param.depth.1,param.layer.layerscale"]
+    client = MlflowClient(uri)
+    tags = client.get_experiment(experiment_id).tags
+    for depth, tag in (("12", SHARE_TAG), ("1", f"mlflow.sharedViewState.{share_key('1', '12')}")):
+        view = json.loads(tags[tag])
+        shown = client.search_runs([experiment_id], filter_string=view["searchFilter"])  # MLflow applies the filter
+        assert {r.data.params["depth"] for r in shown} == {depth}
+        assert set(view["groupsExpanded"]) == {g for g in colours if g.startswith(f"param.depth.{depth},")}
+    assert depth_urls("127.0.0.1", 5000, experiment_id, depths) == [
+        f"  depth 1: {ui_url('127.0.0.1', 5000, experiment_id, key=share_key('1', '12'))}"]

@@ -25,9 +25,8 @@ from mlflow.environment_variables import (
 from mlflow.server.constants import ARTIFACT_ROOT_ENV_VAR, BACKEND_STORE_URI_ENV_VAR
 
 from normbench.errors import NormbenchError
-from normbench.report.style import layer_colour
 from normbench.tracking import ui
-from normbench.tracking.view_state import SHARE_TAG
+from normbench.tracking.view_state import SHARE_TAG, VIEW_COLOURS
 from tests.tracking.ledgers import write_ledger
 
 STARTUP_BOUND_S = 180  # generous: a loaded CI machine; on 2 idle cores it is ~4 s (README, `normbench ui`)
@@ -52,7 +51,7 @@ def test_the_server_is_one_uvicorn_process_serving_mlflows_app_without_its_job_r
 def test_a_server_that_dies_is_reported_with_its_log(tmp_path: Path, monkeypatch) -> None:
     dying = [sys.executable, "-c", "import sys; print('no such store: boom'); sys.exit(3)"]
     monkeypatch.setattr(ui, "server_command", lambda *a: (dying, {}))
-    monkeypatch.setattr(ui, "prepare_experiment", lambda uri, out: ("1", {}))
+    monkeypatch.setattr(ui, "prepare_experiment", lambda uri, out: ("1", {}, []))
     with pytest.raises(NormbenchError) as error:
         ui.run_ui("sqlite:///x.db", tmp_path, "127.0.0.1", 1, open_browser=False)
     message = str(error.value)
@@ -121,9 +120,13 @@ def test_normbench_ui_answers_with_one_server_process_and_keeps_mlflow_out_of_st
             html = page.read()
         assert b"<html" in html.lower()  # the UI itself, not only the API
         colours = html.split(b"Object.assign(c,", 1)[1].split(b")", 1)[0]  # the groups' colours, ahead of MLflow's
-        assert json.loads(colours) == {"param.depth.1,param.layer.layernorm": layer_colour("layernorm"),
-                                       "param.depth.1,param.layer.layerscale": layer_colour("layerscale")}
+        assert json.loads(colours) == {"param.depth.1,param.layer.layernorm": VIEW_COLOURS[0],  # the suite's order
+                                       "param.depth.1,param.layer.layerscale": VIEW_COLOURS[1]}
         assert html.index(b"experimentRunColors") < html.index(b"static/js/main.")  # before MLflow's bundle runs
+        # the table rounds where it prints, and a chart's legend lists every row (scripts/ui-screenshots.sh shows both)
+        from normbench.tracking.ui_app import LEGEND_STYLE, ROUND_SCRIPT  # MLflow's server app: imported here only
+
+        assert ROUND_SCRIPT.encode() in html and LEGEND_STYLE.encode() in html
     finally:
         proc.send_signal(signal.SIGINT)
         try:

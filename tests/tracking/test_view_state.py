@@ -1,6 +1,6 @@
 """The shared view `normbench ui` stores: every key one the installed MLflow UI applies, runs grouped by depth and
-layer (a collapsed row each, in the layer's colour of the leaderboard's figures) and all shown, the report cells
-when there are, the axes right after the pinned columns, Model metrics first in the charts (val_top1, train_loss)."""
+layer (a collapsed row each, in colours told apart) and all shown, one depth a view, the report cells when there are,
+the axes right after the pinned columns, Model metrics first in the charts (val_top1, train_loss)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,20 @@ from functools import cache
 from pathlib import Path
 
 import mlflow
+import numpy as np
 
-from normbench.report.style import layer_colour
+from normbench.report.style import CANONICAL, layer_colour
 from normbench.tracking.run_record import telemetry_metric
-from normbench.tracking.view_state import CREATED, REPORT_FILTER, RUN_NAME, group_colours, view_state
+from normbench.tracking.view_state import (
+    CREATED,
+    REPORT_FILTER,
+    RUN_NAME,
+    SHARE_KEY,
+    VIEW_COLOURS,
+    group_colours,
+    share_key,
+    view_state,
+)
 from normbench.train.telemetry import QUANTITIES
 
 AXES = ["depth", "layer", "lr", "seed"]
@@ -66,13 +76,45 @@ def test_runs_are_grouped_by_depth_and_layer_a_collapsed_row_each_and_all_shown(
     assert '.map(p).join(",")' in bundle()
 
 
-def test_each_group_has_its_layers_colour_from_the_leaderboards_figures() -> None:
+def test_each_group_has_its_layers_view_colour_the_same_at_every_depth_in_the_suites_order() -> None:
     runs = [{"depth": "12", "layer": "rezero", "lr": "0.01"}, {"depth": "36", "layer": "rezero"},
-            {"depth": "12", "layer": "layerscale"}, {}]  # the last: the `leaderboard` parent, no group
-    assert group_colours(runs, AXES) == {"param.depth.12,param.layer.rezero": layer_colour("rezero"),
-                                         "param.depth.36,param.layer.rezero": layer_colour("rezero"),
-                                         "param.depth.12,param.layer.layerscale": layer_colour("layerscale")}
+            {"depth": "12", "layer": "layerscale"}, {"depth": "12", "layer": "plugin"}, {}]  # {}: the parent run
+    assert group_colours(runs, AXES, ["layerscale", "rezero", "absent"]) == {
+        "param.depth.12,param.layer.rezero": VIEW_COLOURS[1], "param.depth.36,param.layer.rezero": VIEW_COLOURS[1],
+        "param.depth.12,param.layer.layerscale": VIEW_COLOURS[0], "param.depth.12,param.layer.plugin": VIEW_COLOURS[2]}
+    assert group_colours(runs, ["lr", "seed"]) == {}  # no layer: MLflow's own colours
     assert '"experimentRunColors"' in bundle()  # where MLflow's UI keeps group colours (tracking/ui_app.py)
+
+
+def cie76(colours: list[str]) -> np.ndarray:
+    """Pairwise CIE76 deltaE of sRGB hex colours (D65 white), the diagonal infinite."""
+    rgb = np.array([[int(c[i:i + 2], 16) / 255 for i in (1, 3, 5)] for c in colours])
+    linear = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    xyz = linear @ np.array([[0.4124564, 0.3575761, 0.1804375], [0.2126729, 0.7151522, 0.0721750],
+                             [0.0193339, 0.1191920, 0.9503041]]).T / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    lab = np.stack([116 * f[:, 1] - 16, 500 * (f[:, 0] - f[:, 1]), 200 * (f[:, 1] - f[:, 2])], axis=1)
+    distance = np.sqrt(((lab[:, None] - lab[None]) ** 2).sum(-1))
+    np.fill_diagonal(distance, np.inf)
+    return distance
+
+
+def test_24_rows_get_colours_a_reader_tells_apart() -> None:
+    """CIE76 deltaE: ~2.3 is just noticeable, 10+ reads as another colour at a glance; the view keeps 20+ for 24 rows
+    (the leaderboard figures' palette has pairs under 5, told apart there by marker)."""
+    layers = [f"layer{i:02d}" for i in range(24)]
+    colours = group_colours(({"depth": "36", "layer": layer} for layer in layers), AXES, layers)
+    assert len(set(colours.values())) == 24
+    assert cie76(list(colours.values())).min() > 20
+    assert cie76([layer_colour(name) for name in CANONICAL[:24]]).min() < 10  # why the view has its own
+
+
+def test_one_depth_a_view_the_deepest_under_the_key_the_ui_opens() -> None:
+    state = view_state(AXES, METRICS, reports=True, depth="36")
+    assert state["searchFilter"] == f"{REPORT_FILTER} and params.depth = '36'"
+    assert view_state(AXES, METRICS, depth="6")["searchFilter"] == "params.depth = '6'"
+    assert share_key("36", "36") == SHARE_KEY and share_key("6", "36") == f"{SHARE_KEY}-depth-6"
+    assert share_key() == SHARE_KEY
 
 
 def test_a_suite_with_report_cells_shows_them_the_runs_the_leaderboard_scores() -> None:
@@ -82,8 +124,8 @@ def test_a_suite_with_report_cells_shows_them_the_runs_the_leaderboard_scores() 
 
 def test_the_axes_come_right_after_the_pinned_name_and_created_columns_best_score_first() -> None:
     state = view_state(AXES, METRICS)
-    params = ["params.`depth`", "params.`layer`", "params.`lr`", "params.`seed`"]
-    assert state["columnOrder"][:6] == [RUN_NAME, CREATED, *params]
+    params = ["params.`depth`", "params.`layer`", "params.`lr`"]  # seed: no column, a group would average it
+    assert state["columnOrder"][:5] == [RUN_NAME, CREATED, *params]
     assert state["columnOrder"][-1] == "duration"
     assert state["selectedColumns"] == [RUN_NAME, *params, "metrics.`test_top1`", "metrics.`val_top1_final`",
                                         "metrics.`diverged`"]

@@ -12,6 +12,7 @@ import time
 import pytest
 from optuna.trial import TrialState
 
+from normbench.store.attempts import reclaim
 from normbench.store.ledger import Ledger
 from tests.conftest import REPO
 
@@ -87,7 +88,7 @@ def test_a_claimed_trial_goes_stale_even_if_its_worker_dies_before_training(fres
     time.sleep(2.5)
     monkeypatch.setenv("NORMBENCH_HOST", "node-b")  # another machine, which cannot see node-a's pids
     other = Ledger(fresh_postgres_url, tmp_path)
-    lost = other.reclaim(other.study("run:early"))
+    lost = reclaim(other, other.study("run:early"))
     assert [t.number for t in lost] == [claimed.number]
     states = [t.state for t in study.get_trials(deepcopy=False)]
     assert states == [TrialState.FAIL, TrialState.WAITING]  # failed, and the cell queued again

@@ -10,7 +10,8 @@ import pytest
 from optuna.trial import TrialState
 
 from normbench.errors import NormbenchError
-from normbench.store.ledger import ATTEMPTS, FAILED_FOR_GOOD, RETRY_ROUND, Ledger, failed_for_good
+from normbench.store.attempts import ATTEMPTS, RETRY_ROUND, failed_for_good, reclaim, retry_failed
+from normbench.store.ledger import FAILED_FOR_GOOD, Ledger
 
 AXES = {"depth": 1, "layer": "layernorm", "lr": 1e-3, "seed": 0}
 CELL = "depth=1,layer=layernorm,lr=0.001,seed=0"
@@ -34,11 +35,11 @@ def test_a_cell_that_kills_every_worker_is_failed_for_good_after_max_attempts(tm
     study = peer.study("run:poison")
     peer.enqueue(study, {CELL: AXES})
     first = die_holding_a_claim(tmp_path, "run:poison")
-    assert [t.number for t in peer.reclaim(study)] == [first]
+    assert [t.number for t in reclaim(peer, study)] == [first]
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     assert len(waiting) == 1 and len(waiting[0].user_attrs[ATTEMPTS]) == 1  # counted, and queued again
     second = die_holding_a_claim(tmp_path, "run:poison")
-    peer.reclaim(study)
+    reclaim(peer, study)
     assert states(study) == [TrialState.FAIL] * 3  # two lost attempts and the record that ends the round
     [record] = failed_for_good(study)
     assert record.user_attrs[FAILED_FOR_GOOD] and record.user_attrs["cell_id"] == CELL
@@ -55,10 +56,10 @@ def test_a_peer_with_a_stale_view_of_the_same_dead_claim_does_not_count_it_again
     a.enqueue(study_a, {CELL: AXES})
     die_holding_a_claim(tmp_path, "run:race")
     seen = study_b.get_trials(deepcopy=True)  # b looked before a reclaimed: both saw the claim RUNNING
-    a.reclaim(study_a)
+    reclaim(a, study_a)
     monkeypatch.setattr(study_b, "get_trials", lambda deepcopy=False, states=None: [
         t for t in seen if states is None or t.state in states])
-    assert b.reclaim(study_b) == []  # its FAIL does not land: a counted the attempt
+    assert reclaim(b, study_b) == []  # its FAIL does not land: a counted the attempt
     waiting = study_a.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     assert len(waiting) == 1 and len(waiting[0].user_attrs[ATTEMPTS]) == 1
 
@@ -68,13 +69,13 @@ def test_retry_failed_gives_another_round_and_keeps_the_earlier_one(tmp_path):
     study = peer.study("run:again")
     peer.enqueue(study, {CELL: AXES})
     die_holding_a_claim(tmp_path, "run:again")
-    peer.reclaim(study)
-    assert peer.retry_failed(study) == [CELL]
-    assert failed_for_good(study) == [] and peer.retry_failed(study) == []  # queued once
+    reclaim(peer, study)
+    assert retry_failed(peer, study) == [CELL]
+    assert failed_for_good(study) == [] and retry_failed(peer, study) == []  # queued once
     [waiting] = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     assert waiting.user_attrs[RETRY_ROUND] == 1 and ATTEMPTS not in waiting.user_attrs
     die_holding_a_claim(tmp_path, "run:again")
-    peer.reclaim(study)
+    reclaim(peer, study)
     [record] = failed_for_good(study)
     assert record.user_attrs[RETRY_ROUND] == 1 and len(record.user_attrs[ATTEMPTS]) == 1
     assert len([t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(FAILED_FOR_GOOD)]) == 2
@@ -107,7 +108,7 @@ def test_a_database_ledger_counts_heartbeat_verdicts(fresh_postgres_url, tmp_pat
     time.sleep(4.5)
     monkeypatch.setenv("NORMBENCH_HOST", "node-b")
     peer = Ledger(fresh_postgres_url, tmp_path, heartbeat_interval=1, grace_period=4, max_attempts=1)
-    assert len(peer.reclaim(peer.study("run:stale"))) == 1
+    assert len(reclaim(peer, peer.study("run:stale"))) == 1
     [record] = failed_for_good(peer.study("run:stale"))
     [attempt] = record.user_attrs[ATTEMPTS]
     assert attempt["host"] == "node-a" and "no heartbeat for over 4 s" in attempt["verdict"]

@@ -1,0 +1,155 @@
+"""The verdicts on attempts: which claim lost its worker, how the loss is counted, when a cell is failed for good.
+
+A dead worker (its OS lock free on a journal, its heartbeat silent past the grace on a database) has its trial failed
+and re-queued (store/ledger.py `requeue`), up to NORMBENCH_MAX_ATTEMPTS (default 3) lost attempts in a row, then
+failed for good, so a cell that kills every worker (OOM, segfault) cannot walk the fleet; `normbench run
+--retry-failed` gives it another round. A local worker's parent notes how it died (`note_worker_exit`), and each
+attempt's record carries that death once someone counts it.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import os
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from normbench.contracts.names import OutputFolder
+from normbench.store.journal import lock_lost
+from normbench.store.ledger import FAILED_FOR_GOOD, Ledger, ended_cells, worker_host
+from normbench.store.locks import holder_dead
+
+ATTEMPTS = "attempts"  # user attr: this round's attempts that lost their worker (who, where, why), oldest first
+WORKER_EXIT = "worker_exit:"  # study user attr `worker_exit:<host>:<pid>`: how a local worker died, as its parent saw
+RETRY_ROUND = "retry_round"  # user attr: how many times `--retry-failed` gave the cell another round
+
+
+def reclaim(ledger: Ledger, study: optuna.Study) -> list[FrozenTrial]:
+    """Fail and re-queue dead workers' trials (for good after `max_attempts`); returns them (to close their MLflow
+    runs). Each worker-loop turn starts here: a run whose journal lock was taken over stops: LedgerLockLostError."""
+    if (lost := lock_lost(ledger.storage)) is not None:
+        raise lost
+    failed: list[FrozenTrial] = []
+    running = ledger.trials(study, (TrialState.RUNNING,))
+    for t in running:
+        lock = t.user_attrs.get("worker_lock")  # journal claims only: a database's tell by their heartbeat
+        dead = lock is not None and not ledger.heartbeats and holder_dead(
+            Path(ledger.url).parent / OutputFolder.LOCKS / lock)
+        if dead or _never_owned(t, ledger.grace_period):
+            if ledger.fail_trial(ledger.call(ledger.ids.of, study, t.number)):  # only the FAIL that lands counts
+                verdict = (f"its worker process ended mid-cell (OS lock {lock} found free): killed (OOM killer, "
+                           "SIGKILL, a watchdog), crashed (segfault) or exited") if dead else (
+                    "claimed, but its worker never signed it (killed between claiming and starting the cell)")
+                _count_lost_attempt(ledger, study, t, verdict)
+                failed.append(t)
+    if ledger.heartbeats and not _beats_may_be_missing(ledger):
+        failed += _fail_stale(ledger, study, running)
+    return failed
+
+
+def _fail_stale(ledger: Ledger, study: optuna.Study, running: list[FrozenTrial]) -> list[FrozenTrial]:
+    """Fail and count RUNNING trials whose heartbeat stopped (those whose FAIL of ours landed; after a retry, one gone
+    RUNNING -> FAIL with no error, re-queued by nobody, is one whose answer was lost)."""
+    assert ledger.outage is not None
+    errors = ledger.outage.errors
+    stale = ledger.fail_stale(study)
+    if ledger.outage.errors != errors:
+        now = {t.number: t for t in ledger.trials(study)}
+        requeued = {n for t in now.values() for n in t.system_attrs.get("retry_history", [])}
+        stale += [now[t.number] for t in running if t.number not in requeued | {s.number for s in stale}
+                  and now[t.number].state == TrialState.FAIL and "error" not in now[t.number].user_attrs]
+    for t in stale:
+        _count_lost_attempt(ledger, study, t, f"no heartbeat for over {ledger.grace_period} s: its worker died "
+                            "(killed, crashed), hung, or lost the network")
+    return stale
+
+
+def _beats_may_be_missing(ledger: Ledger) -> bool:
+    """Beats missed while the ledger was down say nothing of their worker: judge no peer stale for one grace after an
+    outage that could age a live peer's last beat past the grace (its length as measured here, plus up to two beat
+    intervals: one before this process noticed it, one before the peer's next beat landed)."""
+    outage = ledger.outage
+    assert outage is not None
+    return (outage.back_within(ledger.grace_period)
+            and outage.down_for + 2 * ledger.heartbeat_interval >= ledger.grace_period)
+
+
+def _count_lost_attempt(ledger: Ledger, study: optuna.Study, lost: FrozenTrial, verdict: str) -> None:
+    """Record a lost attempt on the cell's next trial: a WAITING copy or, after `max_attempts` in a row, a FAIL record
+    never queued again. An unsigned claim is re-queued uncounted: its cell never ran, so killed nothing."""
+    if "worker_pid" not in lost.user_attrs:
+        ledger.requeue(study, lost)
+        return
+    exits = ledger.call(worker_exits, study)
+    attempts = [*lost.user_attrs.get(ATTEMPTS, []), attempt_record(lost, verdict, exits)]
+    if len(attempts) < ledger.max_attempts:
+        ledger.requeue(study, lost, {ATTEMPTS: attempts})
+    else:
+        ledger.requeue(study, lost, {ATTEMPTS: attempts, FAILED_FOR_GOOD: True}, state=TrialState.FAIL)
+
+
+def retry_failed(ledger: Ledger, study: optuna.Study) -> list[str]:
+    """Give the cells failed for good another round (`normbench run --retry-failed`); returns their ids. Earlier rounds
+    stay in the ledger. Retried whole through an outage: a try skips what an earlier one queued."""
+    def retry() -> list[str]:
+        retried = []
+        for record in ended_cells(study):
+            ledger.requeue(study, record, {RETRY_ROUND: record.user_attrs.get(RETRY_ROUND, 0) + 1},
+                           drop=(ATTEMPTS, FAILED_FOR_GOOD))
+            retried.append(record.user_attrs.get("cell_id", f"trial {record.number}"))
+        return retried
+
+    return ledger.call(retry)
+
+
+def attempt_record(lost: FrozenTrial, verdict: str, exits: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """An attempt's record (trial, host, pid, verdict, start, noticer, MLflow run) and its death if noted (`exits`)."""
+    started = lost.datetime_start.isoformat(timespec="seconds") if lost.datetime_start else None
+    record = {"trial": lost.number, "host": lost.user_attrs.get("worker_host"),
+              "pid": lost.user_attrs.get("worker_pid"), "verdict": verdict, "started": started,
+              "noticed_by": f"{worker_host()} pid {os.getpid()}", "mlflow_run_id": lost.user_attrs.get("mlflow_run_id")}
+    return with_exit(record, exits or {})
+
+
+def note_worker_exit(study: optuna.Study, host: str, pid: int, seen: dict[str, Any]) -> None:
+    """Keep how a local worker died (`seen`) on the study: a peer may count its attempts before its parent looks."""
+    study.set_user_attr(f"{WORKER_EXIT}{host}:{pid}", seen)
+
+
+def worker_exits(study: optuna.Study) -> dict[str, dict[str, Any]]:
+    """`{"host:pid": how it died}` of the local workers whose parent noted their death (`note_worker_exit`)."""
+    return {k[len(WORKER_EXIT):]: v for k, v in study.user_attrs.items() if k.startswith(WORKER_EXIT)}
+
+
+def with_exit(attempt: dict[str, Any], exits: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The attempt plus its worker's noted death (exit, exit_code, stderr, node), once; verdict ends with the exit."""
+    seen = exits.get(f"{attempt.get('host')}:{attempt.get('pid')}")
+    if not seen or "exit" in attempt:
+        return attempt
+    return {**attempt, **seen, "verdict": f"{attempt.get('verdict', '?')}; {seen.get('exit', '?')}"}
+
+
+def failed_for_good(study: optuna.Study) -> list[FrozenTrial]:
+    """The FAIL records of the cells failed for good (store/ledger.py `ended_cells`), their attempts with their
+    worker's death if noted after the record was written (on copies: the study's cached trials stay as they are)."""
+    records = ended_cells(study)
+    exits = worker_exits(study) if records else {}
+    if not exits:
+        return records
+    merged = []
+    for t in records:
+        t = copy.copy(t)
+        t.user_attrs = {**t.user_attrs, ATTEMPTS: [with_exit(a, exits) for a in t.user_attrs.get(ATTEMPTS, [])]}
+        merged.append(t)
+    return merged
+
+
+def _never_owned(trial: FrozenTrial, grace_seconds: float) -> bool:
+    """A RUNNING trial unsigned for over `grace_seconds` (NORMBENCH_HEARTBEAT_GRACE): its worker died before signing."""
+    if "worker_pid" in trial.user_attrs or trial.datetime_start is None:
+        return False
+    return (datetime.datetime.now() - trial.datetime_start).total_seconds() > grace_seconds

@@ -44,7 +44,8 @@ SERIAL = (
     "tests/train/test_distributed.py::test_three_workers_run_every_cell_exactly_once",
     "tests/train/test_distributed.py::test_worker_killed_mid_cell_has_its_cell_finished_by_another",
     "tests/store/test_ledger_heartbeat_outage.py",
-    "tests/store/test_ledger_attempts.py::test_a_database_ledger_counts_heartbeat_verdicts",
+    "tests/store/test_attempts.py::test_a_database_ledger_counts_heartbeat_verdicts",
+    "tests/train/test_distributed.py::test_a_claimed_trial_goes_stale_even_if_its_worker_dies_before_training",
     "tests/sweep/test_runner.py::test_two_local_workers_run_every_cell_exactly_once",
     "tests/faults/test_clock_skew.py",  # heartbeats against a 6 s grace, on skewed clocks
     "tests/faults/test_repeated_kills.py",  # kills at random moments; a 3 s journal lock grace

@@ -28,6 +28,15 @@ def _suite_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-dir", type=Path, help="where cells keep their checkpoints (and kept weights): a "
                    "filesystem every worker shares, so a cell preempted on one machine resumes on another (default: "
                    "OUT/checkpoints; docs/faults.md)")
+    p.add_argument("--fuse", type=_fuse_size, default="auto", metavar="K|auto", help="train up to K cells of a row "
+                   "that differ only in lr and seed as one fused model (each keeps its own trial, run and result; "
+                   "docs/speed.md); auto (default): 16 on CUDA, 1 (unfused) on a CPU")
+
+
+def _fuse_size(text: str) -> int | str:
+    if text == "auto" or (text.isdigit() and int(text) >= 1):
+        return text if text == "auto" else int(text)
+    raise argparse.ArgumentTypeError(f"{text!r}: give a group size of at least 1, or auto")
 
 
 def _mlflow_args(p: argparse.ArgumentParser) -> None:
@@ -103,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=None, help="images per step (default: 256 GPU, 64 CPU)")
     p.add_argument("--device", default="auto")
     p.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
+    p.add_argument("--fuse", type=int, nargs="+", metavar="K", help="with a suite: cells per hour trained as fused "
+                   "groups of K (e.g. 1 4 16 64) against one by one, written as fuse-<device>-<torch>.csv/.md")
     p.add_argument("--out", type=Path, default=None, help="folder for bench-<device>-<torch>.csv/.md (default: "
                    "runs/, not committed; --out results publishes, as scripts/bench.sh does); with a suite, for "
                    "cost-<device>-<torch>.csv/.md (default: runs/<suite name>, where `normbench run` writes)")
@@ -223,7 +234,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"normbench: retrying {len(retried)} cell(s) failed for good" if retried else
                   "normbench: no cell has failed for good; --retry-failed has nothing to add", file=sys.stderr)
     summary = run_suite(suite, out, mode="run", storage=args.storage, device=args.device, workers=args.workers,
-                        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir)
+                        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, fuse=args.fuse)
     if summary.failed_for_good:  # the run ends without them (it would loop on them otherwise): say so, always
         print(f"normbench: {summary.failed_line()}", file=sys.stderr)
     return 1 if summary.errors or summary.failed_for_good else 0
@@ -234,7 +245,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from normbench.sweep.suite_run import run_suite
 
     summary = run_suite(suite, out, mode="tune", storage=args.storage, device=args.device, workers=args.workers,
-                        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir)
+                        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, fuse=args.fuse)
     if summary.failed_for_good:  # as `run`: the search ends without them, and says so
         print(f"normbench: {summary.failed_line()}", file=sys.stderr)
     return 1 if summary.errors or summary.failed_for_good else 0
@@ -248,7 +259,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     dist = from_env()  # launched by torchrun: one cell over all of this node's processes
     try:
         summary = join_suite(suite, out, mode=args.mode, storage=args.storage, device=args.device,
-                             quiet=args.quiet, dist=dist, checkpoint_dir=args.checkpoint_dir)
+                             quiet=args.quiet, dist=dist, checkpoint_dir=args.checkpoint_dir, fuse=args.fuse)
     finally:
         shutdown(dist)
     if summary.failed_for_good and not args.quiet:  # quiet: the workers of `run --workers`, whose parent says it
@@ -352,8 +363,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise NormbenchError("bench SUITE: the batch, compile and width are the suite's; set them in the suite "
                                  "file, not with --batch-size, --compile or --dim")
         suite = load_suite(args.suite)
-        suite_cost(suite, args.out or OutputFolder.default_path(suite.name), depths=args.depth, layers=args.layers,
-                   device=args.device, repeats=args.repeats or 5)
+        out = args.out or OutputFolder.default_path(suite.name)
+        if args.fuse:
+            from normbench.diagnostics.fuse_bench import fuse_bench
+
+            if min(args.fuse) < 1:
+                raise NormbenchError(f"bench --fuse {' '.join(map(str, args.fuse))}: group sizes are 1 or more")
+            print(fuse_bench(suite, out, sorted(set(args.fuse)), depths=args.depth, layers=args.layers,
+                             device=args.device, repeats=args.repeats or 3))
+            return 0
+        suite_cost(suite, out, depths=args.depth, layers=args.layers, device=args.device, repeats=args.repeats or 5)
         return 0
     from normbench.diagnostics.bench import run_bench
 

@@ -15,6 +15,9 @@
 #      the modern sweep's digits cells cut to 8 epochs (fp32 eager, as the sweep trains them)
 #   8. cost: every layer of the modern sweep, one train step at its own shape (digits, depth 36, batch 64, fp32
 #      eager) against layernorm (`normbench bench SUITE`), beside the sweep's ledger, for its leaderboard
+#   9. fuse: a fused group equals its cells trained alone on CUDA (tests/train/test_fused.py -k cuda), then cells per
+#      hour fused in groups of 1/4/16/64 against one by one on the modern sweep's cells (layernorm, ngpt, hc: `normbench
+#      bench SUITE --fuse`) into results/fuse/; docs/speed.md compares it with 14 workers' 7 cells a minute
 # The limits come from the first contact (H200, torch 2.11, 2026-11-26: a compiled depth-36 cell took 93 s) and add
 # up to about 18 minutes, more than one 10-minute command or one 15-minute lease: STAGES picks some, e.g.
 #   STAGES="tests suite bench" bash scripts/gpu-first-contact.sh, then STAGES="families attention checkpoint workers cost",
@@ -72,6 +75,9 @@ stage workers 240 "$python" scripts/workers_per_device.py suites/gpu-workers.yam
 modern=results/depth-sweep-digits-modern
 [[ -d "$modern" ]] || modern=results/in-progress/depth-sweep-digits-modern
 stage cost 60 "$python" -m normbench bench suites/depth-sweep-digits-modern.yaml --device cuda --out "$modern"
+stage fuse 240 bash -c "\"$python\" -m pytest -q -rs -k cuda tests/train/test_fused.py && \"$python\" -m normbench \
+    bench suites/depth-sweep-digits-modern.yaml --fuse 1 4 16 64 --layers layernorm ngpt hc --repeats 2 --device cuda \
+    --out results/fuse"
 
 if ((${#failed[@]})); then
     echo "gpu-first-contact.sh: failed or cut short: ${failed[*]}; figures so far are in results/, log in $log"

@@ -4,6 +4,8 @@
 # cell in progress goes back to the queue), and the ledger and suite are packed into $OUT to be copied back over
 # the folder here, where the sweep resumes (`normbench run SUITE --out FOLDER`).
 #   bash scripts/gpu-sweep.sh suites/depth-sweep-digits-modern.yaml results/in-progress/depth-sweep-digits-modern 330 14
+# FUSE=K (default auto: 16 on CUDA) has each worker train up to K cells of a row as one fused model (docs/speed.md);
+# with fusion a few workers fill the GPU: e.g. FUSE=16 ... 330 4 (the `fuse` stage of gpu-first-contact.sh says which)
 # Cells trained there say so in the ledger (device, torch): the leaderboard's "trained on" line counts them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,10 +23,12 @@ if ! "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() el
 fi
 export MLFLOW_DISABLE_TELEMETRY=true PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
-echo "=== gpu-sweep: $suite into $out, $workers workers, ${seconds}s ($(date -u))"
+fuse=${FUSE:-auto}
+echo "=== gpu-sweep: $suite into $out, $workers workers, --fuse $fuse, ${seconds}s ($(date -u))"
 "$python" -m normbench run "$suite" --out "$out" --dry-run | tail -n 6
 t0=$SECONDS
-timeout -s INT -k 60 "$seconds" "$python" -m normbench run "$suite" --out "$out" --device cuda --workers "$workers" --quiet
+timeout -s INT -k 60 "$seconds" "$python" -m normbench run "$suite" --out "$out" --device cuda --workers "$workers" \
+    --fuse "$fuse" --quiet
 echo "=== gpu-sweep: exit $? after $((SECONDS - t0)) s"
 "$python" -m normbench run "$suite" --out "$out" --dry-run | grep -E "cells?,|finished" | tail -n 3
 if [[ -n "${OUT:-}" ]]; then

@@ -51,9 +51,11 @@ class SuiteRun:
     (sweep/suite_snapshot.py). Another recipe's ledger is refused first: no journal repair, no MLflow store."""
 
     def __init__(self, suite: Suite, out_dir: Path, *, storage: str | None = None, mode: str = "run",
-                 quiet: bool = False, parent: bool = True, checkpoint_dir: Path | None = None) -> None:
+                 quiet: bool = False, parent: bool = True, checkpoint_dir: Path | None = None,
+                 fuse: int | str = 1) -> None:
         self.suite, self.storage, self.mode = suite, storage, mode
         self.checkpoint_dir = checkpoint_dir  # --checkpoint-dir; None: OUT/checkpoints
+        self.fuse = fuse  # --fuse: cells trained as one fused model (sweep/group_run.py)
         self.folder = OutputFolder(out_dir)
         self.snapshot = take_snapshot(suite) if parent else None  # before anything is written
         max_attempts = max_attempts_from_env()  # a bad setting is refused before the folder is created
@@ -90,14 +92,14 @@ class SuiteRun:
                       file=sys.stderr)
             procs = start_workers(dataclasses.replace(self.suite, path=self.snapshot), self.folder.path,
                                   storage=self.storage, device=device, workers=workers, mode=self.mode,
-                                  checkpoint_dir=self.checkpoint_dir)
+                                  checkpoint_dir=self.checkpoint_dir, fuse=self.fuse)
             try:
                 summary = wait_for_workers(procs, watch)
             except KeyboardInterrupt:
                 self.settle_claims()  # the workers have exited; what one could not give back on its way out
                 raise
         summary.add(work(self.jobs, self.ledger, self.tracker, device, self.progress, self.suite.name, dist=dist,
-                         checkpoints=CheckpointFolder.of(self.folder.path, self.checkpoint_dir)))
+                         checkpoints=CheckpointFolder.of(self.folder.path, self.checkpoint_dir), fuse=self.fuse))
         return summary
 
     def settle_claims(self) -> None:
@@ -134,12 +136,13 @@ def synced(out_dir: Path, storage: str | None, uri: str, progress: Progress) -> 
 
 def run_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | None = None,
               device: str | None = None, workers: int | None = None, quiet: bool = False,
-              checkpoint_dir: Path | None = None) -> WorkSummary:
+              checkpoint_dir: Path | None = None, fuse: int | str = "auto") -> WorkSummary:
     """`normbench run` (mode "run") or `normbench tune` ("tune"): train every unfinished cell, write the leaderboard."""
     device = preflight(suite, device)
     if (workers or default_workers(device)) > 1:  # a layer no worker could import is refused before any file exists
         worker_command(suite, out_dir, storage=storage, device=device, mode=mode)
-    suite_run = SuiteRun(suite, out_dir, storage=storage, mode=mode, quiet=quiet, checkpoint_dir=checkpoint_dir)
+    suite_run = SuiteRun(suite, out_dir, storage=storage, mode=mode, quiet=quiet, checkpoint_dir=checkpoint_dir,
+                         fuse=fuse)
     summary = suite_run.work(device, workers)
     suite_run.finish(summary)
     return summary
@@ -147,7 +150,7 @@ def run_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | 
 
 def join_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | None = None,
                device: str | None = None, quiet: bool = False, dist: Dist | None = None,
-               checkpoint_dir: Path | None = None) -> WorkSummary:
+               checkpoint_dir: Path | None = None, fuse: int | str = "auto") -> WorkSummary:
     """`normbench worker`: train the suite's cells until none is left. Under torchrun rank 0 claims, the rest follow."""
     from normbench.sweep.worker import follow
 
@@ -156,7 +159,7 @@ def join_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str |
         follow(device, dist)
         return WorkSummary()
     suite_run = SuiteRun(suite, out_dir, storage=storage, mode=mode, quiet=quiet, parent=False,
-                         checkpoint_dir=checkpoint_dir)
+                         checkpoint_dir=checkpoint_dir, fuse=fuse)
     summary = suite_run.work(device, workers=1, dist=dist)
     if summary.bookkeeping():
         suite_run.progress.note(summary.bookkeeping())

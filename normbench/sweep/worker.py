@@ -7,15 +7,13 @@ closes its run KILLED. A cell that kills its worker NORMBENCH_MAX_ATTEMPTS times
 
 from __future__ import annotations
 
-import errno
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from normbench import settings, stopping
 from normbench.contracts.recipe import CellConfig
@@ -23,9 +21,10 @@ from normbench.contracts.results import EpochRecord
 from normbench.errors import ClaimLostError, NormbenchError
 from normbench.store.attempts import ATTEMPTS, failed_for_good, reclaim
 from normbench.store.claim import Claim
-from normbench.store.journal import LedgerWriteError
 from normbench.store.ledger import UNFINISHED, Ledger
+from normbench.sweep.cell_end import DISK_FULL, FAILED, LOST, TRAINED, ledger_state, lost_claim, release, replay, settle
 from normbench.sweep.checkpoints import CellCheckpoints, CheckpointFolder
+from normbench.sweep.group_run import auto_group_size, claim_group, row_key, run_group
 from normbench.sweep.progress import Progress
 from normbench.tracking.tracker import Tracker
 from normbench.train.cpu_share import CpuShare
@@ -59,8 +58,6 @@ class Plan:
     queue_next: Callable[[], None]
 
 
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-TRAINED, FAILED, LOST = "trained", "failed", "lost"  # how a claimed cell ended for this worker (`run_cell`)
 
 
 @dataclass
@@ -81,6 +78,14 @@ class WorkSummary:
         self.busy_seconds += other.busy_seconds
         self.train_seconds += other.train_seconds
         self.failed_for_good.update(other.failed_for_good)
+
+    def tally(self, outcomes: list[str], train_seconds: float, busy_seconds: float) -> None:
+        """Count a turn's cells (their outcomes: TRAINED, FAILED, LOST) and its seconds."""
+        self.cells_run += sum(o != LOST for o in outcomes)
+        self.errors += sum(o == FAILED for o in outcomes)
+        self.lost_claims += sum(o == LOST for o in outcomes)
+        self.train_seconds += train_seconds
+        self.busy_seconds += busy_seconds
 
     def failed_line(self) -> str:
         """One line naming the cells failed for good and the way to retry them, or '' when there are none."""
@@ -104,11 +109,13 @@ class WorkSummary:
 
 def work(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
          suite_name: str, max_cells: int | None = None, dist: Dist | None = None,
-         checkpoints: CheckpointFolder | None = None) -> WorkSummary:
+         checkpoints: CheckpointFolder | None = None, fuse: int | str = 1) -> WorkSummary:
     """Run cells until every study of `plan` (the next stage queued when they run dry) is finished; under torchrun,
-    as rank 0."""
+    as rank 0. `fuse`: up to that many cells of a row that differ only in lr and seed train as one fused model
+    (sweep/group_run.py); "auto" fuses on CUDA only."""
+    fuse = auto_group_size(device) if fuse == "auto" else int(fuse)
     try:
-        summary = _work(plan, ledger, tracker, device, progress, suite_name, max_cells, dist, checkpoints)
+        summary = _work(plan, ledger, tracker, device, progress, suite_name, max_cells, dist, checkpoints, fuse)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the cell was given back and its ranks told; let them return
         broadcast(None, dist)
         raise
@@ -133,10 +140,11 @@ def follow(device: str, dist: Dist) -> int:
 
 def _work(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
           suite_name: str, max_cells: int | None, dist: Dist | None,
-          checkpoints: CheckpointFolder | None = None) -> WorkSummary:
+          checkpoints: CheckpointFolder | None = None, fuse: int = 1) -> WorkSummary:
     share = CpuShare.sign_in() if dist is None and resolve_device(device).type == "cpu" else None
     try:
-        return _work_loop(plan, ledger, tracker, device, progress, suite_name, max_cells, dist, checkpoints, share)
+        return _work_loop(plan, ledger, tracker, device, progress, suite_name, max_cells, dist, checkpoints, share,
+                          fuse)
     finally:
         if share is not None:
             share.close()
@@ -144,8 +152,9 @@ def _work(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progress: P
 
 def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
                suite_name: str, max_cells: int | None, dist: Dist | None, checkpoints: CheckpointFolder | None,
-               share: CpuShare | None) -> WorkSummary:
+               share: CpuShare | None, fuse: int = 1) -> WorkSummary:
     summary = WorkSummary()
+    unfusable: set[str] = set()  # rows whose first fused step failed here: trained one by one from then on
     poll = poll_seconds()  # a bad setting is refused before the first claim, not when the queue runs dry
     current = plan.jobs()
     while max_cells is None or summary.cells_run < max_cells:
@@ -157,13 +166,27 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
         if claimed is not None:
             if share is not None:
                 share.apply()  # the cores' share as of now: another run may have started or ended since the last cell
-            outcome, trained = run_cell(*claimed, ledger=ledger, tracker=tracker, device=device, progress=progress,
-                                        suite_name=suite_name, dist=dist, checkpoints=checkpoints, share=share)
-            summary.cells_run += outcome != LOST
-            summary.errors += outcome == FAILED
-            summary.lost_claims += outcome == LOST
-            summary.train_seconds += trained
-            summary.busy_seconds += time.perf_counter() - turn_started
+            job, first = claimed
+            claims = [first]
+            if fuse > 1 and dist is None and row_key(first.trial.user_attrs.get("axes", {})) not in unfusable:
+                claims = claim_group(ledger, job, first, fuse)
+            if len(claims) > 1:
+                turn = run_group(job, claims, tracker=tracker, device=device, progress=progress,
+                                 suite_name=suite_name, checkpoints=checkpoints, share=share)
+                if turn.unfusable:
+                    unfusable.add(row_key(first.trial.user_attrs.get("axes", {})))
+                if not turn.refused or turn.unfusable:  # trained (or given back): else one by one, below
+                    summary.tally(turn.outcomes, turn.trained_seconds, time.perf_counter() - turn_started)
+                    claims, turn_started = turn.alone, time.perf_counter()
+                else:
+                    progress.note(f"{len(claims)} cells of the row of {job.cell_for(first)[0]} train one by one: "
+                                  f"{turn.refused}")
+            for claim in claims:
+                outcome, trained = run_cell(job, claim, ledger=ledger, tracker=tracker, device=device,
+                                            progress=progress, suite_name=suite_name, dist=dist,
+                                            checkpoints=checkpoints, share=share)
+                summary.tally([outcome], trained, time.perf_counter() - turn_started)
+                turn_started = time.perf_counter()
             continue
         if any(job.listed(t) for job in current for t in ledger.trials(job.study, UNFINISHED)):
             stopping.wait(poll)  # others are training; if one dies, its cell comes back to the queue
@@ -195,13 +218,13 @@ def run_cell(job: Job, claim: Claim, *, ledger: Ledger, tracker: Tracker, device
         "suite": suite_name, "study": job.study.study_name, "trial": str(trial.number),
         "attempt": str(1 + len(frozen.system_attrs.get("retry_history", [])))})
     if not claim.held(ask=True):  # stalled between the claim and here: another worker's cell now
-        return _lost_claim(cell_id, run_id, tracker, progress), 0.0
+        return lost_claim(cell_id, run_id, tracker, progress), 0.0
     progress.start_cell(cell_id, config.train.epochs)
     between_epochs = 0.0
     kept = CellCheckpoints(checkpoints, job.study.study_name, cell_id, config) if checkpoints is not None else None
     resume = kept.resume(trial, dist.world if dist else 1) if kept is not None else None
     if resume is not None:  # this attempt's run and trial get the epochs the checkpoint holds
-        _replay(resume["progress"]["history"], claim, run_id, tracker, progress)
+        replay(resume["progress"]["history"], claim, run_id, tracker, progress)
 
     def on_epoch(record: EpochRecord) -> bool:
         nonlocal between_epochs
@@ -225,7 +248,7 @@ def run_cell(job: Job, claim: Claim, *, ledger: Ledger, tracker: Tracker, device
             result = train_cell(config, device=device, on_epoch=on_epoch, dist=dist, resume=resume,
                                 keeper=kept.keeper(claim) if kept is not None else None)
     except ClaimLostError:
-        return _lost_claim(cell_id, run_id, tracker, progress), time.perf_counter() - train_started - between_epochs
+        return lost_claim(cell_id, run_id, tracker, progress), time.perf_counter() - train_started - between_epochs
     except (KeyboardInterrupt, NormbenchError):  # stop the suite; the cell goes back to the queue
         release(claim, run_id, tracker)
         raise
@@ -256,25 +279,14 @@ def run_cell(job: Job, claim: Claim, *, ledger: Ledger, tracker: Tracker, device
         claim.finish(result)  # the cell counts from here
         if kept is not None:
             kept.clean()  # a finished cell leaves no checkpoint behind
-        tracker.close(run_id, _state(result))
+        tracker.close(run_id, ledger_state(result))
     except ClaimLostError:
-        return _lost_claim(cell_id, run_id, tracker, progress), trained
+        return lost_claim(cell_id, run_id, tracker, progress), trained
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the result is logged: no trial or run may stay RUNNING
         settle(claim, run_id, tracker)
         raise
     progress.end_cell(result)
     return TRAINED, trained
-
-
-def _replay(history: list[EpochRecord], claim: Claim, run_id: str, tracker: Tracker, progress: Progress) -> None:
-    """Log a resumed cell's earlier epochs again, so this attempt's MLflow run and trial curve (pruner) are whole."""
-    for record in history:
-        tracker.log_epoch(run_id, record)
-        progress.epoch(record)
-        try:
-            claim.report(record["val_top1"], record["step"])
-        except ClaimLostError:  # taken over meanwhile: the first epoch's call stops the cell
-            return
 
 
 def read_checkpoint(path: str | None, config: CellConfig) -> dict[str, Any] | None:
@@ -286,46 +298,3 @@ def read_checkpoint(path: str | None, config: CellConfig) -> dict[str, Any] | No
     from normbench.train.checkpoint import read, recipe_of
 
     return read(Path(path), recipe_of(config))
-
-
-def _state(result: Any) -> str:
-    """The trial state the ledger records for `result` (the run's `ledger_state` tag)."""
-    return TrialState.PRUNED.name if result.status == "pruned" else TrialState.COMPLETE.name
-
-
-def release(claim: Claim, run_id: str, tracker: Tracker) -> None:
-    """Give a claimed cell back on the way out (Ctrl-C, SIGTERM, a full disk, a ledger outage past the budget): trial
-    re-queued, then run KILLED (the ledger first: on a full disk, the room the reserve freed is the ledger's). Best
-    effort: the ledger that stopped us may be the one we cannot tell."""
-    for last in (False, True):
-        try:
-            claim.release()
-            break
-        except LedgerWriteError as e:  # the disk refused it: its first refusal freed the reserve, so once more
-            if last:
-                print(f"normbench: warning: could not give trial {claim.number} back to the queue ({e}); it stays "
-                      "RUNNING in the ledger until the next run takes it over (at once: its lock is free once "
-                      "this process ends)", file=sys.stderr)
-        except Exception:  # the ledger is away: the heartbeat (database) or the lock (journal) frees the cell instead
-            break
-    tracker.fail(run_id, "KILLED")
-
-
-def settle(claim: Claim, run_id: str, tracker: Tracker) -> None:
-    """Stopped between training and closing the run: close it FINISHED if the ledger has the cell, else `release`."""
-    try:
-        state = claim.frozen().state
-    except Exception:  # the ledger is away: give the cell back; it runs again if it was not recorded
-        state = TrialState.RUNNING
-    if state in (TrialState.COMPLETE, TrialState.PRUNED):
-        tracker.close(run_id, state.name)
-    else:
-        release(claim, run_id, tracker)
-
-
-def _lost_claim(cell_id: str, run_id: str, tracker: Tracker, progress: Progress) -> str:
-    tracker.fail(run_id, "KILLED")  # never FINISHED, never FAILED-with-status-ok
-    progress.note(f"cell {cell_id}: another worker took it over while this one was stalled or cut off from the "
-                  "ledger; stopped it here (it is recorded once, by that worker)")
-    return LOST
-

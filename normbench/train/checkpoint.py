@@ -84,7 +84,10 @@ def capture(fit: Fit, recipe: str, so_far: EpochSoFar | None = None) -> dict[str
     return {
         "format": FORMAT, "normbench": _version(), "torch": str(torch.__version__), "recipe": recipe,
         "written": time.time(), "world": progress.world,
-        "model": fit.model.state_dict(), "optimizer": fit.optimizer.state_dict(), "step": fit.step,
+        # cloned: a fused member's tensors are views of the group's stacked ones (train/stacked.py), and torch.save
+        # would write each view's whole storage, every member's
+        "model": {k: v.detach().clone() for k, v in fit.model.state_dict().items()},
+        "optimizer": fit.optimizer.state_dict(), "step": fit.step,
         "rng": _rng_states(fit.dev),
         "progress": {**asdict(progress), "history": [dict(h) for h in progress.history],
                      "seconds_before": progress.seconds_before + fit.attempt_seconds()},

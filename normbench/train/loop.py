@@ -287,9 +287,18 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         if keeper is not None and progress.next_epoch < fit.tc.epochs and keeper.due():  # rank 0 writes alone
             keeper.save(fit)
 
-    val = [h["val_top1"] for h in history if math.isfinite(h["val_top1"])]
     # the test split is read once, at the final epoch, and only to report: nothing above chose anything with it
     test_top1 = evaluate(fit, split="test") if status == "ok" else float("nan")
+    return cell_result(fit, cell, status, test_top1, threads, keeper)
+
+
+def cell_result(fit: Fit, cell: CellConfig, status: Status, test_top1: float, threads: list[int],
+                keeper: Keeper | None, fused_group: int = 1) -> CellResult:
+    """A trained cell's `CellResult` from its fit (and its weights kept, when its recipe asks): one rule for a cell
+    trained alone (`train_cell`) or in a fused group (train/fused.py)."""
+    progress = fit.progress
+    history = progress.history
+    val = [h["val_top1"] for h in history if math.isfinite(h["val_top1"])]
     if keeper is not None and status != "diverged":  # train.keep_weights: final
         keeper.keep_weights(fit, cell, {"status": status, "test_top1": test_top1, "val_top1": history[-1]["val_top1"],
                                         "epochs_run": len(history)})
@@ -312,6 +321,7 @@ def train_cell(cell: CellConfig, device: str | torch.device = "auto", on_epoch: 
         device=device_name(fit.dev),
         torch_version=torch.__version__,
         torch_threads="/".join(map(str, threads)),
+        fused_group=fused_group,
     )
 
 

@@ -70,6 +70,9 @@ def test_a_read_only_store_stops_nothing_and_a_sync_to_it_made_writable_shows_ev
     grown = write_suite(matrix={"depth": [1, 2], "layer": ["layernorm", "layerscale"], "lr": [1e-3], "seed": [0]})
     all_cells = sorted([*CELLS, *(c.replace("depth=1", "depth=2") for c in CELLS)])
 
+    # MLflow makes the parent folder of the URI's path as written, `file:/tmp/...`, relative to the working folder:
+    # the test's own, not the repository's
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///file:{db}?mode=ro&uri=true")
     started = time.monotonic()
     code, err = _main(capsys, "run", grown, "--out", out, "--quiet")

@@ -105,7 +105,7 @@ def test_a_finished_trial_stores_the_summary_and_history_as_before(tmp_path):
         '"best_val_epoch": 0, "train_size": 1077, "val_size": 360, "test_size": 360, "num_classes": 10, '
         '"train_loss": null, "epochs_run": 2, "images_per_sec": 8.5, "params": 1234, "seconds": 3.25, '
         '"telemetry": [{"step": 0, "block": 0, "rms": 1.0}], "device": "NVIDIA H200", "torch_version": "2.11.0+cu130", '
-        '"torch_threads": "2/1"}')
+        '"torch_threads": "2/1", "fused_group": 1}')
     assert json.dumps(stored.user_attrs["history"]) == (
         '[{"epoch": 0, "train_loss": 2.0, "val_top1": 40.0, "lr": 0.001, "grad_norm": 1.5, "images_per_sec": 9.0}, '
         '{"epoch": 1, "train_loss": null, "val_top1": null, "lr": 0.0005, "grad_norm": null, "images_per_sec": 8.0}]')

@@ -1,0 +1,83 @@
+"""`run --fuse K` (sweep/group_run.py): a worker claims up to K cells of one row that differ only in lr and seed and
+trains them as one model; each keeps its own trial, MLflow run and result, equal to its unfused run's. Cells the
+fusion rules refuse train one by one, with the reason. kill -9 of a fused worker mid-epoch, then a resume, ends
+with every member exactly once (their checkpoints resumed fused)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pandas as pd
+from optuna.trial import TrialState
+
+from normbench.cli import main
+from tests.faults.helpers import assert_invariants, finish, normbench, stop_when, trials
+
+LAYERS = ["layernorm", "layerscale"]
+CELLS = [f"depth=2,layer={layer},lr={lr},seed={seed}" for layer in LAYERS for lr in (0.001, 0.003) for seed in (0, 1)]
+FUSABLE = {"epochs": 2, "batch_size": 256, "warmup_epochs": 0, "telemetry_every": 0}
+
+
+def _suite(write_suite, **train):
+    return write_suite(train={**FUSABLE, **train},
+                       matrix={"depth": [2], "layer": LAYERS, "lr": [1e-3, 3e-3], "seed": [0, 1]})
+
+
+def test_run_fuse_4_trains_each_row_as_one_group_and_equals_the_unfused_run(write_suite, tmp_path, capsys):
+    path = _suite(write_suite)
+    assert main(["run", str(path), "--out", str(tmp_path / "fused"), "--fuse", "4", "--quiet"]) == 0
+    assert main(["run", str(path), "--out", str(tmp_path / "alone"), "--fuse", "1", "--quiet"]) == 0
+    assert_invariants(tmp_path / "fused", "tiny", CELLS)
+    fused = pd.read_csv(tmp_path / "fused" / "results.csv").set_index("cell_id").sort_index()
+    alone = pd.read_csv(tmp_path / "alone" / "results.csv").set_index("cell_id").sort_index()
+    assert set(fused["fused_group"]) == {4} and set(alone["fused_group"]) == {1}
+    assert ((fused["train_loss"] - alone["train_loss"]).abs() <= 1e-4 * alone["train_loss"].abs()).all()
+    assert (fused["epochs_run"] == 2).all() and (fused["status"] == "ok").all()
+
+
+def test_cells_the_rules_refuse_train_one_by_one_and_say_why(write_suite, tmp_path, capsys):
+    path = _suite(write_suite, telemetry_every=25)
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--fuse", "4"]) == 0
+    err = capsys.readouterr().err
+    assert "train one by one: per-block telemetry" in err, err
+    csv = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert set(csv["fused_group"]) == {1} and len(csv) == len(CELLS)
+
+
+def test_a_bad_fuse_value_is_refused_with_the_fix(write_suite, tmp_path, capsys):
+    path = _suite(write_suite)
+    try:
+        main(["run", str(path), "--out", str(tmp_path / "out"), "--fuse", "0"])
+    except SystemExit as e:
+        assert e.code == 2
+    assert "give a group size of at least 1, or auto" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_kill_9_of_a_fused_worker_mid_epoch_then_a_resume_records_every_member_once(write_suite, tmp_path):
+    # long cells and a checkpoint every epoch: killed mid-epoch with every member's checkpoint written
+    path = _suite(write_suite, epochs=40, batch_size=64, checkpoint_minutes=1e-6)
+    out = tmp_path / "out"
+    proc = normbench("run", path, "--out", out, "--fuse", "4", "--quiet")
+
+    def group_in_flight() -> bool:  # every member's checkpoint recorded at one epoch, two epochs in
+        running = [t for t in trials(out, "tiny") if t.state == TrialState.RUNNING]
+        epochs = {(t.user_attrs.get("checkpoint") or {}).get("epoch") for t in running}
+        return len(running) == 4 and len(epochs) == 1 and (epochs.pop() or 0) >= 2
+
+    try:
+        stop_when(proc, group_in_flight, timeout=240, what="a fused group two epochs in")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert len(list((out / "checkpoints").rglob("checkpoint.pt"))) == 4  # each member's, as an unfused cell's
+    resumed = normbench("run", path, "--out", out, "--fuse", "4")
+    code, err = finish(resumed, timeout=600)
+    assert code == 0, err
+    assert err.count("resumes from its checkpoint") >= 4, err
+    assert_invariants(out, "tiny", CELLS)
+    csv = pd.read_csv(out / "results.csv")
+    assert set(csv["fused_group"]) == {4} and (csv["epochs_run"] == 40).all(), err

@@ -1,0 +1,154 @@
+"""A fused group trains each member as that cell trains alone (train/fused.py): every registry entry and block
+family, per-epoch train losses within 1e-4 relative over 3 epochs; a member that diverges, is pruned or loses its
+claim stops alone and leaves the others' numbers as a group without it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
+from normbench.errors import ClaimLostError
+from normbench.train.fused import train_group
+from normbench.train.fusion_rules import FusionRefused
+from normbench.train.loop import train_cell
+from tests.layers._cases import ALL_LAYERS
+
+
+def cell(layer: str = "layernorm", lr: float = 1e-3, seed: int = 0, epochs: int = 3, **train) -> CellConfig:
+    """Depth 4, width 16 on digits: 4 optimizer steps an epoch (batch 256), no telemetry (it is not fused)."""
+    return CellConfig(model=ModelConfig(layer=layer, depth=4, embed_dim=16, num_heads=2, patch_size=4),
+                      train=TrainConfig(epochs=epochs, batch_size=256, lr=lr, seed=seed, warmup_epochs=1,
+                                        telemetry_every=0, **train))
+
+
+def losses(result) -> list[float]:
+    return [h["train_loss"] for h in result.history]
+
+
+def assert_close(a: list[float], b: list[float], rel: float) -> None:
+    assert len(a) == len(b), (a, b)
+    for x, y in zip(a, b, strict=True):
+        assert math.isfinite(x) and abs(x - y) <= rel * abs(x), (a, b)
+
+
+@pytest.mark.parametrize("layer", ALL_LAYERS)
+def test_a_fused_group_of_2_lrs_by_2_seeds_trains_each_member_as_alone(layer):
+    cells = [cell(layer, lr, seed) for lr in (1e-3, 3e-3) for seed in (0, 1)]
+    fused = train_group(cells, "cpu")
+    for config, member in zip(cells, fused, strict=True):
+        alone = train_cell(config, "cpu")
+        assert member.result is not None and member.result.status == alone.status == "ok"
+        assert_close(losses(alone), losses(member.result), 1e-4)
+        assert member.result.fused_group == 4 and member.result.epochs_run == 3
+
+
+def test_a_member_at_lr_10_diverges_alone_and_the_others_equal_a_group_without_it():
+    clean = [cell(lr=1e-3, seed=0), cell(lr=3e-3, seed=1)]
+    without = train_group(clean, "cpu")
+    with_it = train_group([clean[0], cell(lr=10.0, seed=2), clean[1]], "cpu")
+    assert with_it[1].result.status == "diverged" and with_it[1].result.epochs_run < 3
+    assert math.isnan(with_it[1].result.test_top1)
+    for a, b in ((without[0], with_it[0]), (without[1], with_it[2])):
+        assert a.result.status == b.result.status == "ok"
+        assert_close(losses(a.result), losses(b.result), 1e-5)
+        assert abs(a.result.test_top1 - b.result.test_top1) < 1e-9
+
+
+def test_a_member_pruned_or_losing_its_claim_stops_alone():
+    cells = [cell(lr=1e-3, seed=0), cell(lr=1e-3, seed=1), cell(lr=3e-3, seed=0)]
+
+    def prune_at_first(record):
+        return True
+
+    def lose_at_second(record):
+        if record["epoch"] == 1:
+            raise ClaimLostError("trial 7 was taken over")
+        return False
+
+    out = train_group(cells, "cpu", on_epoch=[prune_at_first, lose_at_second, None])
+    assert out[0].result.status == "pruned" and out[0].result.epochs_run == 1
+    assert out[1].result is None and "taken over" in str(out[1].lost)
+    assert out[2].result.status == "ok" and out[2].result.epochs_run == 3
+    alone = train_cell(cells[2], "cpu")
+    assert_close(losses(alone), losses(out[2].result), 1e-4)
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"model": ModelConfig(layer="layernorm", depth=5, embed_dim=16, num_heads=2, patch_size=4)}, "model.depth"),
+    ({"train": TrainConfig(epochs=3, batch_size=256, telemetry_every=25)}, "telemetry"),
+    ({"train": TrainConfig(epochs=3, batch_size=256, telemetry_every=0, mixup=0.8)}, "mixup"),
+    ({"train": TrainConfig(epochs=3, batch_size=256, telemetry_every=0, grad_accum_steps=2)}, "accumulation"),
+])
+def test_what_cannot_be_fused_is_refused_with_its_reason_before_training(change, reason):
+    other = cell(seed=1)
+    other = CellConfig(**{"model": other.model, "train": other.train, "data": other.data, **change})
+    cells = [cell(), other] if "model" in change else [other, other]
+    with pytest.raises(FusionRefused, match=reason):
+        train_group(cells, "cpu")
+
+
+def test_the_stacked_clip_is_clip_grad_norm_per_member():
+    from torch import nn
+
+    from normbench.train.stacked import Stacked
+
+    torch.manual_seed(0)
+    models = [nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)) for _ in range(3)]
+    reference = [nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)) for _ in range(3)]
+    for r, m in zip(reference, models, strict=True):
+        r.load_state_dict(m.state_dict())
+    stacked = Stacked(models)
+    for k, m in enumerate(models):
+        assert m[0].weight.data_ptr() == stacked.params["0.weight"][k].data_ptr()  # its slice, not a copy
+    x = torch.randn(3, 5, 3)
+    for g in stacked.grads.values():
+        g.copy_(torch.randn_like(g) * 3)
+    for k, r in enumerate(reference):
+        for name, p in r.named_parameters():
+            p.grad = stacked.grads[name][k].clone()
+    norms = stacked.clip_([1.0, 100.0, math.inf])
+    for k, r in enumerate(reference):
+        expected = nn.utils.clip_grad_norm_(list(r.parameters()), [1.0, 100.0, math.inf][k])
+        assert torch.allclose(norms[k], expected)
+        for name, p in r.named_parameters():
+            assert torch.allclose(dict(models[k].named_parameters())[name].grad, p.grad, atol=1e-7)
+    assert x.shape[0] == 3
+
+
+def test_members_whose_checkpoints_stand_apart_are_split_off_and_the_largest_common_point_fuses():
+    from normbench.train.fusion_rules import same_point
+
+    def at(step, epoch):
+        return {"step": step, "epoch": None, "progress": {"next_epoch": epoch}}
+
+    # a kill between the members' checkpoint writes: three at epoch 2, one still at epoch 1
+    assert same_point([at(8, 2), at(8, 2), at(4, 1), at(8, 2)]) == [0, 1, 3]
+    assert same_point([None, None]) == [0, 1]
+    assert len(same_point([at(8, 2), None])) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA; scripts/gpu-first-contact.sh runs it")
+@pytest.mark.parametrize("layer", ["layernorm", "layerscale", "ngpt", "hc"])
+def test_a_fused_group_on_cuda_trains_each_member_as_alone(layer):
+    cells = [cell(layer, lr, seed, amp="none", compile="off") for lr in (1e-3, 3e-3) for seed in (0, 1)]
+    fused = train_group(cells, "cuda")
+    for config, member in zip(cells, fused, strict=True):
+        alone = train_cell(config, "cuda")
+        assert_close(losses(alone), losses(member.result), 1e-3)  # TF32 matmuls on CUDA: a looser bound
+
+
+def test_a_members_checkpoint_holds_its_own_tensors_only_and_resumes_it_alone(tmp_path):
+    from normbench.train.checkpoint import Keeper, read, recipe_of
+
+    cells = [cell(lr=1e-3, seed=s, epochs=2) for s in range(4)]
+    keepers = [Keeper(path=tmp_path / f"m{i}.pt", recipe=recipe_of(c), interval_s=1e-9) for i, c in enumerate(cells)]
+    train_group(cells, "cpu", keepers=keepers)  # each keeper writes after epoch 1 (the last epoch writes none)
+    alone = tmp_path / "alone.pt"
+    train_cell(cells[2], "cpu", keeper=Keeper(path=alone, recipe=recipe_of(cells[2]), interval_s=1e-9))
+    # the member's file is the size of its cell's alone: its own tensors, not the group's stacked storage
+    assert abs((tmp_path / "m2.pt").stat().st_size - alone.stat().st_size) < 0.05 * alone.stat().st_size
+    resumed = train_cell(cells[2], "cpu", resume=read(tmp_path / "m2.pt", recipe_of(cells[2])))
+    assert_close(losses(train_cell(cells[2], "cpu")), losses(resumed), 1e-4)  # resumed unfused, to the same end

@@ -1,5 +1,6 @@
 """One grid trained at two or more budgets, in separate output folders, read side by side: which conclusions hold
-in every regime and which change with the budget (`normbench compare EARLY CONVERGED`).
+in every regime and which change with the budget (`normbench compare EARLY CONVERGED`). Folders of one budget at
+different model widths are lined up row by row instead (`compare_widths`, report/width.py).
 
 Each folder keeps its own protocol (its selection seeds choose its lrs, its report seeds score them); this module
 only lines the answers up: the final-accuracy tables, the rank agreement (report/budget.py's rho and exact
@@ -20,7 +21,15 @@ from normbench.report.budget import BUDGET_AXIS, budget_agreement
 from normbench.report.folder import FolderRead
 from normbench.report.header import budget_text, regime_word, seeds_line
 from normbench.report.stats import ALPHA, check_claims, reading, versus_baseline
-from normbench.report.tables import BASELINE_VERDICTS, budget_table, claim_text, markdown_table, p_text
+from normbench.report.tables import (
+    BASELINE_VERDICTS,
+    budget_table,
+    claim_text,
+    detectable_text,
+    markdown_table,
+    p_text,
+)
+from normbench.report.width import epochs_of, finished, regime_rows, side, width_of, width_rows
 
 DIGITS = 1  # the comparison's tables: one decimal, rounded once from the full-precision means
 
@@ -149,29 +158,70 @@ def baseline_table(reads: Sequence[FolderRead]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def claims_rows(reads: Sequence[FolderRead]) -> pd.DataFrame:
+def claim_line(c: pd.Series, regime: str, axis: str = "budget") -> dict[str, str]:
+    """One claim read in one regime, with the effect its test could detect at 80% power (as the leaderboard)."""
+    return {"claim": claim_text(c), axis: regime,
+            "difference [95% CI]": difference_text(c["mean"], c["low"], c["high"]),
+            "p (Holm)": p_text(c["p_holm"]),
+            "detectable at 80% power (points)": detectable_text(c["detectable"], c["alpha"], c["n"], c["reference"]),
+            "verdict": c["verdict"]}
+
+
+def claims_rows(reads: Sequence[FolderRead], axis: str = "budget") -> pd.DataFrame:
     rows = []
     for r in reads:
         if not r.suite.claims:
             continue
         claims = check_claims(r.analysis.cells, r.analysis.selected, r.analysis.keys, r.suite.claims)
-        for _, c in claims.iterrows():
-            rows.append({"claim": claim_text(c),
-                         "budget": label(r),
-                         "difference [95% CI]": difference_text(c["mean"], c["low"], c["high"]),
-                         "p (Holm)": p_text(c["p_holm"]), "verdict": c["verdict"]})
+        regime = label(r) if axis == "budget" else f"{axis} {width_of(r)}" + (
+            "" if finished(r.analysis.selected) else " (unfinished: selection seeds)")
+        rows += [claim_line(c, regime, axis) for _, c in claims.iterrows()]
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
     verdicts = frame.groupby("claim", sort=False)["verdict"].nunique()
-    frame["across budgets"] = frame["claim"].map(lambda c: "holds" if verdicts[c] == 1 else "changes")
+    frame[f"across {axis}s"] = frame["claim"].map(lambda c: "holds" if verdicts[c] == 1 else "changes")
     return frame
+
+
+def compare_widths(reads: Sequence[FolderRead]) -> list[str]:
+    """Two folders of one grid at different model widths (same epochs): each row's rank and gap to the baseline at
+    the narrowest and the widest (report/width.py), each folder's regime, and the claims in each."""
+    reads = sorted(reads, key=width_of)
+    if len({width_of(r) for r in reads}) != len(reads):
+        raise NormbenchError(f"two folders share a model width ({[width_of(r) for r in reads]}); compare folders "
+                             "that differ in one thing: epochs or embed_dim")
+    baseline = reads[-1].suite.baseline or "layernorm"
+    table, quantity = width_rows(side(reads[0], baseline), side(reads[-1], baseline), baseline)
+    names = " vs ".join(f"width {width_of(r)}" for r in reads)
+    lines = [f"# normbench regimes: {names}", "",
+             "One grid at different model widths, each folder under its own protocol. Regenerate with "
+             "`normbench compare " + " ".join(shown_path(r.path) for r in reads) + "`.", "",
+             markdown_table(regime_rows(list(reads))), ""]
+    if table.empty:
+        lines += [f"No depth has {baseline} and another row in both folders: nothing to line up.", ""]
+    else:
+        lines += [f"## does each row's rank and gap to {baseline} hold across width? (rank over the rows both "
+                  f"folders ran; gap in points of {quantity}; width {width_of(reads[0])} against width "
+                  f"{width_of(reads[-1])}: holds where both paired tests against {baseline} read the same "
+                  f"(Holm p < {ALPHA:g}), moves where they read opposite)", "",
+                  markdown_table(table), ""]
+    claims = claims_rows(reads, axis="width")
+    if not claims.empty:
+        lines += ["## claims at each width (paired t test against `by`, Holm over each folder's claims)", "",
+                  markdown_table(claims), ""]
+    return lines
 
 
 def compare_regimes(reads: Sequence[FolderRead]) -> list[str]:
     """The comparison as markdown lines."""
     if len(reads) < 2:
         raise NormbenchError("compare needs at least two output folders (the same grid at different budgets)")
+    if len({width_of(r) for r in reads}) > 1:
+        if len({epochs_of(r) for r in reads}) > 1:
+            raise NormbenchError("these folders differ in both epochs and model width; compare folders that differ "
+                                 "in one of them")
+        return compare_widths(reads)
     reads = ordered(reads)
     names = " vs ".join(label(r) for r in reads)
     lines = [f"# normbench regimes: {names}", "",

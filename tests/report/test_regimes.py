@@ -93,3 +93,16 @@ def test_read_folder_names_the_fix_for_a_folder_without_a_suite(tmp_path: Path):
 
     with pytest.raises(NormbenchError, match="no suite.yaml here"):
         read_folder(tmp_path)
+
+
+def test_a_claim_in_each_regime_states_what_its_test_could_detect_as_the_leaderboard_does():
+    from normbench.report.regimes import claim_line
+    from normbench.report.tables import detectable_text
+
+    claim = pd.Series({"layer": "derf", "beats": "dyt", "depth": 36, "by": 0.0, "mean": 4.7, "low": -10.3,
+                       "high": 19.6, "p_holm": 1.0, "n": 4, "detectable": 35.014, "alpha": 0.01, "reference": 0.3,
+                       "verdict": "underpowered"})
+    line = claim_line(claim, "width 64", axis="width")
+    assert line["width"] == "width 64" and line["verdict"] == "underpowered"
+    assert line["detectable at 80% power (points)"] == "35.01 at α 0.01 (source: 0.30)"
+    assert line["detectable at 80% power (points)"] == detectable_text(35.014, 0.01, 4, 0.3)

@@ -1,0 +1,82 @@
+"""Width as a regime: each row's rank and gap to the baseline at two widths, on hand-built select_lr and
+versus_baseline frames; an unfinished folder is named so and compared on its selection val means, never a verdict."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from normbench.errors import NormbenchError
+from normbench.report.width import HOLDS, MOVES, NOISE, TEST, UNFINISHED, VAL, Side, finished, width_rows
+
+
+def selected(scores: dict[str, tuple[float, float]], seeds: str = "report", column: str = "seeds") -> pd.DataFrame:
+    """select_lr-shaped rows at depth 36: layer -> (test mean over its scoring seeds, selection val mean)."""
+    return pd.DataFrame([{"layer": k, "depth": 36, "lr": 1e-3, "edge": "low" if k == "peri_ln" else "",
+                          "mean": m, "select_mean": v, column: seeds}
+                         for k, (m, v) in scores.items()])
+
+
+def versus(readings: dict[str, tuple[float, float]]) -> pd.DataFrame:
+    """versus_baseline-shaped rows: layer -> (mean difference, Holm p)."""
+    return pd.DataFrame([{"depth": 36, "layer": k, "mean": m, "p_holm": p} for k, (m, p) in readings.items()])
+
+
+NARROW = selected({"layernorm": (80.0, 70.0), "ngpt": (95.0, 90.0), "peri_ln": (50.0, 40.0),
+                   "dyt": (78.0, 60.0), "rezero": (99.0, 99.0)})  # rezero: only narrow ran it
+WIDE = selected({"layernorm": (85.0, 75.0), "ngpt": (97.0, 91.0), "peri_ln": (90.0, 88.0), "dyt": (84.0, 80.0)})
+
+
+def by_layer(table: pd.DataFrame) -> pd.DataFrame:
+    return table.set_index("layer")
+
+
+def test_finished_rows_read_each_folders_test_against_the_baseline():
+    narrow = Side("width 64", NARROW, versus({"ngpt": (15.0, 0.001), "peri_ln": (-30.0, 0.01), "dyt": (-2.0, 0.5)}))
+    wide = Side("width 192", WIDE, versus({"ngpt": (12.0, 0.002), "peri_ln": (5.0, 0.01), "dyt": (-1.0, 0.6)}))
+    table, quantity = width_rows(narrow, wide, "layernorm")
+    rows = by_layer(table)
+    assert quantity == TEST
+    assert "rezero" not in rows.index  # only rows both folders ran, ranked among themselves
+    assert rows.loc["ngpt", "across width"] == HOLDS
+    assert rows.loc["peri_ln", "across width"] == MOVES
+    assert rows.loc["dyt", "across width"] == NOISE
+    assert rows.loc["layernorm", "across width"] == "baseline"
+    assert rows.loc["peri_ln", "width 64: rank"] == "4 of 4" and rows.loc["peri_ln", "width 192: rank"] == "2 of 4"
+    assert rows.loc["peri_ln", "width 64: gap to layernorm"] == "-30.0 (worse)"
+    assert rows.loc["peri_ln", "width 64: lr"] == "0.001 e" and rows.loc["ngpt", "width 64: lr"] == "0.001"
+    assert rows.loc["peri_ln", "width 192: gap to layernorm"] == "+5.0 (better)"
+    assert list(table["layer"]) == ["ngpt", "peri_ln", "layernorm", "dyt"]  # by rank at the wider width
+
+
+def test_an_unfinished_folder_is_compared_on_selection_val_means_and_never_given_a_verdict():
+    unfinished = selected({"layernorm": (85.0, 75.0), "ngpt": (97.0, 91.0), "peri_ln": (90.0, 88.0),
+                           "dyt": (84.0, 80.0)}, seeds="select")
+    narrow = Side("width 64", NARROW, versus({"ngpt": (15.0, 0.001), "peri_ln": (-30.0, 0.01), "dyt": (-2.0, 0.5)}))
+    table, quantity = width_rows(narrow, Side("width 192", unfinished, pd.DataFrame()), "layernorm")
+    rows = by_layer(table)
+    assert quantity == VAL
+    assert set(rows.drop("layernorm")["across width"]) == {UNFINISHED}
+    assert rows.loc["peri_ln", "width 64: gap to layernorm"] == "-30.0"  # val means: 40 - 70, not test 50 - 80
+    assert rows.loc["peri_ln", "width 192: gap to layernorm"] == "+13.0"
+
+
+def test_finished_needs_report_seeds_on_every_row_in_either_column_name():
+    assert finished(NARROW)
+    assert finished(selected({"layernorm": (1.0, 1.0)}, column="seeds_x"))  # after analysis's 2x-check merge
+    mixed = pd.concat([NARROW, selected({"ngpt": (1.0, 1.0)}, seeds="select")], ignore_index=True)
+    assert not finished(mixed) and not finished(pd.DataFrame())
+
+
+def fake_read(width: int, epochs: int) -> SimpleNamespace:
+    config = SimpleNamespace(model=SimpleNamespace(embed_dim=width), train=SimpleNamespace(epochs=epochs))
+    return SimpleNamespace(suite=SimpleNamespace(cell=lambda _: SimpleNamespace(config=config)))
+
+
+def test_compare_refuses_folders_that_differ_in_both_width_and_epochs():
+    from normbench.report.regimes import compare_regimes
+
+    with pytest.raises(NormbenchError, match="both epochs and model width"):
+        compare_regimes([fake_read(64, 40), fake_read(192, 80)])

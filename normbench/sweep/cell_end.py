@@ -41,6 +41,12 @@ def release(claim: Claim, run_id: str, tracker: Tracker) -> None:
     """Give a claimed cell back on the way out (Ctrl-C, SIGTERM, a full disk, a ledger outage past the budget): trial
     re-queued, then run KILLED (the ledger first: on a full disk, the room the reserve freed is the ledger's). Best
     effort: the ledger that stopped us may be the one we cannot tell."""
+    give_back(claim)
+    tracker.fail(run_id, "KILLED")
+
+
+def give_back(claim: Claim) -> None:
+    """`release` of a claim whose run has not started: the trial back in the queue, no attempt counted."""
     for last in (False, True):
         try:
             claim.release()
@@ -52,7 +58,6 @@ def release(claim: Claim, run_id: str, tracker: Tracker) -> None:
                       "this process ends)", file=sys.stderr)
         except Exception:  # the ledger is away: the heartbeat (database) or the lock (journal) frees the cell instead
             break
-    tracker.fail(run_id, "KILLED")
 
 
 def settle(claim: Claim, run_id: str, tracker: Tracker) -> None:

@@ -2,9 +2,10 @@
 them as one model (train/fused.py), and end each one's attempt as `run_cell` ends a cell's: its own trial (claimed,
 heart-beaten, reported per epoch, finished, failed or given back alone), its own MLflow run and checkpoint.
 
-A group the fusion rules refuse (train/fusion_rules.py) is handed back to the worker, which trains its claims one by
-one; a group that fails on its first fused step (a layer with no vmap rule) gives its claims back to the queue and
-its row is not fused again by this worker.
+A worker claims only cells whose checkpoints stand at one point, and never holds a claim it is not training: a group
+the fusion rules refuse (train/fusion_rules.py) trains its first cell alone and gives the others back to the queue at
+once, as does a group whose first fused step fails (a layer with no vmap rule); neither row is fused again by this
+worker. A member that stops before the group (pruned, diverged, lost) is recorded then.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import contextlib
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from normbench.contracts.recipe import CellConfig
@@ -21,13 +22,23 @@ from normbench.contracts.results import EpochRecord
 from normbench.errors import ClaimLostError, NormbenchError
 from normbench.store.claim import Claim
 from normbench.store.ledger import Ledger
-from normbench.sweep.cell_end import DISK_FULL, FAILED, TRAINED, ledger_state, lost_claim, release, replay, settle
-from normbench.sweep.checkpoints import CellCheckpoints, CheckpointFolder
+from normbench.sweep.cell_end import (
+    DISK_FULL,
+    FAILED,
+    TRAINED,
+    give_back,
+    ledger_state,
+    lost_claim,
+    release,
+    replay,
+    settle,
+)
+from normbench.sweep.checkpoints import CHECKPOINT_ATTR, CellCheckpoints, CheckpointFolder
 from normbench.sweep.progress import Progress
 from normbench.tracking.tracker import Tracker
 from normbench.train.cpu_share import CpuShare
 from normbench.train.device import resolve_device
-from normbench.train.fused import train_group
+from normbench.train.fused import MemberOutcome, train_group
 from normbench.train.fusion_rules import FusionRefused, refusal, same_point
 
 FUSED_AXES = frozenset({"lr", "seed"})  # the axes a group's cells may differ in (train/fusion_rules.py FUSABLE_KEYS)
@@ -44,12 +55,21 @@ def row_key(axes: Mapping[str, Any]) -> str:
     return json.dumps({k: v for k, v in axes.items() if k not in FUSED_AXES}, sort_keys=True, default=str)
 
 
+def checkpoint_point(trial: Any) -> tuple[Any, ...] | None:
+    """Where a queued cell's recorded checkpoint stands, (step, epoch, batch); None: it starts afresh."""
+    record = trial.user_attrs.get(CHECKPOINT_ATTR) or {}
+    return tuple(record.get(k) for k in ("step", "epoch", "batch")) if record else None
+
+
 def claim_group(ledger: Ledger, job: Any, first: Claim, size: int) -> list[Claim]:
-    """`first` and up to `size - 1` more queued cells of its row (the suite's own, as `job.listed` says)."""
-    key = row_key(first.trial.user_attrs.get("axes", {}))
+    """`first` and up to `size - 1` more queued cells of its row (the suite's own, as `job.listed` says) whose
+    recorded checkpoints stand where first's does (fresh with fresh): only those can train as one, and a claim held
+    but not trained would wait without a heartbeat."""
+    key, point = row_key(first.trial.user_attrs.get("axes", {})), checkpoint_point(first.trial)
     claims = [first]
     while len(claims) < size:
-        more = ledger.claim(job.study, lambda t: job.listed(t) and row_key(t.user_attrs.get("axes", {})) == key)
+        more = ledger.claim(job.study, lambda t: job.listed(t) and row_key(t.user_attrs.get("axes", {})) == key
+                            and checkpoint_point(t) == point)
         if more is None:
             break
         claims.append(more)
@@ -63,22 +83,23 @@ class _Member:
     params: dict[str, Any]
     config: CellConfig
     kept: CellCheckpoints | None
-    resume: dict[str, Any] | None
+    resume: dict[str, Any] | None = None
     run_id: str = ""
     outcome: str = ""  # set once the member's attempt has ended here
 
 
 @dataclass
 class GroupTurn:
-    """What a fused turn did: each fused claim's outcome (TRAINED, FAILED, LOST), or `refused` (the reason) with
-    nothing started: the worker then trains the claims one by one, as it trains `alone` (claims whose checkpoints
-    stand elsewhere than the group's) in any case."""
+    """What a fused turn did: each fused member's outcome (TRAINED, FAILED, LOST), or `refused` (the reason) when
+    the group did not fuse. Claims it did not train went back to the queue at once (`given_back`), but `alone`: the
+    one the worker trains by itself now."""
 
     outcomes: list[str]
-    alone: list[Claim] = field(default_factory=list)
+    alone: Claim | None = None
     trained_seconds: float = 0.0
     refused: str = ""
-    unfusable: bool = False  # the row failed on its first fused step: its claims are back in the queue
+    unfusable: bool = False  # the row cannot fuse (the rules, or its first fused step failed): never group it again
+    given_back: int = 0
 
 
 def run_group(job: Any, claims: list[Claim], *, tracker: Tracker, device: str, progress: Progress, suite_name: str,
@@ -88,41 +109,43 @@ def run_group(job: Any, claims: list[Claim], *, tracker: Tracker, device: str, p
     for claim in claims:
         cell_id, params, config = job.cell_for(claim)
         kept = CellCheckpoints(checkpoints, job.study.study_name, cell_id, config) if checkpoints is not None else None
-        members.append(_Member(claim, cell_id, params, config, kept,
-                               kept.resume(claim.trial, 1) if kept is not None else None))
+        members.append(_Member(claim, cell_id, params, config, kept))
+    dev = resolve_device(device)
+    if (reason := refusal([m.config for m in members], dev, [None] * len(members))) is not None:  # the row's recipe
+        _give_back(members[1:], tracker)
+        return GroupTurn([], members[0].claim, refused=reason, unfusable=True, given_back=len(members) - 1)
+    for m in members:  # the checkpoints the claims' records named stand at one point, unless a record lags its file
+        m.resume = m.kept.resume(m.claim.trial, 1) if m.kept is not None else None
     fused = same_point([m.resume for m in members])
-    alone = [m.claim for i, m in enumerate(members) if i not in fused]
+    apart = [m for i, m in enumerate(members) if i not in fused]
     members = [members[i] for i in fused]
-    reason = refusal([m.config for m in members], resolve_device(device), [m.resume for m in members])
-    if reason is None and len(members) < 2:
-        reason = "their checkpoints stand at different points"
-    if reason is not None:
-        return GroupTurn([], refused=reason)
-    for m in members:
-        frozen = m.claim.frozen()
-        m.run_id = tracker.start(m.cell_id, m.params, tags={
-            "suite": suite_name, "study": job.study.study_name, "trial": str(m.claim.trial.number),
-            "attempt": str(1 + len(frozen.system_attrs.get("retry_history", []))), "fused_group": str(len(members))})
-        if not m.claim.held(ask=True):
-            m.outcome = lost_claim(m.cell_id, m.run_id, tracker, progress)
-        elif m.resume is not None:
-            replay(m.resume["progress"]["history"], m.claim, m.run_id, tracker, progress)
-    live = [m for m in members if not m.outcome]
-    if not live:
-        return GroupTurn([m.outcome for m in members], alone)
-    progress.start_cell(f"{live[0].cell_id} (+{len(live) - 1} fused)", live[0].config.train.epochs)
-    between_epochs = 0.0
+    if len(members) < 2:
+        apart = [m for m in apart if m is not members[0]] if members else apart
+        _give_back(apart, tracker)
+        return GroupTurn([], members[0].claim if members else None, refused="their checkpoints stand at different "
+                         "points", given_back=len(apart))
+    _give_back(apart, tracker)
+    return _train(job, members, tracker=tracker, device=device, progress=progress, suite_name=suite_name,
+                  share=share, given_back=len(apart))
 
-    def on_epoch_of(m: _Member, shows_progress: bool):  # noqa: ANN202 - an EpochCallback
+
+def _train(job: Any, members: list[_Member], *, tracker: Tracker, device: str, progress: Progress, suite_name: str,
+           share: CpuShare | None, given_back: int) -> GroupTurn:
+    """Start each member's run, train them fused, record each as it ends; every claim not recorded is settled on
+    the way out (Ctrl-C, SIGTERM, a full disk) or failed (a crash), never left RUNNING."""
+    shown: list[_Member] = []  # the member the progress line and the CPU share follow: the first still training
+    between_epochs, train_started = 0.0, time.perf_counter()
+
+    def on_epoch_of(m: _Member):  # noqa: ANN202 - an EpochCallback
         def on_epoch(record: EpochRecord) -> bool:
             nonlocal between_epochs
             started = time.perf_counter()
             if not m.claim.held():
                 raise ClaimLostError(f"trial {m.claim.trial.number} was taken over")
-            if share is not None and shows_progress:
+            if share is not None and shown[0] is m:
                 share.apply()
             tracker.log_epoch(m.run_id, record)
-            if shows_progress:
+            if shown[0] is m:
                 progress.epoch(record)
             m.claim.report(record["val_top1"], record["step"])
             prune = job.report and m.claim.should_prune()
@@ -130,47 +153,82 @@ def run_group(job: Any, claims: list[Claim], *, tracker: Tracker, device: str, p
             return prune
         return on_epoch
 
-    train_started = time.perf_counter()
+    def on_end_of(m: _Member):  # noqa: ANN202 - recorded as soon as it stops, not when the group does
+        def on_end(end: MemberOutcome) -> None:
+            m.outcome = _finish(m, end.result, tracker, progress)
+            if shown[0] is m and (rest := [o for o in live if not o.outcome]):
+                shown[0] = rest[0]
+        return on_end
+
+    live: list[_Member] = []
     try:
-        with contextlib.ExitStack() as beats:
+        for m in members:
+            frozen = m.claim.frozen()
+            m.run_id = tracker.start(m.cell_id, m.params, tags={
+                "suite": suite_name, "study": job.study.study_name, "trial": str(m.claim.trial.number),
+                "attempt": str(1 + len(frozen.system_attrs.get("retry_history", []))),
+                "fused_group": str(len(members))})
+            if not m.claim.held(ask=True):
+                m.outcome = lost_claim(m.cell_id, m.run_id, tracker, progress)
+            elif m.resume is not None:
+                replay(m.resume["progress"]["history"], m.claim, m.run_id, tracker, progress)
+        live = [m for m in members if not m.outcome]
+        if not live:
+            return GroupTurn([m.outcome for m in members], given_back=given_back)
+        shown.append(live[0])
+        progress.start_cell(f"{live[0].cell_id} (+{len(live) - 1} fused)", live[0].config.train.epochs)
+        train_started = time.perf_counter()
+        with contextlib.ExitStack() as beats:  # every member beats until it is recorded
             for m in live:
                 beats.enter_context(m.claim.heartbeat())
-            ends = train_group([m.config for m in live], device,
-                               on_epoch=[on_epoch_of(m, i == 0) for i, m in enumerate(live)],
+            ends = train_group([m.config for m in live], device, on_epoch=[on_epoch_of(m) for m in live],
                                keepers=[m.kept.keeper(m.claim) if m.kept is not None else None for m in live],
-                               resumes=[m.resume for m in live])
+                               resumes=[m.resume for m in live], on_end=[on_end_of(m) for m in live])
+            trained = time.perf_counter() - train_started - between_epochs
+            progress.cell = ""
+            for m, end in zip(live, ends, strict=True):
+                if not m.outcome:
+                    m.outcome = _finish(m, end.result, tracker, progress)
     except FusionRefused as e:  # its first fused step failed: the claims go back, trained one by one next turn
-        for m in live:
-            release(m.claim, m.run_id, tracker)
-        progress.note(f"row of {live[0].cell_id}: not fused ({e}); its cells train one by one")
-        return GroupTurn([], alone, refused=str(e), unfusable=True)
-    except (KeyboardInterrupt, NormbenchError):
-        for m in live:
-            release(m.claim, m.run_id, tracker)
+        _give_back(live, tracker)
+        progress.note(f"row of {members[0].cell_id}: not fused ({e}); its cells train one by one")
+        return GroupTurn([], refused=str(e), unfusable=True, given_back=given_back + len(members))
+    except (KeyboardInterrupt, NormbenchError):  # what is recorded stays; the rest back to the queue
+        _settle([m for m in members if not m.outcome], tracker)
         raise
-    except Exception as e:  # a crash fails every member's claim: another turn takes each again
+    except Exception as e:  # a crash fails every member not recorded yet: another turn takes each again
         if isinstance(e, OSError) and e.errno in DISK_FULL:
-            for m in live:
-                release(m.claim, m.run_id, tracker)
+            _settle([m for m in members if not m.outcome], tracker)
             raise
-        for m in live:
-            with contextlib.suppress(ClaimLostError):
-                m.claim.fail(f"{type(e).__name__}: {e}")
-            tracker.fail(m.run_id)
-            m.outcome = FAILED
-        progress.note(f"fused group of {live[0].cell_id} failed: {type(e).__name__}: {e} (retried on the next run)")
-        return GroupTurn([m.outcome for m in members], alone, time.perf_counter() - train_started - between_epochs)
-    trained = time.perf_counter() - train_started - between_epochs
-    progress.cell = ""
-    for i, (m, end) in enumerate(zip(live, ends, strict=True)):
-        try:
-            m.outcome = _finish(m, end.result, tracker, progress)
-        except KeyboardInterrupt:  # no trial or run may stay RUNNING: this one settled, the rest given back
+        for m in members:
+            if not m.outcome:
+                with contextlib.suppress(ClaimLostError):
+                    m.claim.fail(f"{type(e).__name__}: {e}")
+                if m.run_id:
+                    tracker.fail(m.run_id)
+                m.outcome = FAILED
+        progress.note(f"fused group of {members[0].cell_id} failed: {type(e).__name__}: {e} (retried on the next run)")
+        return GroupTurn([m.outcome for m in members], trained_seconds=time.perf_counter() - train_started
+                         - between_epochs, given_back=given_back)
+    return GroupTurn([m.outcome for m in members], trained_seconds=trained, given_back=given_back)
+
+
+def _give_back(members: list[_Member], tracker: Tracker) -> None:
+    """Claims this turn will not train: back to the queue at once (their runs closed KILLED where started)."""
+    for m in members:
+        if m.run_id:
+            release(m.claim, m.run_id, tracker)
+        else:
+            give_back(m.claim)
+
+
+def _settle(members: list[_Member], tracker: Tracker) -> None:
+    """On the way out: a member the ledger already has keeps it, the others go back to the queue."""
+    for m in members:
+        if m.run_id:
             settle(m.claim, m.run_id, tracker)
-            for rest in live[i + 1:]:
-                release(rest.claim, rest.run_id, tracker)
-            raise
-    return GroupTurn([m.outcome for m in members], alone, trained)
+        else:
+            give_back(m.claim)
 
 
 def _finish(m: _Member, result: Any, tracker: Tracker, progress: Progress) -> str:

@@ -6,7 +6,8 @@ Each cell this host finished gives its shape (every axis but those that leave an
 epoch. Costs stay in one unit, depth x epochs, whatever has finished, because the progress line adds costs weighed
 before any cell finished to costs weighed after: a cell of unknown shape costs depth x epochs, one of a known shape
 epochs x its seconds per epoch over the median seconds per depth-epoch here. Cells other machines trained (a lent GPU)
-say nothing of this one's speed."""
+say nothing of this one's speed, even under the same host name (a lent GPU machine may be called what this one is):
+"here" is the host and the device a cell's result names."""
 
 from __future__ import annotations
 
@@ -38,14 +39,18 @@ class Pace:
     per_depth_epoch: float | None = None
 
     @classmethod
-    def learn(cls, trials: Iterable[FrozenTrial], host: str, depth_of: Callable[[dict[str, Any]], int]) -> Pace:
-        """From finished trials with a stored result whose worker ran on `host` (the `worker_host` user attr);
-        `depth_of(axes)`: the cell's number of blocks (an axis or the suite's model)."""
+    def learn(cls, trials: Iterable[FrozenTrial], host: str, depth_of: Callable[[dict[str, Any]], int],
+              device: str | None = None) -> Pace:
+        """From finished trials with a stored result whose worker ran on `host` (the `worker_host` user attr) and,
+        given `device`, trained there (the result's `device`: train/device.py's `device_name`); `depth_of(axes)`:
+        the cell's number of blocks (an axis or the suite's model)."""
         by_shape: dict[Shape, list[float]] = {}
         per_depth: list[float] = []
         for t in trials:
             result, axes = t.user_attrs.get("result"), t.user_attrs.get("axes")
             if t.user_attrs.get("worker_host") != host or not result or axes is None:
+                continue
+            if device is not None and result.get("device") != device:
                 continue
             seconds, epochs = result.get("seconds"), result.get("epochs_run")
             if not seconds or not epochs:  # no time recorded, or stopped before an epoch

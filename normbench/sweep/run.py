@@ -27,6 +27,7 @@ from normbench.sweep.pace import Pace, cell_costs
 from normbench.sweep.progress import Progress, note_new_cells
 from normbench.sweep.report_stage import budget_axes, report_axes
 from normbench.sweep.worker import Job, Plan
+from normbench.train.device import device_name
 
 
 def open_run_study(ledger: Ledger, suite: Suite) -> optuna.Study:
@@ -83,7 +84,7 @@ def pace_of(ledger: Ledger, suite: Suite) -> Pace:
     """How fast this host trained the suite's finished cells (matrix, bracketing rounds, report stage)."""
     trials = [t for name in suite_study_names(ledger, suite)
               for t in ledger.trials(ledger.study(name), (TrialState.COMPLETE,))]
-    return Pace.learn(trials, worker_host(), lambda axes: suite.cell(axes).config.model.depth)
+    return Pace.learn(trials, worker_host(), lambda axes: suite.cell(axes).config.model.depth, device_name())
 
 
 def run_jobs(suite: Suite, study: optuna.Study, ledger: Ledger, progress: Progress | None = None) -> Plan:

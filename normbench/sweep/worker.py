@@ -175,12 +175,11 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
                                  suite_name=suite_name, checkpoints=checkpoints, share=share)
                 if turn.unfusable:
                     unfusable.add(row_key(first.trial.user_attrs.get("axes", {})))
-                if not turn.refused or turn.unfusable:  # trained (or given back): else one by one, below
-                    summary.tally(turn.outcomes, turn.trained_seconds, time.perf_counter() - turn_started)
-                    claims, turn_started = turn.alone, time.perf_counter()
-                else:
-                    progress.note(f"{len(claims)} cells of the row of {job.cell_for(first)[0]} train one by one: "
-                                  f"{turn.refused}")
+                if turn.alone is not None:  # not fused: it trains alone below; the others went back to the queue
+                    progress.note(f"cells of the row of {job.cell_for(first)[0]} train one by one: {turn.refused} "
+                                  f"({turn.given_back} given back to the queue)")
+                summary.tally(turn.outcomes, turn.trained_seconds, time.perf_counter() - turn_started)
+                claims, turn_started = [turn.alone] if turn.alone is not None else [], time.perf_counter()
             for claim in claims:
                 outcome, trained = run_cell(job, claim, ledger=ledger, tracker=tracker, device=device,
                                             progress=progress, suite_name=suite_name, dist=dist,

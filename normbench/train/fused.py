@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -69,13 +69,17 @@ class MemberOutcome:
 def train_group(cells: Sequence[CellConfig], device: str | torch.device = "auto", *,
                 on_epoch: Sequence[EpochCallback | None] | None = None,
                 keepers: Sequence[Keeper | None] | None = None,
-                resumes: Sequence[dict[str, Any] | None] | None = None) -> list[MemberOutcome]:
+                resumes: Sequence[dict[str, Any] | None] | None = None,
+                on_end: Sequence[Callable[[MemberOutcome], None] | None] | None = None) -> list[MemberOutcome]:
     """Train `cells` as one fused model; returns each member's outcome in order. Each member's `on_epoch` is its
     cell's (True prunes that member alone; ClaimLostError stops it alone); `keepers` and `resumes` are per member
-    as `train_cell`'s. Raises FusionRefused (train/fusion_rules.py) before training anything when the cells cannot
-    be fused: the caller trains them one by one."""
+    as `train_cell`'s. A member that stops before the group (pruned, diverged, lost) gets its outcome at once, through
+    its `on_end`, timed to its own end: the caller records it then, so a later crash of the group cannot lose it.
+    Raises FusionRefused (train/fusion_rules.py) before training anything when the cells cannot be fused: the caller
+    trains them one by one."""
     k = len(cells)
     on_epoch, keepers, resumes = on_epoch or [None] * k, keepers or [None] * k, resumes or [None] * k
+    on_end = on_end or [None] * k
     dev = resolve_device(device)
     if (reason := refusal(cells, dev, resumes)) is not None:
         raise FusionRefused(reason)
@@ -88,6 +92,7 @@ def train_group(cells: Sequence[CellConfig], device: str | torch.device = "auto"
             so_far[i] = restore_checkpoint(member.fit, resume)
         member.fit.keeper = member.keeper
     group = _Group(members, dev)
+    outcomes: list[MemberOutcome | None] = [None] * k
     for epoch in range(members[0].fit.progress.next_epoch, members[0].fit.tc.epochs):
         if not any(m.training for m in members):
             break
@@ -96,9 +101,14 @@ def train_group(cells: Sequence[CellConfig], device: str | torch.device = "auto"
                 m.threads.append(torch.get_num_threads())
         group.epoch(epoch, so_far if so_far[0] is not None else None)
         so_far = [None] * k
+        for i, m in enumerate(members):  # those that stopped this epoch end now, at their own time
+            if not m.training and outcomes[i] is None:
+                outcomes[i] = _outcome(m, group, float("nan"))
+                if on_end[i] is not None:
+                    on_end[i](outcomes[i])
     ended_ok = any(m.training for m in members)
     test = group.evaluate("test") if ended_ok else [float("nan")] * k  # once for all: read only for those ended ok
-    return [_outcome(m, group, test[i]) for i, m in enumerate(members)]
+    return [outcomes[i] or _outcome(m, group, test[i]) for i, m in enumerate(members)]
 
 
 class _Group:
@@ -192,6 +202,8 @@ class _Group:
             with self.autocast():
                 losses = self._loss(self.stacked.params, self.stacked.buffers, x, y)
             losses.sum().backward()
+        except torch.cuda.OutOfMemoryError:  # too many members for the device, not a missing vmap rule
+            raise
         except (RuntimeError, NotImplementedError) as e:
             if not self.first_step:
                 raise
@@ -238,9 +250,12 @@ class _Group:
                     m.state = PRUNED
             except ClaimLostError as lost:  # another worker took this cell over: it stops alone
                 m.state, m.lost = LOST, lost
-        for m in members:
-            if m.training and m.keeper is not None and m.fit.progress.next_epoch < m.fit.tc.epochs and m.keeper.due():
-                m.keeper.save(m.fit)
+        # one decision for the group: members that checkpoint at different epochs could never resume fused
+        keeping = [m for m in members
+                   if m.training and m.keeper is not None and m.fit.progress.next_epoch < m.fit.tc.epochs]
+        if any(m.keeper.due() for m in keeping):  # type: ignore[union-attr]
+            for m in keeping:
+                m.keeper.save(m.fit)  # type: ignore[union-attr]
 
     @torch.inference_mode()
     def evaluate(self, split: str = "val") -> list[float]:

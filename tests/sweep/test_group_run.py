@@ -5,6 +5,7 @@ with every member exactly once (their checkpoints resumed fused)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 
@@ -12,6 +13,13 @@ import pandas as pd
 from optuna.trial import TrialState
 
 from normbench.cli import main
+from normbench.contracts.suite import load_suite
+from normbench.store.claim import Claim
+from normbench.store.ledger import Ledger
+from normbench.sweep.group_run import claim_group, run_group
+from normbench.sweep.progress import Progress
+from normbench.sweep.run import open_run_study, run_job
+from normbench.tracking.tracker import Tracker
 from tests.faults.helpers import assert_invariants, finish, normbench, stop_when, trials
 
 LAYERS = ["layernorm", "layerscale"]
@@ -43,6 +51,60 @@ def test_cells_the_rules_refuse_train_one_by_one_and_say_why(write_suite, tmp_pa
     assert "train one by one: per-block telemetry" in err, err
     csv = pd.read_csv(tmp_path / "out" / "results.csv")
     assert set(csv["fused_group"]) == {1} and len(csv) == len(CELLS)
+
+
+def _queued(write_suite, tmp_path, **train):
+    suite = load_suite(_suite(write_suite, **train))
+    ledger = Ledger(None, tmp_path)
+    study = open_run_study(ledger, suite)
+    ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
+    return suite, ledger, study, run_job(suite, study)
+
+
+def test_a_group_takes_only_cells_whose_checkpoints_stand_where_its_first_does(write_suite, tmp_path):
+    suite, ledger, study, job = _queued(write_suite, tmp_path)
+    waiting = {t.user_attrs["cell_id"]: t for t in ledger.trials(study, (TrialState.WAITING,))}
+    ahead = waiting["depth=2,layer=layernorm,lr=0.003,seed=1"]  # killed two epochs in, its checkpoint recorded
+    ledger.storage.set_trial_user_attr(ahead._trial_id, "checkpoint", {"file": "x", "step": 8, "epoch": 2, "batch": 0})
+    first = ledger.claim(study, lambda t: t.user_attrs["cell_id"] == "depth=2,layer=layernorm,lr=0.001,seed=0")
+    group = claim_group(ledger, job, first, 4)
+    assert {c.trial.user_attrs["cell_id"] for c in group} == {
+        "depth=2,layer=layernorm,lr=0.001,seed=0", "depth=2,layer=layernorm,lr=0.001,seed=1",
+        "depth=2,layer=layernorm,lr=0.003,seed=0"}  # fresh with fresh; the one ahead stays queued for its own turn
+
+
+def test_a_row_the_rules_refuse_trains_its_first_cell_and_gives_the_others_back_at_once(write_suite, tmp_path):
+    """A claim held but not trained has no heartbeat: a database ledger's peers would fail it as stale."""
+    suite, ledger, study, job = _queued(write_suite, tmp_path, telemetry_every=25)
+    first = ledger.claim(study, job.listed)
+    group = claim_group(ledger, job, first, 4)
+    assert len(group) == 4
+    turn = run_group(job, group, tracker=Tracker(tmp_path, suite.name), device="cpu",
+                     progress=Progress(total=8, quiet=True), suite_name=suite.name)
+    assert turn.alone is first and turn.given_back == 3 and turn.unfusable and "telemetry" in turn.refused
+    assert [t.number for t in ledger.trials(study, (TrialState.RUNNING,))] == [first.trial.number]
+    assert len(ledger.trials(study, (TrialState.WAITING,))) == 7  # any worker may take them now
+
+
+def test_when_the_member_shown_is_pruned_the_progress_line_follows_the_next_and_the_pruned_is_recorded_at_once(
+        write_suite, tmp_path, monkeypatch):
+    suite, ledger, study, job = _queued(write_suite, tmp_path, epochs=3)
+    first = ledger.claim(study, job.listed)
+    group = claim_group(ledger, job, first, 2)
+    monkeypatch.setattr(Claim, "should_prune", lambda claim: claim.number == first.number)
+    shown: list[tuple[int, int]] = []  # (epoch, trials RUNNING then) for each epoch the progress line shows
+
+    class Watched(Progress):
+        def epoch(self, record):
+            shown.append((record["epoch"], len(ledger.trials(study, (TrialState.RUNNING,)))))
+            super().epoch(record)
+
+    turn = run_group(dataclasses.replace(job, report=True), group, tracker=Tracker(tmp_path, suite.name),
+                     device="cpu", progress=Watched(total=8, quiet=True), suite_name=suite.name)
+    assert turn.outcomes == ["trained", "trained"] and not turn.refused
+    # epoch 0 from the first member (pruned then, and recorded before the next epoch), epochs 1-2 from the other
+    assert shown == [(0, 2), (1, 1), (2, 1)]
+    assert ledger.storage.get_trial(first.id).state == TrialState.PRUNED
 
 
 def test_a_bad_fuse_value_is_refused_with_the_fix(write_suite, tmp_path, capsys):

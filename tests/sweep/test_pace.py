@@ -17,14 +17,15 @@ from normbench.store.ledger import Ledger, worker_host
 from normbench.sweep.pace import Pace
 from normbench.sweep.progress import Progress, note_new_cells
 from normbench.sweep.run import open_run, pace_of
+from normbench.train.device import device_name
 
 
 def finished(layer: str, seconds: float, *, host: str = "here", depth: int = 6, lr: float = 1e-3, seed: int = 0,
-             epochs_run: int = 10) -> optuna.trial.FrozenTrial:
+             epochs_run: int = 10, device: str = "CPU (x86_64, 2 cores)") -> optuna.trial.FrozenTrial:
     axes = {"depth": depth, "layer": layer, "lr": lr, "seed": seed}
     return optuna.trial.create_trial(state=TrialState.COMPLETE, value=50.0, user_attrs={
         "cell_id": f"depth={depth},layer={layer},lr={lr},seed={seed}", "axes": axes, "worker_host": host,
-        "result": {"status": "ok", "seconds": seconds, "epochs_run": epochs_run}})
+        "result": {"status": "ok", "seconds": seconds, "epochs_run": epochs_run, "device": device}})
 
 
 def depth_axis(axes: dict) -> int:
@@ -55,6 +56,15 @@ def test_other_hosts_cells_and_cells_without_a_time_teach_nothing():
     assert pace.cost({"depth": 6, "layer": "layernorm"}, depth=6, epochs=10) == 60.0  # depth x epochs
 
 
+def test_a_lent_gpu_under_this_hosts_name_teaches_nothing_of_this_cpu():
+    """The lent GPU machine is called what this VM is ("vm"): only the device a result names tells them apart."""
+    gpu = finished("layernorm", 4.0, device="NVIDIA H200")
+    cpu = finished("layernorm", 200.0, seed=1)
+    pace = Pace.learn([gpu, cpu], "here", depth_axis, device="CPU (x86_64, 2 cores)")
+    assert pace.per_depth_epoch == pytest.approx(200.0 / 10 / 6)
+    assert Pace.learn([gpu], "here", depth_axis, device="CPU (x86_64, 2 cores)") == Pace()
+
+
 def test_cells_queued_before_and_after_any_finished_share_one_unit(tmp_path: Path):
     """A fresh run weighs its matrix by depth x epochs; the rounds it queues later by what each layer took. Both in
     one unit, or the ETA (elapsed per unit done, times units left) is off by the seconds per depth-epoch."""
@@ -70,8 +80,8 @@ def test_cells_queued_before_and_after_any_finished_share_one_unit(tmp_path: Pat
         if axes["lr"] == 1e-3:
             seconds = {"layernorm": 60.0, "mhc": 300.0}[axes["layer"]]
             study.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=50.0, user_attrs={
-                **trial.user_attrs, "worker_host": worker_host(), "result": {"status": "ok", "seconds": seconds,
-                                                                            "epochs_run": 10}}))
+                **trial.user_attrs, "worker_host": worker_host(),
+                "result": {"status": "ok", "seconds": seconds, "epochs_run": 10, "device": device_name()}}))
     later = Progress(total=0, stream=io.StringIO(), costs={"matrix cell": 60.0})
     note_new_cells(later, suite, "bracket:p:1", {
         "ln": {"depth": 6, "layer": "layernorm", "lr": 1e-2, "seed": 0},

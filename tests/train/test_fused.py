@@ -76,6 +76,46 @@ def test_a_member_pruned_or_losing_its_claim_stops_alone():
     assert_close(losses(alone), losses(out[2].result), 1e-4)
 
 
+def test_a_member_that_stops_early_is_handed_over_then_timed_to_its_own_end():
+    """Its caller records it at once (a later crash of the group cannot lose it), and its seconds are its own."""
+    cells = [cell(lr=1e-3, seed=0, epochs=6), cell(lr=1e-3, seed=1, epochs=6)]
+    ended: list[tuple[int, int]] = []  # (member, epochs the other member had finished when it was handed over)
+    epochs_of_other = [0]
+
+    def count(record):
+        epochs_of_other[0] += 1
+        return False
+
+    def end_of(i):
+        return lambda outcome: ended.append((i, epochs_of_other[0], outcome))
+
+    out = train_group(cells, "cpu", on_epoch=[lambda record: True, count], on_end=[end_of(0), end_of(1)])
+    assert [(i, seen) for i, seen, _ in ended] == [(0, 1)]  # the pruned one, after epoch 1; the other never
+    assert ended[0][2] is out[0] and out[0].result.status == "pruned"
+    assert out[0].result.seconds < out[1].result.seconds / 3  # 1 of 6 epochs, not the group's whole time
+
+
+def test_the_group_decides_its_checkpoints_once_so_its_members_stand_at_one_point(tmp_path):
+    from normbench.train.checkpoint import Keeper, recipe_of
+
+    cells = [cell(lr=1e-3, seed=s, epochs=3) for s in range(2)]
+    due_now = Keeper(path=tmp_path / "m0.pt", recipe=recipe_of(cells[0]), interval_s=1e-9)
+    not_yet = Keeper(path=tmp_path / "m1.pt", recipe=recipe_of(cells[1]), interval_s=3600.0)
+    train_group(cells, "cpu", keepers=[due_now, not_yet])
+    assert due_now.writes == not_yet.writes == 2  # after epochs 1 and 2, both: the one due takes the other along
+
+
+def test_out_of_memory_on_the_first_step_is_not_taken_for_a_missing_vmap_rule(monkeypatch):
+    from normbench.train import fused
+
+    def oom(self, params, buffers, x, y):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(fused._Group, "_member_loss", oom)
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        train_group([cell(seed=0), cell(seed=1)], "cpu")
+
+
 @pytest.mark.parametrize(("change", "reason"), [
     ({"model": ModelConfig(layer="layernorm", depth=5, embed_dim=16, num_heads=2, patch_size=4)}, "model.depth"),
     ({"train": TrainConfig(epochs=3, batch_size=256, telemetry_every=25)}, "telemetry"),

@@ -45,6 +45,13 @@ def test_a_fused_group_of_2_lrs_by_2_seeds_trains_each_member_as_alone(layer):
         assert member.result.fused_group == 4 and member.result.epochs_run == 3
 
 
+def test_a_fused_group_under_bf16_autocast_trains_each_member_as_alone_to_bf16s_rounding():
+    """The CUDA recipe's autocast through vmap, proven on the CPU: measured 1.2e-5 to 1.2e-4 relative."""
+    cells = [cell("layernorm", lr, seed, amp="bf16") for lr in (1e-3, 3e-3) for seed in (0, 1)]
+    for config, member in zip(cells, train_group(cells, "cpu"), strict=True):
+        assert_close(losses(train_cell(config, "cpu")), losses(member.result), 1e-3)
+
+
 def test_a_member_at_lr_10_diverges_alone_and_the_others_equal_a_group_without_it():
     clean = [cell(lr=1e-3, seed=0), cell(lr=3e-3, seed=1)]
     without = train_group(clean, "cpu")

@@ -66,7 +66,8 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
         lines.append("bracketing v3 on: when the cells above have finished, each row whose val-selected lr is the "
                      "smallest or largest tried gets cells one grid step beyond it, and each row at chance or flat "
                      f"across its lrs gets cells half a decade beyond both ends (within lr_bounds "
-                     f"[{suite.lr_bounds[0]:g}, {suite.lr_bounds[1]:g}]{cap})")
+                     f"[{suite.lr_bounds[0]:g}, {suite.lr_bounds[1]:g}]{cap}); a row whose earlier lrs lack some of "
+                     "the selection seeds gets those first")
     if suite.report_seeds:
         rows_count = len({tuple(c.axes.get(k) for k in suite.row_axes()) for c in suite.cells()})
         lines.append(f"report seeds {suite.report_seeds}: once selection is over, each of the {rows_count} rows' "

@@ -102,7 +102,7 @@ def queue_next_stage(suite: Suite, study: optuna.Study, ledger: Ledger, progress
     selecting = [study, *(ledger.study(n) for n in bracket_study_names(ledger, suite))]
     listed = [(s, listed_in(suite, s.study_name)) for s in selecting]  # the cells the matrix lists now
     if not any(wanted(t) for s, wanted in listed for t in ledger.trials(s, UNFINISHED)):
-        trials = [t for s in selecting for t in ledger.trials(s, LIVE)]
+        trials = [t for s in selecting for t in ledger.trials(s, (*LIVE, TrialState.FAIL))]
         finished = [(t.user_attrs["axes"], t.user_attrs.get("result", {})) for s, wanted in listed
                     for t in ledger.trials(s, (TrialState.COMPLETE,)) if wanted(t)]
         new = next_bracket_round(suite, finished, {t.user_attrs.get("cell_id") for t in trials})
@@ -118,10 +118,11 @@ def queue_next_stage(suite: Suite, study: optuna.Study, ledger: Ledger, progress
 def next_bracket_round(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, Any]]],
                        present: set[str]) -> dict[str, dict[str, Any]]:
     """`{cell_id: axes}` of the next bracketing round that are not queued yet ({} without bracketing), from the
-    finished selection cells' (axes, result); `run --dry-run` shows it too."""
+    finished selection cells' (axes, result) and `present`, the ids of every selection cell queued so far (failed
+    ones too: a seed failed for good is not asked for again); `run --dry-run` shows it too."""
     if not suite.bracket:
         return {}
-    new = {suite.cell(axes).cell_id: axes for axes in bracket_axes(suite, finished)}
+    new = {suite.cell(axes).cell_id: axes for axes in bracket_axes(suite, finished, present)}
     return {cid: axes for cid, axes in new.items() if cid not in present}
 
 

@@ -41,6 +41,21 @@ def test_a_best_lr_at_the_top_edge_adds_one_step_up_for_every_seed():
     assert list(added[0]) == list(MATRIX)  # matrix key order, so the cell id is the matrix's
 
 
+def test_lrs_tried_before_the_seeds_grew_get_the_missing_seeds_first_and_only_once():
+    """A suite resumed with 4 selection seeds where its earlier rounds ran 2: a row's lr means must rest on the same
+    seeds before they choose its lr or its next one (and the claims that pair selection seeds need every lr on all)."""
+    four = suite(matrix={**MATRIX, "seed": [0, 1, 2, 3]})
+    cells = [*done("layernorm", 1e-3, [80, 82, 81, 80]), *done("layernorm", 3e-3, [70, 72, 71, 70]),
+             *done("layernorm", 3.333e-4, [60, 62]),                                 # a round of the 2-seed days
+             *done("rezero", 1e-3, [30, 28, 29, 30]), *done("rezero", 3e-3, [60, 58, 59, 60])]  # complete: steps up
+    added = bracket_axes(four, cells)
+    assert [(a["layer"], a["lr"], a["seed"]) for a in added] == [
+        ("layernorm", 3.333e-4, 2), ("layernorm", 3.333e-4, 3),                   # its seeds first, no new lr
+        *[("rezero", 9e-3, seed) for seed in range(4)]]
+    queued_before = {four.cell(a).cell_id for a in added if a["layer"] == "layernorm"}  # e.g. failed for good
+    assert [a["layer"] for a in bracket_axes(four, cells, queued_before)] == ["rezero"] * 4  # not asked again
+
+
 def test_rounds_stop_when_interior_diverged_or_at_the_limit():
     base = [*done("rezero", 1e-3, [30, 28]), *done("rezero", 3e-3, [60, 58])]
     interior = [*base, *done("rezero", 9e-3, [50, 40])]

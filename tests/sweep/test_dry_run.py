@@ -12,6 +12,7 @@ from optuna.trial import TrialState
 from normbench.cli import main
 from normbench.contracts.names import StudyNames
 from normbench.store.ledger import Ledger, worker_host
+from normbench.train.device import device_name
 
 MATRIX = {"depth": [6], "layer": ["layernorm"], "lr": [1e-3, 3e-3], "seed": [0]}
 
@@ -26,7 +27,7 @@ def test_queued_report_cells_are_listed_counted_and_timed(write_suite, tmp_path:
         run.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=val, user_attrs={
             "cell_id": f"depth=6,layer=layernorm,lr={lr},seed=0", "axes": axes, "worker_host": worker_host(),
             "result": {"status": "ok", "val_top1": val, "best_val_top1": val, "test_top1": val, "seconds": 3600.0,
-                       "epochs_run": 10}}))
+                       "epochs_run": 10, "device": device_name()}}))
     report = ledger.study(StudyNames("d").report)
     ledger.enqueue(report, {
         f"depth=6,layer=layernorm,lr=0.001,seed={s}": {"depth": 6, "layer": "layernorm", "lr": 1e-3, "seed": s}

@@ -259,3 +259,22 @@ def test_bracket_adds_lrs_beyond_the_edge_once_and_resumes(write_suite, tmp_path
     assert main(["run", str(path), "--out", str(out), "--quiet", "--bracket"]) == 0
     assert len(mlflow_runs(out, "brk")) == len(csv)
     assert sorted(n for n in ledger.study_names() if n.startswith("bracket:brk:")) == rounds
+
+
+def test_a_suite_resumed_with_more_seeds_gives_every_lr_its_rounds_tried_the_new_seeds(write_suite, tmp_path):
+    """The modern sweep went from 2 selection seeds to 4: lrs its 2-seed rounds added must get seeds 2 and 3 too, or
+    lr means (and the claims that pair seeds) would compare different seeds."""
+    train = {"epochs": 2, "batch_size": 64, "warmup_epochs": 0}
+    matrix = {"depth": [1], "layer": ["layernorm"], "lr": [3e-4, 1e-3], "seed": [0]}
+    out = tmp_path / "out"
+    first = write_suite(name="grow", train=train, matrix=matrix, bracket_max_steps=1)
+    assert main(["run", str(first), "--out", str(out), "--quiet", "--bracket"]) == 0
+    lrs = set(pd.read_csv(out / "results.csv")["lr"])
+    assert len(lrs) == 3  # one round beyond an edge
+    grown = write_suite(name="grow", train=train, matrix={**matrix, "seed": [0, 1]}, bracket_max_steps=1)
+    assert main(["run", str(grown), "--out", str(out), "--quiet", "--bracket"]) == 0
+    csv = pd.read_csv(out / "results.csv")
+    selection = csv[csv["role"] == "select"]
+    assert set(selection["lr"]) == lrs  # the cap holds: no new lr, only the seeds the earlier round lacked
+    assert selection.groupby("lr")["seed"].apply(sorted).map(tuple).to_dict() == {lr: (0, 1) for lr in lrs}
+    assert csv["cell_id"].is_unique

@@ -136,4 +136,5 @@ def note_new_cells(progress: Progress, suite: Suite, study_name: str, cells: dic
     elif study_name == names.budget:
         progress.note(f"convergence check: {len(cells)} cells (each row's chosen lr at twice the epochs)")
     else:
-        progress.note(f"bracket round {study_name.rsplit(':', 1)[-1]}: {len(cells)} cells beyond the lr grid's edge")
+        progress.note(f"bracket round {study_name.rsplit(':', 1)[-1]}: {len(cells)} cells (lrs beyond those a row "
+                      "tried, or selection seeds an earlier round lacked)")

@@ -189,7 +189,7 @@ def test_parent_of_local_workers_counts_the_bracketing_rounds_they_queue(write_s
                       text=True)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    queued = re.search(r"bracket round 1: (\d+) cells beyond the lr grid's edge", err)
+    queued = re.search(r"bracket round 1: (\d+) cells \(lrs beyond", err)
     assert queued and int(queued[1]) in (1, 2), err  # the best's edge, or both ways for a row at chance
     n = 2 + int(queued[1])
     counts = [(int(d), int(t)) for d, t in re.findall(r"^\[(\d+)/(\d+)\] depth=", err, flags=re.M)]

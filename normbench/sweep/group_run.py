@@ -176,7 +176,7 @@ def _train(job: Any, members: list[_Member], *, tracker: Tracker, device: str, p
         if not live:
             return GroupTurn([m.outcome for m in members], given_back=given_back)
         shown.append(live[0])
-        progress.start_cell(f"{live[0].cell_id} (+{len(live) - 1} fused)", live[0].config.train.epochs)
+        progress.start_cell(live[0].cell_id, live[0].config.train.epochs, fused=[m.cell_id for m in live[1:]])
         train_started = time.perf_counter()
         with contextlib.ExitStack() as beats:  # every member beats until it is recorded
             for m in live:
@@ -185,7 +185,6 @@ def _train(job: Any, members: list[_Member], *, tracker: Tracker, device: str, p
                                keepers=[m.kept.keeper(m.claim) if m.kept is not None else None for m in live],
                                resumes=[m.resume for m in live], on_end=[on_end_of(m) for m in live])
             trained = time.perf_counter() - train_started - between_epochs
-            progress.cell = ""
             for m, end in zip(live, ends, strict=True):
                 if not m.outcome:
                     m.outcome = _finish(m, end.result, tracker, progress)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from normbench.contracts.names import StudyNames
@@ -46,7 +46,8 @@ class Progress:
         self.cost_left = sum(self.costs.values()) if costs else float(total - done)
         self.cost_done = 0.0
         self.cell, self.epochs = "", 0
-        self.cell_fraction = 0.0  # of the current cell, trained so far
+        self.fused: list[str] = []  # the cells one fused model trains beside `cell`, at its epoch (train/fused.py)
+        self.cell_fraction = 0.0  # of the current cell (and those fused with it), trained so far
         self.in_flight: dict[str, float] = {}  # cells other processes are training: the fraction done (`running`)
         self._trained_before: dict[str, float] = {}  # ... and the fraction each had when first seen
         self.unit: float | None = None  # seconds per unit of the costs (sweep/pace.py), once known
@@ -56,7 +57,7 @@ class Progress:
     def eta(self) -> str:
         """Time left, from elapsed time per unit of cost done (the trained part of the current cell and of those in
         flight counts, so finishing cells in pairs does not swing it); '?' before progress."""
-        partial = self._cost(self.cell) * self.cell_fraction if self.cell else 0.0
+        partial = sum(map(self._cost, self._training())) * self.cell_fraction
         partial += sum(self._cost(cell) * (fraction - self._trained_before.get(cell, 0.0))
                        for cell, fraction in self.in_flight.items())
         done = self.cost_done + partial
@@ -87,24 +88,34 @@ class Progress:
                 self.cost_left = max(0.0, self.cost_left - self._cost(cell) * fraction)
         self.in_flight = dict(fractions)
 
-    def start_cell(self, cell_id: str, epochs: int) -> None:
-        self.cell, self.epochs, self.cell_fraction = cell_id, epochs, 0.0
+    def start_cell(self, cell_id: str, epochs: int, fused: Sequence[str] = ()) -> None:
+        """`cell_id` trains now, in this process; `fused`: the cells one model trains beside it, epoch for epoch, each
+        weighed in the ETA at its own cost (the line shows `cell_id (+N fused)`)."""
+        self.cell, self.epochs, self.cell_fraction, self.fused = cell_id, epochs, 0.0, list(fused)
+
+    def _training(self) -> list[str]:
+        return [self.cell, *self.fused] if self.cell else []
 
     def epoch(self, record: Mapping[str, Any]) -> None:
         self.cell_fraction = min(1.0, (record["epoch"] + 1) / max(1, self.epochs))
         if self.quiet or (not self.tty and time.monotonic() - self._last_line < self.log_every):
             return
-        self._write(f"{self._clear}[{self.done}/{self.total}] {self.cell}  epoch {record['epoch'] + 1}/{self.epochs}"
+        shown = self.cell + (f" (+{len(self.fused)} fused)" if self.fused else "")
+        self._write(f"{self._clear}[{self.done}/{self.total}] {shown}  epoch {record['epoch'] + 1}/{self.epochs}"
                     f"  val {record['val_top1']:.1f}%  ETA {self.eta()}" + ("" if self.tty else "\n"))
 
     def end_cell(self, result: CellResult) -> None:
-        cell, self.cell, self.cell_fraction = self.cell, "", 0.0  # before the ETA: its cost now counts as done
-        self.record(cell, result)
+        cell, self.cell, self.cell_fraction, self.fused = self.cell, "", 0.0, []  # before the ETA: its cost now
+        self.record(cell, result)  # counts as done
 
     def record(self, cell_id: str, result: CellResult | None, where: str = "") -> None:
         """Count a finished cell (`where`: the worker that trained it) and print its line; None: no stored result."""
         self.done += 1
-        self.in_flight.pop(cell_id, None)  # counted as done now, not also as in flight
+        self.in_flight.pop(cell_id, None)  # counted as done now, not also as in flight (nor as trained in part)
+        if cell_id in self.fused:
+            self.fused.remove(cell_id)
+        elif cell_id == self.cell:  # a fused member ended early: the line follows the next, at the same epoch
+            self.cell = self.fused.pop(0) if self.fused else ""
         cost = self._cost(cell_id) * (1.0 - self._trained_before.pop(cell_id, 0.0))
         self.cost_done += cost
         self.cost_left = max(0.0, self.cost_left - cost)

@@ -187,3 +187,37 @@ def test_a_resumed_cell_counts_only_the_epochs_trained_since_it_was_first_seen(m
     assert progress.eta() == "3m20s"  # b and c left, 200 s; a's trained part is no longer left either
     progress.record("a", None)
     assert progress.cost_done == pytest.approx(0.1) and progress.cost_left == pytest.approx(2.0)
+
+
+def test_a_fused_group_counts_every_members_cost_at_the_shared_epoch(monkeypatch):
+    """The ETA of a fused group of wide cells read "9129h": it weighed the line's label, not a cell, at cost 1 against
+    cells costing depth x epochs each."""
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    stream = io.StringIO()
+    progress = Progress(total=4, stream=stream, costs={"a": 2.0, "b": 2.0, "c": 2.0, "d": 2.0}, log_every=0)
+    progress.start_cell("a", epochs=4, fused=["b"])
+    clock.now += 60.0
+    progress.epoch({"epoch": 1, "val_top1": 30.0})  # half of a and b (2 units) in 60 s: 6 units left at 30 s each
+    assert stream.getvalue().splitlines()[-1] == "[0/4] a (+1 fused)  epoch 2/4  val 30.0%  ETA 3m00s"
+
+
+def test_a_fused_member_that_ends_early_is_done_and_the_line_follows_the_next(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    stream = io.StringIO()
+    progress = Progress(total=4, stream=stream, costs={"a": 2.0, "b": 2.0, "c": 2.0, "d": 2.0}, log_every=0)
+    progress.start_cell("a", epochs=4, fused=["b", "c"])
+    clock.now += 60.0
+    progress.epoch({"epoch": 1, "val_top1": 10.0})
+    progress.record("a", CellResult.from_summary({"status": "pruned", "epochs_run": 2, "final_val_top1": 10.0,
+                                                  "seconds": 60.0}))
+    # a done (2 units) and half of b and c (2 units) in 60 s: 15 s a unit, 4 units left (d, and half of b and c)
+    assert stream.getvalue().splitlines()[-1].endswith("ETA 1m00s")
+    clock.now += 60.0
+    progress.epoch({"epoch": 3, "val_top1": 50.0})
+    # a, and all of b and c (6 units) in 120 s: 20 s a unit, d's 2 units left
+    assert stream.getvalue().splitlines()[-1] == "[1/4] b (+1 fused)  epoch 4/4  val 50.0%  ETA 0m40s"
+    for cell in ("b", "c"):
+        progress.record(cell, CellResult.from_summary({"status": "ok", "val_top1": 50.0, "seconds": 120.0}))
+    assert progress.eta() == "0m40s" and progress.cell == "" and not progress.fused

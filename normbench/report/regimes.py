@@ -20,7 +20,7 @@ from normbench.errors import NormbenchError
 from normbench.report.budget import BUDGET_AXIS, budget_agreement
 from normbench.report.folder import FolderRead
 from normbench.report.header import budget_text, regime_word, seeds_line
-from normbench.report.stats import ALPHA, check_claims, reading, versus_baseline
+from normbench.report.stats import ALPHA, UNDERPOWERED, check_claims, reading, versus_baseline
 from normbench.report.tables import (
     BASELINE_VERDICTS,
     budget_table,
@@ -167,20 +167,40 @@ def claim_line(c: pd.Series, regime: str, axis: str = "budget") -> dict[str, str
             "verdict": c["verdict"]}
 
 
+def claim_across(verdicts: Sequence[str], regimes: Sequence[str], unfinished: bool) -> str:
+    """How one claim's verdict moves across the regimes that read it: "holds" only where every regime decided it
+    alike; a claim one regime lacks, or an unfinished regime, or tests too weak to decide, is named so, never
+    counted as holding."""
+    if len(verdicts) < 2:
+        return f"{regimes[0]} only"
+    if unfinished:
+        return "cannot tell (unfinished)"
+    decided = set(verdicts) - {UNDERPOWERED}
+    if not decided:
+        return "undecided (underpowered in each)"
+    if len(set(verdicts)) == 1:
+        return "holds"
+    return "decided in one only" if len(decided) == 1 else "changes"
+
+
 def claims_rows(reads: Sequence[FolderRead], axis: str = "budget") -> pd.DataFrame:
-    rows = []
+    rows, unfinished = [], set()
     for r in reads:
         if not r.suite.claims:
             continue
         claims = check_claims(r.analysis.cells, r.analysis.selected, r.analysis.keys, r.suite.claims)
+        done = finished(r.analysis.selected)
         regime = label(r) if axis == "budget" else f"{axis} {width_of(r)}" + (
-            "" if finished(r.analysis.selected) else " (unfinished: selection seeds)")
-        rows += [claim_line(c, regime, axis) for _, c in claims.iterrows()]
+            "" if done else " (unfinished: selection seeds)")
+        lines = [claim_line(c, regime, axis) for _, c in claims.iterrows()]
+        unfinished |= set() if done else {line["claim"] for line in lines}
+        rows += lines
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
-    verdicts = frame.groupby("claim", sort=False)["verdict"].nunique()
-    frame[f"across {axis}s"] = frame["claim"].map(lambda c: "holds" if verdicts[c] == 1 else "changes")
+    across = {claim: claim_across(list(g["verdict"]), list(g[axis]), claim in unfinished)
+              for claim, g in frame.groupby("claim", sort=False)}
+    frame[f"across {axis}s"] = frame["claim"].map(across)
     return frame
 
 

@@ -106,3 +106,17 @@ def test_a_claim_in_each_regime_states_what_its_test_could_detect_as_the_leaderb
     assert line["width"] == "width 64" and line["verdict"] == "underpowered"
     assert line["detectable at 80% power (points)"] == "35.01 at α 0.01 (source: 0.30)"
     assert line["detectable at 80% power (points)"] == detectable_text(35.014, 0.01, 4, 0.3)
+
+
+def test_a_claim_holds_across_regimes_only_where_each_decided_it_alike():
+    """The width comparison said "holds" for claims only the width-64 folder had, and "changes" where the width-192
+    folder, unfinished, could not decide."""
+    from normbench.report.regimes import claim_across
+
+    assert claim_across(["supported", "supported"], ["10 epochs", "40 epochs"], unfinished=False) == "holds"
+    assert claim_across(["supported", "contradicted"], ["a", "b"], unfinished=False) == "changes"
+    assert claim_across(["contradicted", "underpowered"], ["a", "b"], unfinished=False) == "decided in one only"
+    assert claim_across(["underpowered", "underpowered"], ["a", "b"], unfinished=False) == \
+        "undecided (underpowered in each)"
+    assert claim_across(["supported", "supported"], ["a", "b"], unfinished=True) == "cannot tell (unfinished)"
+    assert claim_across(["underpowered"], ["width 64"], unfinished=False) == "width 64 only"

@@ -1,12 +1,13 @@
-"""Width as a regime: one grid at two model widths (same depth, epochs and protocol), row by row: does each row's
-rank and its gap to the baseline hold across width (`normbench compare NARROW WIDE`)?
+"""Width as a regime: one grid at two model widths (same depth, epochs and protocol), row by row: does each row's rank
+and its gap to the baseline hold across width (`normbench compare NARROW WIDE`)?
 
 Ranks are taken over the rows both folders ran (a rank among 19 rows and one among 7 do not compare). Both folders
 finished (report seeds scored every row): ranks and gaps are test top-1 over the report seeds and the verdict reads
 each folder's paired test against the baseline (Holm within the folder, as its leaderboard): "ranking holds across
-width" when both readings are the same decided one, "moves" when they are opposite, else "cannot tell (within
-noise)". Either folder unfinished: ranks and gaps are the selection seeds' val means at the selected lr (the seeds
-that chose it: optimistic, labelled so) and every verdict is "cannot tell (unfinished)". Pure: formats `FolderRead`s.
+width" when both readings are the same decided one, "moves" when they are opposite, "worse at width 64 only" (or
+better) when one width decided it and the other did not, else "cannot tell (within noise)". Either folder unfinished:
+ranks and gaps are the selection seeds' val means at the selected lr (the seeds that chose it: optimistic, labelled
+so) and every verdict is "cannot tell (unfinished)". Pure: formats `FolderRead`s.
 """
 
 from __future__ import annotations
@@ -55,11 +56,13 @@ def side(read: FolderRead, baseline: str) -> Side:
     return Side(f"width {width_of(read)}", a.selected, versus_baseline(a.cells, a.selected, a.keys, baseline))
 
 
-def row_verdict(before: str, after: str) -> str:
+def row_verdict(before: str, after: str, labels: tuple[str, str] = ("narrow", "wide")) -> str:
+    """`before` and `after`: the row's reading against the baseline at the narrow and the wide width (`labels`)."""
     decided = {BASELINE_VERDICTS.above, BASELINE_VERDICTS.below}
     if before in decided and after in decided:
         return HOLDS if before == after else MOVES
-    return NOISE
+    one = [(word, label) for word, label in zip((before, after), labels, strict=True) if word in decided]
+    return f"{one[0][0]} at {one[0][1]} only" if one else NOISE
 
 
 def width_rows(narrow: Side, wide: Side, baseline: str) -> tuple[pd.DataFrame, str]:
@@ -89,7 +92,8 @@ def width_rows(narrow: Side, wide: Side, baseline: str) -> tuple[pd.DataFrame, s
                          f"{s.label}: rank": f"{r[layer]} of {len(common)}",
                          f"{s.label}: gap to {baseline}": "—" if layer == baseline or math.isnan(gap)
                          else f"{gap:+.1f}" + (f" ({word})" if both else "")}
-            line["across width"] = ("baseline" if layer == baseline else row_verdict(*words) if both
+            line["across width"] = ("baseline" if layer == baseline
+                                    else row_verdict(*words, labels=(narrow.label, wide.label)) if both
                                     else UNFINISHED)
             rows.append(line)
     return pd.DataFrame(rows), TEST if both else VAL

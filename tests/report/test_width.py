@@ -37,6 +37,9 @@ def test_finished_rows_read_each_folders_test_against_the_baseline():
     narrow = Side("width 64", NARROW, versus({"ngpt": (15.0, 0.001), "peri_ln": (-30.0, 0.01), "dyt": (-2.0, 0.5)}))
     wide = Side("width 192", WIDE, versus({"ngpt": (12.0, 0.002), "peri_ln": (5.0, 0.01), "dyt": (-1.0, 0.6)}))
     table, quantity = width_rows(narrow, wide, "layernorm")
+    fading = Side("width 192", WIDE, versus({"ngpt": (12.0, 0.002), "peri_ln": (-3.0, 0.4), "dyt": (-1.0, 0.6)}))
+    assert by_layer(width_rows(narrow, fading, "layernorm")[0]).loc["peri_ln", "across width"] == \
+        "worse at width 64 only"  # decided at one width, within noise at the other: neither holds nor moves
     rows = by_layer(table)
     assert quantity == TEST
     assert "rezero" not in rows.index  # only rows both folders ran, ranked among themselves

@@ -123,6 +123,19 @@ def accuracy_table(lines: list[str], source: Path | None = None) -> list[str]:
     return render(KEPT, [[row[i] for i in keep] for row in rows])
 
 
+def width(parts: dict[str, list[str]], source: Path) -> str:
+    """The model's width as the leaderboard's `- model:` line gives it: 'width 64 (4 heads, patch 2)'."""
+    model = dict(item.split("=", 1) for item in header_item(parts, "model", source).split(", ") if "=" in item)
+    return f"width {model['embed_dim']} ({model['num_heads']} heads, patch {model['patch_size']})"
+
+
+def converged_here(lines: list[str], source: Path) -> str:
+    """How many rows of one final-accuracy table its `converged` column calls converged: 'n of m rows here'."""
+    header, rows = parse_table(lines)
+    verdicts = [row[column(header, "converged", source)] for row in rows]
+    return f"{sum(v.startswith('yes') for v in verdicts)} of {len(verdicts)} rows here"
+
+
 def depths(parts: dict[str, list[str]]) -> list[str]:
     return [m.group(1) for h in parts if (m := re.match(r"## depth (\d+): final accuracy", h))]
 
@@ -137,7 +150,7 @@ def regime_block(root: Path, name: str) -> list[str]:
     parts = read(source)
     rel = f"results/{name}"
     out = [f"### {budget(parts, source)}", "",
-           f"`{rel}/` ({header_item(parts, 'suite', source).split(' — ', 1)[-1]}). Regime: "
+           f"`{rel}/` ({header_item(parts, 'suite', source).split(' — ', 1)[-1]}). Regime: {width(parts, source)}; "
            f"{header_item(parts, 'regime', source).split('; ', 1)[-1]}. Seeds: {header_item(parts, 'seeds', source)}.",
            ""]
     for depth in depths(parts):
@@ -230,7 +243,9 @@ def headline(root: Path) -> str:
     rel = f"results/{name}/leaderboard.md"
     return "\n".join([
         HEADLINE_BEGIN, "",
-        f"Depth {deepest}, final accuracy (test top-1 %, mean and 95% t interval) after {steps}; {converged}. "
+        f"Depth {deepest}, {width(parts, source)}, final accuracy (test top-1 %, mean and 95% t interval) after "
+        f"{steps}; {converged_here(lines, source)} converged ({converged.replace(' rows converged', '')} across "
+        "depths). "
         f"Seeds: {seeds}: the selection seeds chose each row's lr on val, the report seeds give the score. "
         f"Copied from [`{rel}`]({rel}); the other depths, the early-training regime, learning speed, the paired "
         f"comparisons and how to read every column: [docs/results.md]({RESULTS_DOC}).", "",
@@ -284,7 +299,8 @@ def modern_block(root: Path) -> str:
     return "\n".join([
         MODERN_BEGIN, "",
         f"`results/{MODERN}/` ({header_item(parts, 'suite', source).split(' — ', 1)[-1]}). Regime: "
-        f"{header_item(parts, 'regime', source)}. Seeds: {header_item(parts, 'seeds', source)}.", "",
+        f"{width(parts, source)}; {header_item(parts, 'regime', source)}. "
+        f"Seeds: {header_item(parts, 'seeds', source)}.", "",
         f"Depth {deepest}, final accuracy (test top-1 %, the report seeds' mean and 95% t interval; bold: the true "
         "maximum) and cost per train step against layernorm (`normbench bench SUITE`):", "",
         *render(names, table), "",
@@ -304,8 +320,9 @@ def modern_headline(root: Path) -> str:
     rel = f"results/{MODERN}/leaderboard.md"
     return "\n".join([
         MODERN_HEADLINE_BEGIN, "",
-        f"Depth {deepest}, final accuracy (test top-1 %, the report seeds' mean and 95% t interval; bold: the true "
-        f"maximum) after {steps}; {rest.split(' (', 1)[0]}; the cost of a train step against layernorm "
+        f"Depth {deepest}, {width(parts, source)}, final accuracy (test top-1 %, the report seeds' mean and 95% t "
+        f"interval; bold: the true maximum) after {steps}; {rest.split(' (', 1)[0]}; the cost of a train step against "
+        "layernorm "
         f"(`normbench bench SUITE`). Copied from [`{rel}`]({rel}); the claims, memory and how to read each column: "
         f"[docs/results.md]({RESULTS_DOC}#todays-recipes-and-the-residual-stream-families-depth-36).", "",
         *render(names, table), "",

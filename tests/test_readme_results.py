@@ -47,11 +47,18 @@ def test_the_readme_gets_one_table_and_docs_every_table(tmp_path):
     deepest = max(readme_results.depths(readme_results.read(
         root / "results" / readme_results.REGIMES[0] / "leaderboard.md")), key=int)
     headline = readme.split(readme_results.HEADLINE_END)[0]
-    assert headline.count("| rank |") == 1 and f"Depth {deepest}, final accuracy" in headline
-    assert "rows converged" in readme and "report [" in readme and "(docs/results.md)" in readme
+    assert headline.count("| rank |") == 1 and f"Depth {deepest}, width 64 (4 heads, patch 2), final" in headline
+    # its convergence count is the table's own (the regime line's counts every depth), beside the folder's
+    assert "0 of 6 rows here converged (3 of 24 across depths)" in headline
+    assert "report [" in readme and "(docs/results.md)" in readme
+    assert docs.count("Regime: width 64 (4 heads, patch 2); ") == len(readme_results.REGIMES) + 1  # + modern
     assert docs.count("| rank |") > 1 and "lr sensitivity" in docs and "Both regimes side by side" in docs
     (root / "docs" / "results.md").write_text(docs.replace("| rank |", "| rank! |", 1))  # a hand edit
     assert readme_results.main(["--check", "--root", str(root)]) == 1
+
+
+def test_a_tables_convergence_count_reads_its_own_converged_column():
+    assert readme_results.converged_here(FINAL.splitlines(), None) == "1 of 2 rows here"
 
 
 def test_only_the_top_row_is_bold_even_when_rounding_ties_it_with_the_next():
@@ -94,6 +101,7 @@ def test_a_root_without_a_readme_names_the_flag(tmp_path, capsys):
 MODERN_BOARD = """# normbench leaderboard: depth-sweep-digits-modern
 
 - suite: `x/suite.yaml` — digits, depth 36, the modern recipes
+- model: embed_dim=192, num_heads=12, patch_size=2, mlp_ratio=4.0
 - seeds: selection [0, 1]; report [100, 101, 102, 103]
 - regime: 40 epochs = 640 optimizer steps per cell; 2 of 2 rows converged
 
@@ -145,6 +153,7 @@ def test_the_readme_gets_the_modern_table_with_each_layers_step_cost_and_a_link_
                       "| step vs layernorm (cpu) |")  # memory and the claims stay in docs/results.md
     assert "| 1 ★ | ngpt | **97.50** | [96.00, 99.00] | 0.001 | 0.001–0.00316 (x3.16) | 0/8 (0%) | 1.40x |" in block
     lead = block[2]
+    assert "Depth 36, width 192 (12 heads, patch 2), final" in lead  # the width its model line gives
     assert "after 40 epochs = 640 optimizer steps per cell; 2 of 2 rows converged;" in lead
     assert f"(results/{readme_results.MODERN}/leaderboard.md)" in lead and "docs/results.md#todays-recipes" in lead
 

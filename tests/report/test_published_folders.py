@@ -61,3 +61,35 @@ def test_the_regimes_comparison_regenerates_from_the_two_published_folders(tmp_p
     out = os.path.join("results", REGIMES)
     assert main(["compare", *(os.path.join("results", name) for name in COMPARED), "--out", out]) == 0
     assert (tmp_path / out).read_text() == (RESULTS / REGIMES).read_text()
+
+
+def final_accuracy_rows(leaderboard: str) -> list[dict[str, str]]:
+    """Every row of every "## depth N: final accuracy" table of a leaderboard.md, keyed by its header."""
+    rows = []
+    for section in leaderboard.split("\n## ")[1:]:
+        title, _, body = section.partition("\n\n")
+        if ": final accuracy" not in title:
+            continue
+        lines = [line for line in body.splitlines() if line.startswith("|")]
+        header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+        rows += [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")), strict=True))
+                 for line in lines[2:]]
+    return rows
+
+
+# the folders read under bracketing v3; the modern folder joins when its v3 resume (results/in-progress) replaces the
+# published v2 one, whose NormFormer and LNS rows say "bracketing unfinished"
+BRACKETED_V3 = ["depth-sweep-digits-early", "depth-sweep-digits-converged"]
+
+
+@pytest.mark.parametrize("name", BRACKETED_V3)
+def test_every_published_rows_lr_is_bracketed_both_ways_unless_an_lr_bound_stopped_it(name):
+    """Issue 48's standard for a published verdict: the selected lr has a tried lr with a lower selection mean on
+    each side, or the edge column names the lr bound that stopped bracketing; never a cap, an unfinished round or
+    bracketing switched off."""
+    rows = final_accuracy_rows((RESULTS / name / "leaderboard.md").read_text())
+    assert rows
+    overreaching = {row["layer"]: row["edge"] for row in rows
+                    if row["edge"] and ("unfinished" in row["edge"] or "cap reached" in row["edge"]
+                                        or "bracketing off" in row["edge"] or "lr bound" not in row["edge"])}
+    assert not overreaching, f"{name}: rows whose lr bracketing stopped short: {overreaching}"

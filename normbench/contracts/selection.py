@@ -135,15 +135,22 @@ def lr_signal(by_lr: Mapping[float, Iterable[tuple[float, bool, bool]]]) -> str:
     return ""
 
 
+# E[range] of n draws from a normal, in standard deviations (Tippett 1925; the d2 of control charts)
+EXPECTED_RANGE = {2: 1.128, 3: 1.693, 4: 2.059, 5: 2.326, 6: 2.534, 7: 2.704, 8: 2.847, 9: 2.970, 10: 3.078}
+
+
 def seed_spread(per_lr: Iterable[Iterable[tuple[float, bool, bool]]]) -> float:
-    """The seeds' spread of a row: the median over its lrs of the range of the seeds that did not diverge there
-    (lrs with two such seeds or more; 0 when none has). The median, so one stalled seed at one lr does not make every
-    lr look alike (protocol v1 stopped pre-LN at depth 36 that way, and v3 extends a flat row both ways)."""
+    """The seeds' spread of a row: the median over its lrs of the range of the seeds that did not diverge there,
+    as two seeds would show it (lrs with two such seeds or more; 0 when none has). A range grows with the seeds
+    drawn (by 1.83x from 2 to 4 at one noise level), so each is scaled to its 2-seed expectation: a row does not turn
+    flat because a suite added seeds (the modern sweep's mhc and hc_dynamic did, at 4). The median, so one stalled
+    seed at one lr does not make every lr look alike (protocol v1 stopped pre-LN at depth 36 that way)."""
     ranges = []
     for triples in per_lr:
         alive = [v for v, _, d in triples if not d]
         if len(alive) >= 2:
-            ranges.append(max(alive) - min(alive))
+            n = min(len(alive), max(EXPECTED_RANGE))
+            ranges.append((max(alive) - min(alive)) * EXPECTED_RANGE[2] / EXPECTED_RANGE[n])
     return float(pd.Series(ranges, dtype=float).median()) if ranges else 0.0
 
 

@@ -67,3 +67,16 @@ def test_nothing_is_ever_queued_outside_the_bounds(bounds):
             break
         tried.update({lr: CHANCE for lr in plan.new})
     assert not plan.new and set(plan.stopped) == {"low", "high"}
+
+
+def test_more_seeds_do_not_flatten_a_row_the_same_noise_leaves_signalled_at_two():
+    """The modern sweep's mhc at 4 seeds: lr means 71.0 / 82.6 / 80.1 against 4-seed ranges of 13.9 / 13.3 / 15.5.
+    Read raw, those ranges (1.83x what 2 seeds show at one noise level) called the row flat and sent it half a decade
+    both ways; scaled to 2 seeds (7.6) the row has signal and its interior best stands."""
+    from normbench.contracts.selection import FLAT, lr_signal, seed_spread
+
+    mhc = {3.16e-4: ok(68.6, 65.0, 78.9, 71.7), 1e-3: ok(81.1, 83.1, 89.7, 76.4), 3.16e-3: ok(81.1, 70.3, 85.8, 83.1)}
+    assert seed_spread(mhc.values()) == pytest.approx(13.9 * 1.128 / 2.059)
+    assert lr_signal(mhc) != FLAT and bracket_row(mhc, GRID).new == ()
+    two = {lr: cells[:2] for lr, cells in mhc.items()}  # two seeds: the range is its own 2-seed expectation
+    assert seed_spread(two.values()) == pytest.approx(sorted([3.6, 2.0, 10.8])[1])

@@ -126,6 +126,10 @@ def accuracy_table(lines: list[str], source: Path | None = None) -> list[str]:
 def width(parts: dict[str, list[str]], source: Path) -> str:
     """The model's width as the leaderboard's `- model:` line gives it: 'width 64 (4 heads, patch 2)'."""
     model = dict(item.split("=", 1) for item in header_item(parts, "model", source).split(", ") if "=" in item)
+    lacking = [k for k in ("embed_dim", "num_heads", "patch_size") if k not in model]
+    if lacking:
+        raise SystemExit(f"readme_results: {source}: its `- model:` line lacks {', '.join(lacking)}; regenerate it "
+                         f"with {regenerate(source)}")
     return f"width {model['embed_dim']} ({model['num_heads']} heads, patch {model['patch_size']})"
 
 

@@ -171,7 +171,7 @@ def claim_across(verdicts: Sequence[str], regimes: Sequence[str], unfinished: bo
     """How one claim's verdict moves across the regimes that read it: "holds" only where every regime decided it
     alike; a claim one regime lacks, or an unfinished regime, or tests too weak to decide, is named so, never
     counted as holding."""
-    if len(verdicts) < 2:
+    if len(set(regimes)) < 2:
         return f"{regimes[0]} only"
     if unfinished:
         return "cannot tell (unfinished)"
@@ -180,7 +180,9 @@ def claim_across(verdicts: Sequence[str], regimes: Sequence[str], unfinished: bo
         return "undecided (underpowered in each)"
     if len(set(verdicts)) == 1:
         return "holds"
-    return "decided in one only" if len(decided) == 1 else "changes"
+    if len(decided) > 1:
+        return "changes"
+    return f"decided in {sum(v != UNDERPOWERED for v in verdicts)} of {len(verdicts)}"
 
 
 def claims_rows(reads: Sequence[FolderRead], axis: str = "budget") -> pd.DataFrame:

@@ -74,6 +74,7 @@ def settle(claim: Claim, run_id: str, tracker: Tracker) -> None:
 
 def lost_claim(cell_id: str, run_id: str, tracker: Tracker, progress: Progress) -> str:
     tracker.fail(run_id, "KILLED")  # never FINISHED, never FAILED-with-status-ok
+    progress.forget(cell_id)
     progress.note(f"cell {cell_id}: another worker took it over while this one was stalled or cut off from the "
                   "ledger; stopped it here (it is recorded once, by that worker)")
     return LOST

@@ -124,6 +124,15 @@ class Progress:
         outcome = "finished" if result is None else f"{_outcome(result)}  {result.seconds:.1f}s"
         self._write(f"{self._clear}[{self.done}/{self.total}] {cell_id}  {outcome}{where}  ETA {self.eta()}\n")
 
+    def forget(self, cell_id: str) -> None:
+        """`cell_id` stopped here without a result of this worker's (its claim lost): neither done nor still
+        training; the line follows the next fused member, if any."""
+        if cell_id in self.fused:
+            self.fused.remove(cell_id)
+        elif cell_id == self.cell:
+            self.cell = self.fused.pop(0) if self.fused else ""
+            self.cell_fraction = self.cell_fraction if self.cell else 0.0
+
     def note(self, text: str) -> None:
         if not self.quiet:
             self._write(f"{self._clear}{text}\n")

@@ -115,7 +115,11 @@ def test_a_claim_holds_across_regimes_only_where_each_decided_it_alike():
 
     assert claim_across(["supported", "supported"], ["10 epochs", "40 epochs"], unfinished=False) == "holds"
     assert claim_across(["supported", "contradicted"], ["a", "b"], unfinished=False) == "changes"
-    assert claim_across(["contradicted", "underpowered"], ["a", "b"], unfinished=False) == "decided in one only"
+    assert claim_across(["contradicted", "underpowered"], ["a", "b"], unfinished=False) == "decided in 1 of 2"
+    assert claim_across(["supported", "supported", "underpowered"], ["a", "b", "c"], unfinished=False) == \
+        "decided in 2 of 3"
+    # two rows of one regime (an axis the claim does not name): still read in that regime only
+    assert claim_across(["supported", "supported"], ["width 64", "width 64"], unfinished=False) == "width 64 only"
     assert claim_across(["underpowered", "underpowered"], ["a", "b"], unfinished=False) == \
         "undecided (underpowered in each)"
     assert claim_across(["supported", "supported"], ["a", "b"], unfinished=True) == "cannot tell (unfinished)"

@@ -92,18 +92,21 @@ def test_when_the_member_shown_is_pruned_the_progress_line_follows_the_next_and_
     first = ledger.claim(study, job.listed)
     group = claim_group(ledger, job, first, 2)
     monkeypatch.setattr(Claim, "should_prune", lambda claim: claim.number == first.number)
-    shown: list[tuple[int, int]] = []  # (epoch, trials RUNNING then) for each epoch the progress line shows
+    shown: list[tuple[int, int, int]] = []  # (epoch, trials RUNNING then, members the ETA counts) per epoch shown
 
     class Watched(Progress):
         def epoch(self, record):
-            shown.append((record["epoch"], len(ledger.trials(study, (TrialState.RUNNING,)))))
+            shown.append((record["epoch"], len(ledger.trials(study, (TrialState.RUNNING,))), len(self._training())))
             super().epoch(record)
 
+    progress = Watched(total=8, quiet=True)
     turn = run_group(dataclasses.replace(job, report=True), group, tracker=Tracker(tmp_path, suite.name),
-                     device="cpu", progress=Watched(total=8, quiet=True), suite_name=suite.name)
+                     device="cpu", progress=progress, suite_name=suite.name)
     assert turn.outcomes == ["trained", "trained"] and not turn.refused
-    # epoch 0 from the first member (pruned then, and recorded before the next epoch), epochs 1-2 from the other
-    assert shown == [(0, 2), (1, 1), (2, 1)]
+    # epoch 0 from the first member (pruned then, and recorded before the next epoch), epochs 1-2 from the other;
+    # the ETA weighs both members while both train, then the one left
+    assert shown == [(0, 2, 2), (1, 1, 1), (2, 1, 1)]
+    assert progress.cell == "" and not progress.fused and progress.done == 2
     assert ledger.storage.get_trial(first.id).state == TrialState.PRUNED
 
 

@@ -221,3 +221,16 @@ def test_a_fused_member_that_ends_early_is_done_and_the_line_follows_the_next(mo
     for cell in ("b", "c"):
         progress.record(cell, CellResult.from_summary({"status": "ok", "val_top1": 50.0, "seconds": 120.0}))
     assert progress.eta() == "0m40s" and progress.cell == "" and not progress.fused
+
+
+def test_a_fused_member_whose_claim_was_lost_is_neither_done_nor_still_counted(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    progress = Progress(total=3, stream=io.StringIO(), costs={"a": 2.0, "b": 2.0, "c": 2.0})
+    progress.start_cell("a", epochs=2, fused=["b"])
+    clock.now += 60.0
+    progress.epoch({"epoch": 0, "val_top1": 10.0})
+    progress.forget("a")  # another worker took a over: its cost is neither done here nor trained in part
+    assert progress.cell == "b" and not progress.fused and progress.done == 0
+    progress.forget("b")
+    assert progress.cell == "" and progress.eta() == "?"

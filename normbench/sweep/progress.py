@@ -112,10 +112,7 @@ class Progress:
         """Count a finished cell (`where`: the worker that trained it) and print its line; None: no stored result."""
         self.done += 1
         self.in_flight.pop(cell_id, None)  # counted as done now, not also as in flight (nor as trained in part)
-        if cell_id in self.fused:
-            self.fused.remove(cell_id)
-        elif cell_id == self.cell:  # a fused member ended early: the line follows the next, at the same epoch
-            self.cell = self.fused.pop(0) if self.fused else ""
+        self._stop_training(cell_id)
         cost = self._cost(cell_id) * (1.0 - self._trained_before.pop(cell_id, 0.0))
         self.cost_done += cost
         self.cost_left = max(0.0, self.cost_left - cost)
@@ -127,11 +124,17 @@ class Progress:
     def forget(self, cell_id: str) -> None:
         """`cell_id` stopped here without a result of this worker's (its claim lost): neither done nor still
         training; the line follows the next fused member, if any."""
+        self._stop_training(cell_id)
+        if not self.cell:
+            self.cell_fraction = 0.0
+
+    def _stop_training(self, cell_id: str) -> None:
+        """`cell_id` no longer trains in this process: a fused member that ended early hands the line to the next,
+        at the same epoch."""
         if cell_id in self.fused:
             self.fused.remove(cell_id)
         elif cell_id == self.cell:
             self.cell = self.fused.pop(0) if self.fused else ""
-            self.cell_fraction = self.cell_fraction if self.cell else 0.0
 
     def note(self, text: str) -> None:
         if not self.quiet:

@@ -234,3 +234,19 @@ def test_a_fused_member_whose_claim_was_lost_is_neither_done_nor_still_counted(m
     assert progress.cell == "b" and not progress.fused and progress.done == 0
     progress.forget("b")
     assert progress.cell == "" and progress.eta() == "?"
+
+
+def test_a_fused_member_not_shown_that_ends_early_leaves_the_line_and_the_eta(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    progress = Progress(total=3, stream=io.StringIO(), costs={"a": 2.0, "b": 2.0, "c": 2.0})
+    progress.start_cell("a", epochs=2, fused=["b", "c"])
+    clock.now += 60.0
+    progress.epoch({"epoch": 0, "val_top1": 10.0})
+    progress.record("c", CellResult.from_summary({"status": "pruned", "epochs_run": 1, "final_val_top1": 10.0,
+                                                  "seconds": 60.0}))
+    assert progress.cell == "a" and progress.fused == ["b"]
+    # c done (2 units) and half of a and b (2 units) in 60 s: 15 s a unit, a's and b's other halves left
+    assert progress.eta() == "0m30s"
+    progress.forget("b")
+    assert progress.fused == []

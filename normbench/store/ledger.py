@@ -36,6 +36,7 @@ WORKER_ATTRS = ("worker_host", "worker_pid", "mlflow_run_id")
 UNFINISHED = (TrialState.WAITING, TrialState.RUNNING)
 LIVE = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
 FAILED_FOR_GOOD = "failed_for_good"  # user attr of the FAIL record that ends a cell's round: not queued again
+WITHDRAWN = "withdrawn"  # user attr (why) of a queued cell taken back untrained: no rule asks for it any more
 SUITE = "suite"  # study user attr: the suite whose workers may claim its cells (with "recipe", the recipe hash)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -272,6 +273,19 @@ class Ledger:
         except UpdateFinishedTrialError:
             return False  # someone else already finished or failed it
 
+    def withdraw(self, study: optuna.Study, waiting: FrozenTrial, why: str) -> bool:
+        """Take back a WAITING cell no rule asks for any more: claimed first (WAITING -> RUNNING is atomic, so a cell a
+        worker took meanwhile trains on), marked WITHDRAWN, then FAIL with no worker. True if this call withdrew it.
+        Killed midway, the unsigned claim is re-queued by `reclaim` and withdrawn again by the next run."""
+        trial_id = self.call(self.ids.of, study, waiting.number)
+        try:
+            if not self.call(self.storage.set_trial_state_values, trial_id, state=TrialState.RUNNING):
+                return False
+        except UpdateFinishedTrialError:
+            return False
+        self.call(self.storage.set_trial_user_attr, trial_id, WITHDRAWN, why)
+        return self.fail_trial(trial_id)
+
     def _key(self) -> dict[str, str]:
         """A fresh key for a trial queued on a database (`TRIAL_KEY`), by which a lost answer is looked up."""
         return {TRIAL_KEY: uuid.uuid4().hex} if self.outage is not None else {}
@@ -309,6 +323,11 @@ def ended_cells(study: optuna.Study) -> list[FrozenTrial]:
             newest[cid] = t
     return [t for cid, t in newest.items() if cid is not None and cid not in live and t.state == TrialState.FAIL
             and t.user_attrs.get(FAILED_FOR_GOOD)]
+
+
+def withdrawn(trial: FrozenTrial) -> bool:
+    """A cell taken back untrained (`Ledger.withdraw`): not a lost attempt, not failed for good, free to queue again."""
+    return trial.state == TrialState.FAIL and WITHDRAWN in trial.user_attrs
 
 
 def _named_for(study_name: str, suite: str) -> bool:

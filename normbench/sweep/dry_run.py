@@ -10,6 +10,8 @@ from normbench.contracts.names import OutputFolder, StudyNames
 from normbench.contracts.selection import BUDGETS, REPORTS, SELECTS
 from normbench.contracts.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
 
+WITHDRAWN = "withdrawn"  # a status: a queued cell no rule asks for any more (sweep/rounds.py)
+
 
 def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
     """The table of cells (matrix, earlier bracketing rounds, the next round) and a summary line."""
@@ -31,11 +33,14 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
 
         ledger, scope = Ledger(storage, out), MatrixScope(suite)  # only the cells the matrix lists now count
         frame, to_run = cells_frame(ledger, StudyNames(suite.name), scope=scope), cells_left(suite, ledger)
-        left = time_left(suite, to_run, pace_of(ledger, suite))
         queued = {trial_cell_id(t): f"{'running' if t.state == TrialState.RUNNING else 'to run'} "
                                     f"({stage_words(suite, name)})"
                   for name in stage_study_names(ledger, suite) for t in ledger.trials(ledger.study(name), UNFINISHED)
                   if scope.holds(name, trial_axes(t))}
+        withdrawn = withdrawn_cells(suite, ledger)
+        queued.update(withdrawn)
+        to_run = {cid: axes for cid, axes in to_run.items() if cid not in withdrawn}
+        left = time_left(suite, to_run, pace_of(ledger, suite))
     records = frame.to_dict("records")
     done = {r["cell_id"]: r["status"] for r in records}
     failed = {c["cell_id"]: len(c["attempts"]) for c in frame.attrs.get(FAILED, [])}  # not "to run": never queued
@@ -50,17 +55,17 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
     selecting = [r for r in records if r.get("role") == SELECTS]
     idle = not any(status.startswith(("to run", "running")) for _, status in rows)  # a next round is due
     if idle:  # what the next bracketing round would queue, from the finished selection cells (sweep/run.py's rule)
-        from normbench.sweep.run import next_bracket_round
+        from normbench.sweep.rounds import next_bracket_round
 
         finished = [({k: r[k] for k in suite.matrix}, r) for r in selecting]
-        coming = next_bracket_round(suite, finished, {row[0] for row in rows})
+        coming = next_bracket_round(suite, finished, {cid for cid, status in rows if not status.startswith(WITHDRAWN)})
         rows += [[cid, "to run (next bracket round)"] for cid in coming]
     gave_up = (f", {len(failed)} failed for good (`normbench run --retry-failed` gives them another round)"
                if failed else "")
     left_out = frame.attrs.get(LEFT_OUT, 0)
     dropped = f"; {left_out} finished cell(s) of the ledger left out: {WHY}" if left_out else ""
     lines = [tabulate(rows, headers=["cell", "status"], tablefmt="simple"),
-             f"{len(rows)} cells, {len(done)} finished{gave_up}; output folder {out}{dropped}"]
+             f"{len(rows)} cells, {len(done)} finished{gave_up}{withdrawn_words(rows)}; output folder {out}{dropped}"]
     if suite.bracket:
         cap = f", at most bracket_max_steps={suite.bracket_max_steps} per end" if suite.bracket_max_steps else ""
         lines.append("bracketing v3 on: when the cells above have finished, each row whose val-selected lr is the "
@@ -105,6 +110,35 @@ def time_left_from_steps(suite: Suite, out: Path, left: dict[str, dict[str, Any]
     step_ms = {(str(r.layer), int(r.depth)): float(r.step_ms) for r in steps.itertuples()}
     return step_time_left(suite, left, step_ms, lambda config: split_sizes(config.data)["train_size"],
                           files[-1].name, bench)
+
+
+def withdrawn_words(rows: list[list[str]]) -> str:
+    """The summary's count of withdrawn cells (`withdrawn_cells`): none trains, none is counted as left."""
+    gone = sum(status.startswith(WITHDRAWN) for _, status in rows)
+    return f", {gone} withdrawn (queued under an older bracketing rule; not trained, not left)" if gone else ""
+
+
+def withdrawn_cells(suite: Suite, ledger: Any) -> dict[str, str]:
+    """Status of the bracketing rounds' cells withdrawn (store/ledger.py `withdraw`) or to be withdrawn at the next run
+    (sweep/rounds.py `unasked_cells`: queued under an older rule, untrained, not asked for by today's)."""
+    from normbench.store.ledger import LIVE, withdrawn
+    from normbench.store.migrations import trial_cell_id
+    from normbench.sweep.rounds import bracket_study_names, unasked_cells
+
+    statuses = {}
+    rounds = [ledger.study(name) for name in bracket_study_names(ledger, suite)]
+    live = {trial_cell_id(t) for study in rounds for t in ledger.trials(study, LIVE)}  # queued again by a later round
+    for study in rounds:
+        words = stage_words(suite, study.study_name)
+        for t in ledger.trials(study):
+            if withdrawn(t) and trial_cell_id(t) not in live:
+                statuses[trial_cell_id(t)] = f"{WITHDRAWN} ({words}: queued under an older rule)"
+    run = StudyNames(suite.name).run
+    if run in ledger.study_names():
+        statuses.update({trial_cell_id(t): f"{WITHDRAWN} at the next run ({stage_words(suite, study.study_name)}: "
+                                           "today's rule does not ask for it)"
+                         for study, t in unasked_cells(suite, ledger, ledger.study(run))})
+    return statuses
 
 
 def stage_words(suite: Suite, study_name: str) -> str:

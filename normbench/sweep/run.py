@@ -6,12 +6,11 @@ sweep/report_stage.py). Workers compute the same cells from the same ledger and 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from normbench.contracts.matrix_scope import MatrixScope
 from normbench.contracts.names import OutputFolder, StudyNames
@@ -19,13 +18,20 @@ from normbench.contracts.selection import BUDGETS, REPORTS, SELECTS
 from normbench.contracts.suite import Suite
 from normbench.store import attempts
 from normbench.store.claim import Claim
-from normbench.store.ledger import LIVE, UNFINISHED, Ledger, worker_host
+from normbench.store.ledger import LIVE, Ledger, worker_host
 from normbench.store.migrations import trial_axes, trial_cell_id
-from normbench.sweep.bracket import bracket_axes
 from normbench.sweep.cells import cell_params, open_study_of_recipe
 from normbench.sweep.pace import Pace, cell_costs
 from normbench.sweep.progress import Progress, note_new_cells
 from normbench.sweep.report_stage import budget_axes, report_axes
+from normbench.sweep.rounds import (
+    bracket_study_names,
+    listed_in,
+    next_bracket_round,
+    seeds_by_lr,
+    selection_so_far,
+    withdraw_unasked,
+)
 from normbench.sweep.worker import Job, Plan
 from normbench.train.device import device_name
 
@@ -46,18 +52,6 @@ def run_job(suite: Suite, study: optuna.Study) -> Job:
         return cell.cell_id, cell_params(axes, cell.config, role), cell.config
 
     return Job(study=study, cell_for=cell_for, listed=listed_in(suite, study.study_name))
-
-
-def listed_in(suite: Suite, study_name: str) -> Callable[[FrozenTrial], bool]:
-    """Is a trial of `study_name` a cell the suite's matrix lists now? The edited-matrix rule (contracts/
-    matrix_scope.py): the others are neither trained nor scored, and stay in the ledger."""
-    scope = MatrixScope(suite)
-    return lambda trial: scope.holds(study_name, trial_axes(trial))
-
-
-def bracket_study_names(ledger: Ledger, suite: Suite) -> list[str]:
-    """The suite's bracketing rounds present in the ledger, in round order."""
-    return StudyNames(suite.name).bracket_rounds(ledger.study_names())
 
 
 def stage_study_names(ledger: Ledger, suite: Suite) -> list[str]:
@@ -100,12 +94,9 @@ def queue_next_stage(suite: Suite, study: optuna.Study, ledger: Ledger, progress
     report stage (writes only what is not queued yet: workers that compute it at once queue each cell once)."""
     names = StudyNames(suite.name)
     selecting = [study, *(ledger.study(n) for n in bracket_study_names(ledger, suite))]
-    listed = [(s, listed_in(suite, s.study_name)) for s in selecting]  # the cells the matrix lists now
-    if not any(wanted(t) for s, wanted in listed for t in ledger.trials(s, UNFINISHED)):
-        trials = [t for s in selecting for t in ledger.trials(s, (*LIVE, TrialState.FAIL))]
-        finished = [(t.user_attrs["axes"], t.user_attrs.get("result", {})) for s, wanted in listed
-                    for t in ledger.trials(s, (TrialState.COMPLETE,)) if wanted(t)]
-        new = next_bracket_round(suite, finished, {t.user_attrs.get("cell_id") for t in trials})
+    if (so_far := selection_so_far(suite, ledger, selecting)) is not None:
+        finished, present = so_far
+        new = next_bracket_round(suite, finished, present)
         if new:
             selecting.append(ledger.study(names.bracket(len(selecting))))
             _queue(ledger, selecting[-1], new, suite, progress)
@@ -113,17 +104,6 @@ def queue_next_stage(suite: Suite, study: optuna.Study, ledger: Ledger, progress
             for name, stage in ((names.report, report_axes), (names.budget, budget_axes)):
                 if cells := {suite.cell(axes).cell_id: axes for axes in stage(suite, finished)}:
                     _queue(ledger, ledger.study(name), cells, suite, progress)
-
-
-def next_bracket_round(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, Any]]],
-                       present: set[str]) -> dict[str, dict[str, Any]]:
-    """`{cell_id: axes}` of the next bracketing round that are not queued yet ({} without bracketing), from the
-    finished selection cells' (axes, result) and `present`, the ids of every selection cell queued so far (failed
-    ones too: a seed failed for good is not asked for again); `run --dry-run` shows it too."""
-    if not suite.bracket:
-        return {}
-    new = {suite.cell(axes).cell_id: axes for axes in bracket_axes(suite, finished, present)}
-    return {cid: axes for cid, axes in new.items() if cid not in present}
 
 
 def _queue(ledger: Ledger, study: optuna.Study, cells: dict[str, dict[str, Any]], suite: Suite,
@@ -167,6 +147,7 @@ def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
     """Check the recipe, queue the matrix, count queued and done cells; returns (jobs, studies to watch, progress)."""
     study = open_run_study(ledger, suite)
     ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
+    withdrawn = withdraw_unasked(suite, ledger, study)  # before counting: they no longer count as queued
     queued, finished, failed = queue_status(suite, ledger)  # with the rounds an earlier run of this suite queued
     left = {cid: axes for cid, axes in queued.items() if cid not in finished | failed}
     pace = pace_of(ledger, suite)
@@ -174,6 +155,9 @@ def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
     progress.unit = pace.per_depth_epoch
     progress.note(f"suite {suite.name}: {len(queued)} cells ({len(queued) - len(suite.cells())} from bracketing and "
                   f"report seeds), {len(finished)} already finished; output in {out_dir}")
+    if withdrawn:
+        progress.note(f"withdrew {len(withdrawn)} untrained cell(s) that an earlier bracketing rule queued and today's "
+                      f"rule does not ask for (`run --dry-run` lists them): {seeds_by_lr(suite, withdrawn)}")
     return run_jobs(suite, study, ledger, progress), [study.study_name], progress
 
 

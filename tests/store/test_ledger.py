@@ -8,7 +8,7 @@ import pytest
 from optuna.trial import TrialState
 
 from normbench.contracts.results import CellResult
-from normbench.store.ledger import Ledger
+from normbench.store.ledger import WITHDRAWN, Ledger, ended_cells, withdrawn
 from normbench.store.trial_params import add_waiting_trial, axis_distributions
 
 AXES = {"depth": 2, "layer": "layernorm", "lr": 1e-3, "seed": 0}
@@ -112,3 +112,28 @@ def test_a_finished_trial_stores_the_summary_and_history_as_before(tmp_path):
     assert stored.value == 0.0  # diverged: the selection rule's 0
     back = CellResult.from_summary(stored.user_attrs["result"], stored.user_attrs["history"])
     assert back.summary() == result.summary() and back.history_records() == result.history_records()
+
+
+def test_withdraw_takes_back_a_waiting_cell_but_never_one_a_worker_claimed(two_copies):
+    """Withdrawing races workers' claims: only a cell still WAITING is taken back (FAIL, its reason kept), and such a
+    cell is neither failed for good nor kept out of the queue: a later rule may ask for it again."""
+    ledger, study = two_copies
+    claimed = ledger.claim(study)
+    assert claimed is not None
+    waiting, running = [t for t in study.get_trials() if t.number != claimed.number], claimed.frozen()
+    assert not ledger.withdraw(study, running, "a rule changed")  # the worker's claim came first: it trains
+    assert ledger.storage.get_trial(claimed.id).state == TrialState.RUNNING
+    assert ledger.withdraw(study, waiting[0], "a rule changed")
+    after = study.get_trials()[waiting[0].number]
+    assert after.state == TrialState.FAIL and after.user_attrs[WITHDRAWN] == "a rule changed" and withdrawn(after)
+    assert not withdrawn(claimed.frozen()) and not ended_cells(study)
+    assert not ledger.withdraw(study, waiting[0], "again")  # already ended: nothing to take back
+
+
+def test_a_withdrawn_cell_can_be_queued_again(tmp_path):
+    ledger = Ledger(None, tmp_path)
+    study = ledger.study("run:again")
+    assert ledger.enqueue(study, {"c": AXES}) == 1
+    assert ledger.withdraw(study, study.get_trials()[0], "not asked for")
+    assert ledger.enqueue(study, {"c": AXES}) == 1  # a failed-for-good record would keep it out
+    assert [t.state for t in study.get_trials()] == [TrialState.FAIL, TrialState.WAITING]

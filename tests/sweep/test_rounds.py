@@ -1,0 +1,130 @@
+"""normbench.sweep.rounds: a bracketing round queued under an older rule gives back the untrained cells today's rule
+does not ask for, on a journal ledger of hand-made finished cells (no training)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from normbench.contracts.names import StudyNames
+from normbench.contracts.suite import parse_suite
+from normbench.store.ledger import Ledger, withdrawn
+from normbench.store.migrations import trial_cell_id
+from normbench.sweep.dry_run import dry_run_report
+from normbench.sweep.rounds import selection_so_far, unasked_cells, withdraw_unasked
+from normbench.sweep.run import open_run, open_run_study
+
+MATRIX = {"depth": [2], "layer": ["layernorm"], "lr": [1.0e-3, 3.0e-3], "seed": [0, 1]}
+ASKED = 3.333e-4  # the row's best is its lowest lr (1e-3): today's rule steps one grid step below it
+OLD_RULE = 9e-3  # what an older rule had asked for as well
+
+
+@pytest.fixture
+def suite():
+    raw = {"name": "r", "dataset": {"name": "digits"}, "matrix": MATRIX, "bracket": True}
+    return parse_suite(raw, Path("r.yaml"))
+
+
+def axes(lr: float, seed: int) -> dict:
+    return {"depth": 2, "layer": "layernorm", "lr": lr, "seed": seed}
+
+
+def add(study: optuna.Study, suite, lr: float, seed: int, val: float | None = None) -> None:
+    """A cell of `study`: finished at `val`, or WAITING (val None)."""
+    a = axes(lr, seed)
+    attrs = {"cell_id": suite.cell(a).cell_id, "axes": a}
+    if val is None:
+        study.add_trial(optuna.create_trial(state=TrialState.WAITING, user_attrs=attrs))
+    else:
+        result = {"status": "ok", "val_top1": val, "test_top1": val}
+        study.add_trial(optuna.create_trial(state=TrialState.COMPLETE, value=val, user_attrs={**attrs,
+                                                                                               "result": result}))
+
+
+@pytest.fixture
+def ledger_with_an_old_round(suite, tmp_path):
+    """The matrix finished (best lr 1e-3, the lowest), and round 1 as an older rule queued it: today's step below
+    (both seeds waiting), a step above (both waiting), and a cell it already trained."""
+    ledger = Ledger(None, tmp_path)
+    run = open_run_study(ledger, suite)
+    for lr, vals in ((1e-3, (80, 82)), (3e-3, (70, 72))):
+        for seed, val in enumerate(vals):
+            add(run, suite, lr, seed, val)
+    round_1 = ledger.study(StudyNames(suite.name).bracket(1))
+    given_back = axes(OLD_RULE, 0)  # an attempt SIGTERM gave back (FAIL) before its copy waits again
+    round_1.add_trial(optuna.create_trial(state=TrialState.FAIL, user_attrs={
+        "cell_id": suite.cell(given_back).cell_id, "axes": given_back, "worker_pid": 1}))
+    for seed in (0, 1):
+        add(round_1, suite, ASKED, seed)
+        add(round_1, suite, OLD_RULE, seed)
+    add(round_1, suite, 1e-4, 0, val=60.0)
+    return ledger, run, round_1
+
+
+def states(study) -> dict:
+    return {(t.user_attrs["axes"]["lr"], t.user_attrs["axes"]["seed"]): t.state for t in study.get_trials()}
+
+
+def test_an_old_rounds_unasked_waiting_cells_are_withdrawn_and_the_rest_stay(suite, ledger_with_an_old_round):
+    ledger, run, round_1 = ledger_with_an_old_round
+    gone = withdraw_unasked(suite, ledger, run)
+    assert gone == [axes(OLD_RULE, 0), axes(OLD_RULE, 1)]
+    assert states(round_1) == {(ASKED, 0): TrialState.WAITING, (ASKED, 1): TrialState.WAITING,
+                               (OLD_RULE, 0): TrialState.FAIL, (OLD_RULE, 1): TrialState.FAIL,
+                               (1e-4, 0): TrialState.COMPLETE}  # trained cells stay: they are results
+    assert "round 1" in round_1.get_trials()[2].user_attrs["withdrawn"]
+    assert withdraw_unasked(suite, ledger, run) == []  # once
+
+
+def test_a_withdrawn_cell_does_not_count_as_queued_so_a_later_round_may_ask_for_it(suite, ledger_with_an_old_round):
+    ledger, run, round_1 = ledger_with_an_old_round
+    withdraw_unasked(suite, ledger, run)
+    assert selection_so_far(suite, ledger, [run, round_1]) is None  # today's cells wait: no next round yet
+    for t in round_1.get_trials(states=(TrialState.WAITING,)):  # they train
+        ledger.storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING)
+        ledger.storage.set_trial_user_attr(t._trial_id, "result", {"status": "ok", "val_top1": 50.0, "test_top1": 0})
+        ledger.storage.set_trial_state_values(t._trial_id, state=TrialState.COMPLETE, values=[50.0])
+    finished, present = selection_so_far(suite, ledger, [run, round_1])
+    assert len(finished) == 7
+    withdrawn_ids = {trial_cell_id(t) for t in round_1.get_trials() if withdrawn(t)}
+    assert len(withdrawn_ids) == 2 and not withdrawn_ids & present  # seed 0's given-back attempt included
+    assert suite.cell(axes(ASKED, 0)).cell_id in present
+
+
+def test_a_round_is_not_judged_while_the_studies_before_it_are_unfinished(suite, ledger_with_an_old_round):
+    """Once `--retry-failed` (or an edit) puts a cell back before the round, its reading is no longer the one that
+    queued the round: nothing is withdrawn."""
+    ledger, run, _ = ledger_with_an_old_round
+    add(run, suite, 3e-3, 0)  # a matrix cell queued again
+    assert unasked_cells(suite, ledger, run) == []
+
+
+def test_without_bracketing_nothing_is_withdrawn(suite, ledger_with_an_old_round, tmp_path):
+    ledger, run, _ = ledger_with_an_old_round
+    off = parse_suite({"name": "r", "dataset": {"name": "digits"}, "matrix": MATRIX}, Path("r.yaml"))
+    assert unasked_cells(off, ledger, run) == []
+
+
+def test_dry_run_names_the_cells_the_next_run_withdraws_and_leaves_them_out_of_the_time_left(
+        suite, ledger_with_an_old_round, tmp_path):
+    dry = dry_run_report(suite, tmp_path, None)
+    lines = [line for line in dry.splitlines() if "lr=0.009," in line]
+    assert len(lines) == 2 and all("withdrawn at the next run (bracket round 1" in line for line in lines)
+    assert "9 cells, 5 finished, 2 withdrawn (queued under an older bracketing rule" in dry
+    ledger, run, _ = ledger_with_an_old_round
+    withdraw_unasked(suite, ledger, run)
+    assert sum("withdrawn (bracket round 1: queued under an older rule)" in line
+               for line in dry_run_report(suite, tmp_path, None).splitlines()) == 2
+
+
+def test_a_run_withdraws_them_before_counting_its_cells_and_says_which(suite, ledger_with_an_old_round, tmp_path,
+                                                                       capsys):
+    ledger, _, round_1 = ledger_with_an_old_round
+    _, _, progress = open_run(suite, ledger, tmp_path)
+    assert progress.total == 7  # the matrix's 4, today's 2 and the one trained: not the 2 withdrawn
+    assert sum(withdrawn(t) for t in round_1.get_trials()) == 2
+    assert ("withdrew 2 untrained cell(s) that an earlier bracketing rule queued and today's rule does not ask for "
+            "(`run --dry-run` lists them): depth=2, layer=layernorm, lr=0.009 (seeds 0, 1)") in capsys.readouterr().err

@@ -193,7 +193,17 @@ def test_parent_of_local_workers_counts_the_bracketing_rounds_they_queue(write_s
     assert queued and int(queued[1]) in (1, 2), err  # the best's edge, or both ways for a row at chance
     n = 2 + int(queued[1])
     counts = [(int(d), int(t)) for d, t in re.findall(r"^\[(\d+)/(\d+)\] depth=", err, flags=re.M)]
-    assert counts[-1] == (n, n) and all(done <= total for done, total in counts), err  # the round's cells counted
+    # the round's cells counted; on a failure, every trial says where a second copy of a cell came from
+    assert counts[-1] == (n, n) and all(done <= total for done, total in counts), f"{err}\n{ledger_story(out)}"
+
+
+def ledger_story(out: Path) -> str:
+    """Every trial of the folder's ledger: study, number, state, cell, worker pid, copy of which, its other attrs."""
+    ledger = Ledger(None, out)
+    return "\n".join(
+        f"{name} #{t.number} {t.state.name} {t.user_attrs.get('cell_id')} pid={t.user_attrs.get('worker_pid')} "
+        f"copy_of={t.system_attrs.get('retry_history')} attrs={sorted(k for k in t.user_attrs if k != 'history')}"
+        for name in ledger.study_names() for t in ledger.study(name).get_trials(deepcopy=False))
 
 
 def _free_port() -> int:

@@ -21,6 +21,7 @@ from normbench.store.ledger import LIVE, UNFINISHED, Ledger, withdrawn
 from normbench.store.migrations import trial_axes, trial_cell_id
 from normbench.sweep.bracket import bracket_axes
 
+SEALED = "sealed"  # study user attr of a bracketing round: every cell its reading asked for is queued in it
 Finished = list[tuple[dict[str, Any], dict[str, Any]]]  # (axes, result) of finished selection cells
 
 
@@ -34,6 +35,11 @@ def listed_in(suite: Suite, study_name: str) -> Callable[[FrozenTrial], bool]:
 def bracket_study_names(ledger: Ledger, suite: Suite) -> list[str]:
     """The suite's bracketing rounds present in the ledger, in round order."""
     return StudyNames(suite.name).bracket_rounds(ledger.study_names())
+
+
+def sealed(ledger: Ledger, round_study: optuna.Study) -> bool:
+    """Is the round whole? Until its queuer seals it, a peer fills it rather than reading it (sweep/run.py)."""
+    return bool(ledger.call(lambda: round_study.user_attrs).get(SEALED))
 
 
 def selection_so_far(suite: Suite, ledger: Ledger, studies: list[optuna.Study]) -> tuple[Finished, set[str]] | None:

@@ -25,9 +25,11 @@ from normbench.sweep.pace import Pace, cell_costs
 from normbench.sweep.progress import Progress, note_new_cells
 from normbench.sweep.report_stage import budget_axes, report_axes
 from normbench.sweep.rounds import (
+    SEALED,
     bracket_study_names,
     listed_in,
     next_bracket_round,
+    sealed,
     seeds_by_lr,
     selection_so_far,
     withdraw_unasked,
@@ -91,19 +93,26 @@ def run_jobs(suite: Suite, study: optuna.Study, ledger: Ledger, progress: Progre
 
 def queue_next_stage(suite: Suite, study: optuna.Study, ledger: Ledger, progress: Progress | None = None) -> None:
     """Once the matrix and the bracketing rounds so far are finished, queue the next round or, with none left, the
-    report stage (writes only what is not queued yet: workers that compute it at once queue each cell once)."""
+    report stage (writes only what is not queued yet: workers that compute it at once queue each cell once). A round
+    is created, filled, then sealed: one not sealed yet (a peer is filling it, or died doing so) is filled here from
+    the studies before it, never read as a finished round (that read queued its cells again as the next round)."""
     names = StudyNames(suite.name)
-    selecting = [study, *(ledger.study(n) for n in bracket_study_names(ledger, suite))]
-    if (so_far := selection_so_far(suite, ledger, selecting)) is not None:
-        finished, present = so_far
-        new = next_bracket_round(suite, finished, present)
+    rounds = [ledger.study(n) for n in bracket_study_names(ledger, suite)]
+    filling = rounds[-1] if rounds and not sealed(ledger, rounds[-1]) else None
+    reading = [study, *rounds[:-1]] if filling is not None else [study, *rounds]
+    if (so_far := selection_so_far(suite, ledger, reading)) is None:
+        return
+    finished, present = so_far
+    new = next_bracket_round(suite, finished, present)
+    if new or filling is not None:
+        target = filling or ledger.study(names.bracket(len(reading)))
         if new:
-            selecting.append(ledger.study(names.bracket(len(selecting))))
-            _queue(ledger, selecting[-1], new, suite, progress)
-        elif suite.report_seeds:
-            for name, stage in ((names.report, report_axes), (names.budget, budget_axes)):
-                if cells := {suite.cell(axes).cell_id: axes for axes in stage(suite, finished)}:
-                    _queue(ledger, ledger.study(name), cells, suite, progress)
+            _queue(ledger, target, new, suite, progress)
+        ledger.call(target.set_user_attr, SEALED, True)
+    elif suite.report_seeds:
+        for name, stage in ((names.report, report_axes), (names.budget, budget_axes)):
+            if cells := {suite.cell(axes).cell_id: axes for axes in stage(suite, finished)}:
+                _queue(ledger, ledger.study(name), cells, suite, progress)
 
 
 def _queue(ledger: Ledger, study: optuna.Study, cells: dict[str, dict[str, Any]], suite: Suite,

@@ -14,8 +14,8 @@ from normbench.contracts.suite import parse_suite
 from normbench.store.ledger import Ledger, withdrawn
 from normbench.store.migrations import trial_cell_id
 from normbench.sweep.dry_run import dry_run_report
-from normbench.sweep.rounds import selection_so_far, unasked_cells, withdraw_unasked
-from normbench.sweep.run import open_run, open_run_study
+from normbench.sweep.rounds import sealed, selection_so_far, unasked_cells, withdraw_unasked
+from normbench.sweep.run import open_run, open_run_study, queue_next_stage
 
 MATRIX = {"depth": [2], "layer": ["layernorm"], "lr": [1.0e-3, 3.0e-3], "seed": [0, 1]}
 ASKED = 3.333e-4  # the row's best is its lowest lr (1e-3): today's rule steps one grid step below it
@@ -128,3 +128,20 @@ def test_a_run_withdraws_them_before_counting_its_cells_and_says_which(suite, le
     assert sum(withdrawn(t) for t in round_1.get_trials()) == 2
     assert ("withdrew 2 untrained cell(s) that an earlier bracketing rule queued and today's rule does not ask for "
             "(`run --dry-run` lists them): depth=2, layer=layernorm, lr=0.009 (seeds 0, 1)") in capsys.readouterr().err
+
+
+def test_a_round_a_peer_created_but_has_not_filled_yet_is_filled_not_read_as_finished(suite, tmp_path):
+    """The race two local workers once lost: one created round 1 and was still queueing its cells when the other read
+    the empty study as a finished round and queued the same cells as round 2; both copies trained."""
+    ledger = Ledger(None, tmp_path)
+    run = open_run_study(ledger, suite)
+    for lr, vals in ((1e-3, (80, 82)), (3e-3, (70, 72))):
+        for seed, val in enumerate(vals):
+            add(run, suite, lr, seed, val)
+    names = StudyNames(suite.name)
+    round_1 = ledger.study(names.bracket(1))  # created, not filled: its queuer is slow, or died here
+    queue_next_stage(suite, run, ledger)
+    assert names.bracket(2) not in ledger.study_names()
+    assert sorted(states(round_1)) == [(ASKED, 0), (ASKED, 1)] and sealed(ledger, round_1)
+    queue_next_stage(suite, run, ledger)  # its cells wait: nothing more
+    assert len(round_1.get_trials()) == 2 and names.bracket(2) not in ledger.study_names()

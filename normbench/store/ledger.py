@@ -310,18 +310,23 @@ def requeue(study: optuna.Study, failed: FrozenTrial, user_attrs: dict[str, Any]
                       **(system_attrs or {})}))
 
 
+def newest_trials(trials: list[FrozenTrial]) -> dict[str, FrozenTrial]:
+    """Each cell's newest trial among `trials` (one study's), by cell id; trials that are no cell are left out. A cell
+    whose attempt was given back (FAIL) and whose copy was then withdrawn reads as withdrawn."""
+    newest: dict[str, FrozenTrial] = {}
+    for t in trials:
+        cid = trial_cell_id(t)
+        if cid is not None and (cid not in newest or t.number > newest[cid].number):
+            newest[cid] = t
+    return newest
+
+
 def ended_cells(study: optuna.Study) -> list[FrozenTrial]:
     """The FAIL records that end a cell's round (FAILED_FOR_GOOD): cells with no live trial whose newest trial is
     such a record, never queued again until `--retry-failed` (store/attempts.py)."""
-    newest: dict[str | None, FrozenTrial] = {}
-    live = set()
-    for t in study.get_trials(deepcopy=False):
-        cid = trial_cell_id(t)
-        if t.state in LIVE:
-            live.add(cid)
-        if cid not in newest or t.number > newest[cid].number:
-            newest[cid] = t
-    return [t for cid, t in newest.items() if cid is not None and cid not in live and t.state == TrialState.FAIL
+    trials = study.get_trials(deepcopy=False)
+    live = {trial_cell_id(t) for t in trials if t.state in LIVE}
+    return [t for cid, t in newest_trials(trials).items() if cid not in live and t.state == TrialState.FAIL
             and t.user_attrs.get(FAILED_FOR_GOOD)]
 
 

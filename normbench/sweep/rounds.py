@@ -17,7 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 from normbench.contracts.matrix_scope import MatrixScope
 from normbench.contracts.names import StudyNames
 from normbench.contracts.suite import Suite
-from normbench.store.ledger import LIVE, UNFINISHED, Ledger, withdrawn
+from normbench.store.ledger import LIVE, UNFINISHED, Ledger, newest_trials, withdrawn
 from normbench.store.migrations import trial_axes, trial_cell_id
 from normbench.sweep.bracket import bracket_axes
 
@@ -54,17 +54,6 @@ def selection_so_far(suite: Suite, ledger: Ledger, studies: list[optuna.Study]) 
     finished = [(t.user_attrs["axes"], t.user_attrs.get("result", {})) for s, wanted in listed
                 for t in ledger.trials(s, (TrialState.COMPLETE,)) if wanted(t)]
     return finished, present
-
-
-def newest_trials(trials: list[FrozenTrial]) -> dict[str, FrozenTrial]:
-    """Each cell's newest trial among `trials` (one study's): a cell whose attempt was given back (FAIL) and whose
-    copy was then withdrawn reads as withdrawn."""
-    newest: dict[str, FrozenTrial] = {}
-    for t in trials:
-        cid = t.user_attrs.get("cell_id")
-        if cid is not None and (cid not in newest or t.number > newest[cid].number):
-            newest[cid] = t
-    return newest
 
 
 def next_bracket_round(suite: Suite, finished: Finished, present: set[str]) -> dict[str, dict[str, Any]]:

@@ -100,8 +100,8 @@ BUDGET_POINTS = 1.0
 
 
 def budget_rows(at_selected: pd.DataFrame, budget: pd.DataFrame, keys: list[str], *, value: str) -> pd.DataFrame:
-    """Per row with budget cells: the seed-mean `value` (val top-1 at the final epoch, 0 when diverged) of the 1x
-    cells and of the 2x cells on the same seeds, their change, and the verdict: converged when the change is under
+    """Per row with budget cells at its selected lr: the seed-mean `value` (val top-1 at the final epoch, 0 when
+    diverged) of the 1x cells and of the 2x cells on the same seeds and lr, their change, and the verdict: converged when the change is under
     BUDGET_POINTS either way. Columns: keys, seeds, val_1x, val_2x, change, converged, reason."""
     rows = []
     for key, twice in budget.groupby(keys, dropna=False, sort=True):
@@ -110,6 +110,9 @@ def budget_rows(at_selected: pd.DataFrame, budget: pd.DataFrame, keys: list[str]
         once = at_selected
         for k, v in where.items():
             once = once[once[k] == v]
+        # only the 2x cells at the lr selected now: those of an lr the row chose before more seeds moved it stay
+        # results (results.csv) but check nothing
+        twice = twice[np.isclose(twice["lr"].to_numpy()[:, None], once["lr"].unique()[None, :], rtol=1e-9).any(1)]
         once = once.set_index("seed")[value]
         paired = twice[twice["seed"].isin(once.index)]
         if paired.empty:

@@ -44,11 +44,11 @@ def test_the_2x_check_flips_the_verdict_to_still_improving_past_the_threshold():
     from normbench.report.convergence import BUDGET_POINTS, budget_rows
     from normbench.report.tables import converged_text
 
-    once = pd.DataFrame({"layer": ["ln"] * 4, "depth": [36] * 4, "seed": [100, 101, 102, 103],
+    once = pd.DataFrame({"layer": ["ln"] * 4, "depth": [36] * 4, "lr": [1e-3] * 4, "seed": [100, 101, 102, 103],
                          "select": [80.0, 82.0, 50.0, 50.0]})  # seeds 102/103 are not in the check: ignored
 
     def check(gain: float) -> pd.Series:
-        twice = pd.DataFrame({"layer": ["ln"] * 2, "depth": [36] * 2, "seed": [100, 101],
+        twice = pd.DataFrame({"layer": ["ln"] * 2, "depth": [36] * 2, "lr": [1e-3] * 2, "seed": [100, 101],
                               "select": [80.0 + gain, 82.0 + gain]})
         [row] = budget_rows(once, twice, ["layer", "depth"], value="select").to_dict("records")
         return pd.Series(row)
@@ -58,3 +58,20 @@ def test_the_2x_check_flips_the_verdict_to_still_improving_past_the_threshold():
     assert small["converged"] and converged_text(small) == "yes (2x: +0.5)"
     assert not large["converged"] and converged_text(large) == "still improving (+3.0 at 2x)"
     assert not worse["converged"] and converged_text(worse) == "worse at 2x (-2.0)"
+
+
+def test_the_2x_check_reads_only_the_2x_cells_at_the_lr_selected_now():
+    """A row whose selected lr moved after its 2x cells trained (more selection seeds, a later bracketing round) has
+    2x cells at the old lr: they check nothing. Until its new lr's 2x cells train, the row has no 2x verdict."""
+    import pandas as pd
+
+    from normbench.report.convergence import budget_rows
+
+    once = pd.DataFrame({"layer": ["nf"] * 2, "depth": [36] * 2, "lr": [1e-4] * 2, "seed": [100, 101],
+                         "select": [54.0, 56.0]})
+    old = pd.DataFrame({"layer": ["nf"] * 2, "depth": [36] * 2, "lr": [3.16e-3] * 2, "seed": [100, 101],
+                        "select": [10.0, 10.0]})
+    assert budget_rows(once, old, ["layer", "depth"], value="select").empty
+    new = old.assign(lr=1e-4, select=[55.0, 57.0])
+    [row] = budget_rows(once, pd.concat([old, new]), ["layer", "depth"], value="select").to_dict("records")
+    assert (row["val_1x"], row["val_2x"], row["seeds"]) == (55.0, 56.0, 2)

@@ -101,8 +101,9 @@ BUDGET_POINTS = 1.0
 
 def budget_rows(at_selected: pd.DataFrame, budget: pd.DataFrame, keys: list[str], *, value: str) -> pd.DataFrame:
     """Per row with budget cells at its selected lr: the seed-mean `value` (val top-1 at the final epoch, 0 when
-    diverged) of the 1x cells and of the 2x cells on the same seeds and lr, their change, and the verdict: converged when the change is under
-    BUDGET_POINTS either way. Columns: keys, seeds, val_1x, val_2x, change, converged, reason."""
+    diverged) of the 1x cells and of the 2x cells on the same seeds and lr, their change, and the verdict: converged
+    when the change is under BUDGET_POINTS either way. Columns: keys, seeds, val_1x, val_2x, change, converged,
+    reason."""
     rows = []
     for key, twice in budget.groupby(keys, dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)

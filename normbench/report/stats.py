@@ -178,11 +178,14 @@ def selecting(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def reporting(cells: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Per row of `keys`: its report cells when it has any, else its selection cells."""
+    """Per row of `keys` and lr: its report cells there when it has any, else its selection cells there. Read per lr
+    because a row's lr may move after its report cells trained (more selection seeds): until report cells train at
+    the new lr, the selection seeds score it there, marked as such, rather than no seed at all."""
     if ROLE not in cells or not (cells[ROLE] == REPORTS).any():
         return cells
-    has_report = cells[cells[ROLE] == REPORTS][keys].drop_duplicates().assign(_report_row=True)
-    marked = cells.merge(has_report, on=keys, how="left")
+    at = [*keys, "lr"]
+    has_report = cells[cells[ROLE] == REPORTS][at].drop_duplicates().assign(_report_row=True)
+    marked = cells.merge(has_report, on=at, how="left")
     keep = (marked["_report_row"].fillna(False).astype(bool) == (marked[ROLE] == REPORTS))
     return cells[keep.to_numpy()]
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from normbench.contracts.names import OutputFolder
-from normbench.contracts.selection import SCORE, SELECT, chosen_lrs
+from normbench.contracts.selection import BUDGETS, ROLE, SCORE, SELECT, chosen_lrs
 from normbench.report.plots import save_figure
 from normbench.report.style import layer_colour
 from normbench.report.style import layer_order as figure_order
@@ -48,12 +48,12 @@ def telemetry_frame(cells: pd.DataFrame) -> pd.DataFrame:
         cells: the leaderboard's cells (leaderboard.cells_frame): one row per cell; `telemetry` holds each cell's
             records (a list of {step, block, quantity: value}), missing or empty for cells that recorded none.
     Returns:
-        columns cell_id, layer, depth, lr, seed, select, score, step, block and every quantity present; empty when
+        columns cell_id, layer, depth, lr, seed, select, score, role, step, block and every quantity present; empty when
         no cell has telemetry.
     """
     if cells.empty or "telemetry" not in cells:
         return pd.DataFrame()
-    axes = [c for c in ("cell_id", "layer", "depth", "lr", "seed", "select", "score", "status") if c in cells]
+    axes = [c for c in ("cell_id", "layer", "depth", "lr", "seed", "select", "score", "status", ROLE) if c in cells]
     rows = [{**{a: cell[a] for a in axes}, **record}
             for _, cell in cells.iterrows() if isinstance(cell["telemetry"], list) for record in cell["telemetry"]]
     frame = pd.DataFrame(rows)
@@ -71,6 +71,8 @@ def best_lr_telemetry(frame: pd.DataFrame, depth: int | None = None) -> pd.DataF
         return frame
     depth = frame["depth"].max() if depth is None else depth
     at_depth = frame[frame["depth"] == depth]
+    if ROLE in at_depth:  # chosen_lrs reads the selection cells; 2x cells (twice the steps) map nothing here
+        at_depth = at_depth[at_depth[ROLE] != BUDGETS]
     return at_depth.merge(chosen_lrs(at_depth.drop_duplicates("cell_id"), ["layer"], by=_chooser(frame)),
                           on=["layer", "lr"])
 

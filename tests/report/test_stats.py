@@ -196,6 +196,20 @@ def test_selection_never_reads_the_report_seeds():
     assert select_lr(without, ["layer", "depth"]).iloc[0]["seeds"] == "select"
 
 
+def test_a_row_whose_lr_moved_after_its_report_cells_is_scored_by_its_selection_seeds_at_the_new_lr():
+    # 2 selection seeds chose 1e-3 and its report seeds trained there; 2 more selection seeds moved the choice to
+    # 3e-3, whose report cells have not trained: the score is the selection seeds' at 3e-3, never the old report's
+    select = [cell("a", 1e-3, s, 80.0, 80.0) for s in (0, 1)] + [cell("a", 1e-3, s, 60.0, 60.0) for s in (2, 3)]
+    select += [cell("a", 3e-3, s, 75.0, 74.0) for s in range(4)]
+    old_report = [cell("a", 1e-3, s, 90.0, 91.0) for s in (100, 101)]
+    rows = [{**c, "role": "select"} for c in select] + [{**c, "role": "report"} for c in old_report]
+    cells = add_scores(pd.DataFrame(rows))
+    selected = select_lr(cells, ["layer", "depth"])
+    row = selected.iloc[0]
+    assert row["lr"] == 3e-3 and row["n"] == 4 and row["seeds"] == "select" and row["mean"] == 74.0
+    assert sorted(selected_cells(cells, selected, ["layer", "depth"])["seed"]) == [0, 1, 2, 3]
+
+
 def test_lr_sensitivity_counts_a_failure_at_chance_over_the_common_lrs():
     rows = [cell("a", 1e-3, 0, 80.0, 80.0), cell("a", 3e-3, 0, 70.0, 70.0), cell("a", 1e-2, 0, 0, 0, "diverged"),
             cell("b", 1e-3, 0, 60.0, 60.0), cell("b", 3e-3, 0, 60.0, 60.0), cell("b", 3e-4, 0, 10.0, 10.0)]

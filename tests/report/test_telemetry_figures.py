@@ -61,6 +61,19 @@ def test_deepest_depth_at_each_layers_lr_chosen_on_val():
     assert set(chosen["seed"]) == {0, 1}
 
 
+def test_old_lr_report_and_2x_cells_neither_choose_the_lr_nor_enter_the_maps():
+    # report cells at layernorm's other lr (3e-3) with a poisoned val, and a 2x cell at its chosen lr: the lr is still
+    # chosen by the selection cells, and the 2x cell (twice the steps) is no part of the chosen rows
+    cells = make_cells().assign(role="select")
+    extra = cells[(cells["layer"] == "layernorm") & (cells["depth"] == 4)].copy()
+    poisoned = extra[extra["lr"] == 3e-3].assign(role="report", select=100.0, seed=[100, 101],
+                                                  cell_id=lambda f: f["cell_id"] + "-report")
+    twice = extra[(extra["lr"] == 1e-3) & (extra["seed"] == 0)].assign(role="budget", cell_id="2x")
+    chosen = best_lr_telemetry(telemetry_frame(pd.concat([cells, poisoned, twice], ignore_index=True)))
+    assert dict(chosen.groupby("layer")["lr"].unique().map(list)) == {"layernorm": [1e-3], "rezero": [3e-3]}
+    assert "2x" not in set(chosen["cell_id"])
+
+
 def test_block_maps_are_seed_means_block_by_step_in_the_figures_layer_order():
     chosen = best_lr_telemetry(telemetry_frame(make_cells()))
     assert list(block_maps(chosen, "grad_norm")) == ["layernorm", "rezero"]  # sorted, not by score: every figure

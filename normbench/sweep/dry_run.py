@@ -115,24 +115,29 @@ def time_left_from_steps(suite: Suite, out: Path, left: dict[str, dict[str, Any]
 def withdrawn_words(rows: list[list[str]]) -> str:
     """The summary's count of withdrawn cells (`withdrawn_cells`): none trains, none is counted as left."""
     gone = sum(status.startswith(WITHDRAWN) for _, status in rows)
-    return f", {gone} withdrawn (queued under an older bracketing rule; not trained, not left)" if gone else ""
+    return (f", {gone} withdrawn (queued under an older bracketing rule or selection; not trained, not left)"
+            if gone else "")
 
 
 def withdrawn_cells(suite: Suite, ledger: Any) -> dict[str, str]:
-    """Status of the bracketing rounds' cells withdrawn (store/ledger.py `withdraw`) or to be withdrawn at the next run
-    (sweep/rounds.py `unasked_cells`: queued under an older rule, untrained, not asked for by today's)."""
+    """Status of the bracketing rounds' and the report stage's cells withdrawn (store/ledger.py `withdraw`) or to be
+    withdrawn at the next run (sweep/rounds.py `unasked_cells`: queued under an older rule or selection, untrained,
+    not asked for by today's)."""
     from normbench.store.ledger import LIVE, withdrawn
     from normbench.store.migrations import trial_cell_id
     from normbench.sweep.rounds import bracket_study_names, unasked_cells
 
     statuses = {}
-    rounds = [ledger.study(name) for name in bracket_study_names(ledger, suite)]
-    live = {trial_cell_id(t) for study in rounds for t in ledger.trials(study, LIVE)}  # queued again by a later round
+    names = StudyNames(suite.name)
+    later = [n for n in (names.report, names.budget) if n in ledger.study_names()]
+    rounds = [ledger.study(name) for name in (*bracket_study_names(ledger, suite), *later)]
+    live = {trial_cell_id(t) for study in rounds for t in ledger.trials(study, LIVE)}  # queued again since
     for study in rounds:
         words = stage_words(suite, study.study_name)
+        older = "an older rule" if names.bracket_round(study.study_name) is not None else "an older selection"
         for t in ledger.trials(study):
             if withdrawn(t) and trial_cell_id(t) not in live:
-                statuses[trial_cell_id(t)] = f"{WITHDRAWN} ({words}: queued under an older rule)"
+                statuses[trial_cell_id(t)] = f"{WITHDRAWN} ({words}: queued under {older})"
     run = StudyNames(suite.name).run
     if run in ledger.study_names():
         statuses.update({trial_cell_id(t): f"{WITHDRAWN} at the next run ({stage_words(suite, study.study_name)}: "

@@ -3,7 +3,8 @@
 Round N is queued from the finished selection cells of the matrix and rounds 1..N-1 (sweep/bracket.py). The same
 reading, redone by today's code, says whether each of round N's waiting cells is still asked for: a round queued
 under an older rule (or other `lr_bounds`) has its untrained cells that today's rule does not ask for withdrawn
-(store/ledger.py `Ledger.withdraw`), so they neither train nor move the row's selection. Cells already trained stay.
+(store/ledger.py `Ledger.withdraw`), so they neither train nor move the row's selection. So has the report stage's
+where the selection it was queued for no longer stands. Cells already trained stay.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from normbench.contracts.suite import Suite
 from normbench.store.ledger import LIVE, UNFINISHED, Ledger, newest_trials, withdrawn
 from normbench.store.migrations import trial_axes, trial_cell_id
 from normbench.sweep.bracket import bracket_axes
+from normbench.sweep.report_stage import budget_axes, report_axes
 
 SEALED = "sealed"  # study user attr of a bracketing round: every cell its reading asked for is queued in it
 Finished = list[tuple[dict[str, Any], dict[str, Any]]]  # (axes, result) of finished selection cells
@@ -67,28 +69,54 @@ def next_bracket_round(suite: Suite, finished: Finished, present: set[str]) -> d
 
 
 def unasked_cells(suite: Suite, ledger: Ledger, run_study: optuna.Study) -> list[tuple[optuna.Study, FrozenTrial]]:
-    """Each bracketing round's waiting cells that today's rule, read on the matrix and the rounds before it, does not
-    ask for. A round whose earlier studies are unfinished again (`--retry-failed`, an edited matrix) is not judged."""
-    if not suite.bracket:  # bracketing switched off: the edited-matrix rule decides what its rounds' cells are
-        return []
+    """The waiting cells no rule asks for today: each bracketing round's that today's rule, read on the matrix and the
+    rounds before it, does not ask for (a round whose earlier studies are unfinished again, after `--retry-failed` or
+    an edited matrix, is not judged), then the report stage's that today's selection does not (`stale_stage_cells`)."""
     studies = [run_study, *(ledger.study(n) for n in bracket_study_names(ledger, suite))]
     unasked = []
-    for i, study in enumerate(studies[1:], start=1):
-        listed = listed_in(suite, study.study_name)
+    for i, study in enumerate(studies[1:] if suite.bracket else [], start=1):  # bracketing off: the edited-matrix
+        listed = listed_in(suite, study.study_name)                          # rule decides what its rounds hold
         waiting = [t for t in ledger.trials(study, (TrialState.WAITING,)) if listed(t)]
         if not waiting or (so_far := selection_so_far(suite, ledger, studies[:i])) is None:
             continue
         asked = next_bracket_round(suite, *so_far)
         unasked += [(study, t) for t in waiting if trial_cell_id(t) not in asked]
-    return unasked
+    return unasked + stale_stage_cells(suite, ledger, studies)
+
+
+def stale_stage_cells(suite: Suite, ledger: Ledger,
+                      selection: list[optuna.Study]) -> list[tuple[optuna.Study, FrozenTrial]]:
+    """The report stage's waiting cells (report seeds, 2x check) that today's selection does not ask for. The stage
+    was queued when selection was over; where it reopened since (more seeds, an edited matrix, `--retry-failed`),
+    every waiting one, since the lr they would train may move; once it is over again, those off a row's chosen lr or
+    seeds. The stage queues what is asked for again once selection is over (sweep/run.py `queue_next_stage`)."""
+    names = StudyNames(suite.name)
+    stages = [ledger.study(n) for n in (names.report, names.budget) if n in ledger.study_names()]
+    waiting = [(s, t) for s in stages for t in ledger.trials(s, (TrialState.WAITING,))
+               if listed_in(suite, s.study_name)(t)]  # the edited-matrix rule leaves the others where they are
+    if not waiting:
+        return []
+    so_far = selection_so_far(suite, ledger, selection)
+    asked: set[str] = set()
+    if so_far is not None and not next_bracket_round(suite, *so_far):
+        finished = so_far[0]
+        asked = {suite.cell(axes).cell_id for axes in (*report_axes(suite, finished), *budget_axes(suite, finished))}
+    return [(s, t) for s, t in waiting if trial_cell_id(t) not in asked]
 
 
 def withdraw_unasked(suite: Suite, ledger: Ledger, run_study: optuna.Study) -> list[dict[str, Any]]:
     """Withdraw `unasked_cells`; returns the axes of those this call withdrew (a worker may have claimed one first)."""
     names = StudyNames(suite.name)
+
+    def why(study_name: str) -> str:
+        if (round_ := names.bracket_round(study_name)) is not None:
+            return (f"queued in bracket round {round_} under an older rule: today's rule, read on the rounds before "
+                    "it, does not ask for it")
+        return ("queued by the report stage for a selection that no longer stands: it reopened or chose otherwise "
+                "since, and the stage queues what it asks for once selection is over")
+
     return [trial_axes(t) for study, t in unasked_cells(suite, ledger, run_study)
-            if ledger.withdraw(study, t, f"queued in bracket round {names.bracket_round(study.study_name)} under an "
-                                         "older rule: today's rule, read on the rounds before it, does not ask for it")]
+            if ledger.withdraw(study, t, why(study.study_name))]
 
 
 def seeds_by_lr(suite: Suite, cells: list[dict[str, Any]]) -> str:

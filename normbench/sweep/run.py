@@ -165,8 +165,9 @@ def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
     progress.note(f"suite {suite.name}: {len(queued)} cells ({len(queued) - len(suite.cells())} from bracketing and "
                   f"report seeds), {len(finished)} already finished; output in {out_dir}")
     if withdrawn:
-        progress.note(f"withdrew {len(withdrawn)} untrained cell(s) that an earlier bracketing rule queued and today's "
-                      f"rule does not ask for (`run --dry-run` lists them): {seeds_by_lr(suite, withdrawn)}")
+        progress.note(f"withdrew {len(withdrawn)} untrained cell(s) queued under an older bracketing rule or for a "
+                      "selection that no longer stands, which today's does not ask for (`run --dry-run` lists them): "
+                      f"{seeds_by_lr(suite, withdrawn)}")
     return run_jobs(suite, study, ledger, progress), [study.study_name], progress
 
 

@@ -113,7 +113,7 @@ def test_dry_run_names_the_cells_the_next_run_withdraws_and_leaves_them_out_of_t
     dry = dry_run_report(suite, tmp_path, None)
     lines = [line for line in dry.splitlines() if "lr=0.009," in line]
     assert len(lines) == 2 and all("withdrawn at the next run (bracket round 1" in line for line in lines)
-    assert "9 cells, 5 finished, 2 withdrawn (queued under an older bracketing rule" in dry
+    assert "9 cells, 5 finished, 2 withdrawn (queued under an older bracketing rule or selection" in dry
     ledger, run, _ = ledger_with_an_old_round
     withdraw_unasked(suite, ledger, run)
     assert sum("withdrawn (bracket round 1: queued under an older rule)" in line
@@ -126,8 +126,9 @@ def test_a_run_withdraws_them_before_counting_its_cells_and_says_which(suite, le
     _, _, progress = open_run(suite, ledger, tmp_path)
     assert progress.total == 7  # the matrix's 4, today's 2 and the one trained: not the 2 withdrawn
     assert sum(withdrawn(t) for t in round_1.get_trials()) == 2
-    assert ("withdrew 2 untrained cell(s) that an earlier bracketing rule queued and today's rule does not ask for "
-            "(`run --dry-run` lists them): depth=2, layer=layernorm, lr=0.009 (seeds 0, 1)") in capsys.readouterr().err
+    assert ("withdrew 2 untrained cell(s) queued under an older bracketing rule or for a selection that no longer "
+            "stands, which today's does not ask for (`run --dry-run` lists them): depth=2, layer=layernorm, lr=0.009 "
+            "(seeds 0, 1)") in capsys.readouterr().err
 
 
 def test_a_round_a_peer_created_but_has_not_filled_yet_is_filled_not_read_as_finished(suite, tmp_path):
@@ -145,3 +146,53 @@ def test_a_round_a_peer_created_but_has_not_filled_yet_is_filled_not_read_as_fin
     assert sorted(states(round_1)) == [(ASKED, 0), (ASKED, 1)] and sealed(ledger, round_1)
     queue_next_stage(suite, run, ledger)  # its cells wait: nothing more
     assert len(round_1.get_trials()) == 2 and names.bracket(2) not in ledger.study_names()
+
+
+def reporting_suite(seeds: list[int]):
+    """Bracketing off (its rounds are not what is tested here), 2 report seeds, the 2x check on both."""
+    return parse_suite({"name": "r", "dataset": {"name": "digits"}, "matrix": {**MATRIX, "seed": seeds},
+                        "report_seeds": [100, 101], "budget_check": True}, Path("r.yaml"))
+
+
+def stage_states(ledger) -> dict:
+    names = StudyNames("r")
+    return {(name, t.user_attrs["axes"]["lr"], t.user_attrs["axes"]["seed"], t.state)
+            for name in (names.report, names.budget) for t in ledger.study(name).get_trials()}
+
+
+def test_the_report_stage_of_a_selection_that_reopened_is_withdrawn_and_queued_again_at_the_lr_chosen_after(tmp_path):
+    """The modern suite's resume: selection over on 2 seeds (lr 1e-3), its report stage queued, then 2 more selection
+    seeds reopen it. The stage's waiting cells would train an lr that may move: they wait for selection, and once it
+    is over the stage queues the lr it chose."""
+    two = reporting_suite([0, 1])
+    ledger = Ledger(None, tmp_path)
+    run = open_run_study(ledger, two)
+    for lr, vals in ((1e-3, (80, 82)), (3e-3, (78, 79))):
+        for seed, val in enumerate(vals):
+            add(run, two, lr, seed, val)
+    queue_next_stage(two, run, ledger)
+    assert len(stage_states(ledger)) == 4 and all(lr == 1e-3 for _, lr, _, _ in stage_states(ledger))
+    assert withdraw_unasked(two, ledger, run) == []  # the selection it was queued for stands: nothing goes
+
+    four = reporting_suite([0, 1, 2, 3])
+    for lr in (1e-3, 3e-3):
+        for seed in (2, 3):
+            add(run, four, lr, seed)  # queued, not trained: selection is open again
+    dry = dry_run_report(four, tmp_path, None).splitlines()
+    assert sum("withdrawn at the next run (report seed" in line for line in dry) == 2
+    assert sum("withdrawn at the next run (convergence check" in line for line in dry) == 2
+    gone = withdraw_unasked(four, ledger, run)
+    assert len(gone) == 4 and {a["lr"] for a in gone} == {1e-3}
+    assert {state for *_, state in stage_states(ledger)} == {TrialState.FAIL}
+    report_words = [t.user_attrs["withdrawn"] for t in ledger.study(StudyNames("r").report).get_trials()]
+    assert all("selection that no longer stands" in words for words in report_words)
+
+    for t in run.get_trials(states=(TrialState.WAITING,)):  # seeds 2 and 3 train: 3e-3 is chosen now
+        val = 60.0 if t.user_attrs["axes"]["lr"] == 1e-3 else 90.0
+        ledger.storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING)
+        ledger.storage.set_trial_user_attr(t._trial_id, "result", {"status": "ok", "val_top1": val, "test_top1": val})
+        ledger.storage.set_trial_state_values(t._trial_id, state=TrialState.COMPLETE, values=[val])
+    queue_next_stage(four, run, ledger)
+    waiting = {(name, lr, seed) for name, lr, seed, state in stage_states(ledger) if state == TrialState.WAITING}
+    assert {lr for _, lr, _ in waiting} == {3e-3} and len(waiting) == 4
+    assert withdraw_unasked(four, ledger, run) == []

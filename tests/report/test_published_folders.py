@@ -77,9 +77,8 @@ def final_accuracy_rows(leaderboard: str) -> list[dict[str, str]]:
     return rows
 
 
-# the folders read under bracketing v3; the modern folder joins when its v3 resume (results/in-progress) replaces the
-# published v2 one, whose NormFormer and LNS rows say "bracketing unfinished"
-BRACKETED_V3 = ["depth-sweep-digits-early", "depth-sweep-digits-converged"]
+# the folders read under bracketing v3 (the modern one since its v3 resume on 4 selection seeds replaced its v2 form)
+BRACKETED_V3 = ["depth-sweep-digits-early", "depth-sweep-digits-converged", "depth-sweep-digits-modern"]
 
 
 @pytest.mark.parametrize("name", BRACKETED_V3)

@@ -109,7 +109,7 @@ def regime_rows(reads: list[FolderRead]) -> pd.DataFrame:
         report = sorted(int(s) for s in a.cells[a.cells["role"] == REPORTS]["seed"].unique()) \
             if "role" in a.cells else []
         converged = int(a.selected["converged"].fillna(False).astype(bool).sum())
-        check = "2x check" if not a.budget.empty else "final-loss rule; no 2x cells"
+        check = "2x check" if not a.budget.empty else "final-loss rule, unconfirmed: no 2x cells"
         rows.append({"folder": f"`{r.path.name}`", "width": str(width_of(r)),
                      "depth": ", ".join(str(d) for d in sorted(a.selected["depth"].unique())),
                      "epochs": str(epochs_of(r)),

@@ -75,3 +75,15 @@ def test_the_2x_check_reads_only_the_2x_cells_at_the_lr_selected_now():
     new = old.assign(lr=1e-4, select=[55.0, 57.0])
     [row] = budget_rows(once, pd.concat([old, new]), ["layer", "depth"], value="select").to_dict("records")
     assert (row["val_1x"], row["val_2x"], row["seeds"]) == (55.0, 56.0, 2)
+
+
+def test_a_rule_verdict_without_the_2x_check_says_it_is_unconfirmed():
+    """At 640 steps the final-loss rule called 32 rows converged that the 2x check found still improving: its yes
+    must not read like the check's."""
+    import pandas as pd
+
+    from normbench.report.tables import converged_text
+
+    assert converged_text(pd.Series({"converged": True, "reason": ""})) == (
+        "yes by the final-loss rule (unconfirmed: no 2x check)")
+    assert converged_text(pd.Series({"converged": False, "reason": "loss 0.81 > 0.68"})) == "no (loss 0.81 > 0.68)"

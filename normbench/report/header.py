@@ -89,11 +89,15 @@ def seeds_line(cells: pd.DataFrame) -> str:
             + (f" ({added} cells added by bracketing)" if added else ""))
 
 
-def regime_word(converged: int, rows: int) -> str:
-    if rows and converged == rows:
-        return "converged: these are final-accuracy numbers"
+def regime_word(converged: int, rows: int, unconfirmed: int = 0) -> str:
+    """The regime `converged` of `rows` rows make; `unconfirmed` of the converged only the final-loss rule calls so
+    (no 2x check), which the word then says: that rule's yes is weak (docs/protocol.md)."""
     if rows and 2 * converged >= rows:
-        return "mostly converged: read unconverged rows as lower bounds"
+        word = ("converged: these are final-accuracy numbers" if converged == rows
+                else "mostly converged: read unconverged rows as lower bounds")
+        if unconfirmed:
+            word = word.replace(":", f" ({unconfirmed} of them by the final-loss rule alone, unconfirmed):", 1)
+        return word
     return "early training: most rows have not converged, so these numbers measure how fast a layer gets going"
 
 
@@ -115,9 +119,16 @@ def budget_text(analysis: Analysis, where: dict[str, Any] | None = None) -> str:
     return "; ".join(parts) + " per cell"
 
 
+def converged_counts(selected: pd.DataFrame) -> tuple[int, int]:
+    """(rows converged, those of them only the final-loss rule calls so: no 2x check ran for them)."""
+    converged = selected["converged"].fillna(False).astype(bool)
+    by_rule = selected["change"].isna() if "change" in selected else pd.Series(True, index=selected.index)
+    return int(converged.sum()), int((converged & by_rule).sum())
+
+
 def regime_line(analysis: Analysis) -> str:
     selected = analysis.selected
-    converged = int(selected["converged"].fillna(False).astype(bool).sum())
+    converged = converged_counts(selected)[0]
     rows = len(selected)
     regime = analysis.regime
     if regime.threshold is not None:
@@ -140,8 +151,9 @@ def regime_line(analysis: Analysis) -> str:
         rule_text = (f"{rule} the seed-mean val curve gaining at most {RISE_POINTS:g} point over the last "
                      f"{RISE_SHARE:.0%} of epochs; no 2x budget check ran, and under a cosine schedule this rule "
                      "rarely fails")
+    unconfirmed = converged_counts(selected)[1]
     return (f"- regime: {budget_text(analysis)}; {converged} of {rows} rows converged ({rule_text}): "
-            f"{regime_word(converged, rows)}")
+            f"{regime_word(converged, rows, unconfirmed)}")
 
 
 def ceiling_text(ceiling: str | None) -> list[str]:

@@ -19,7 +19,7 @@ import pandas as pd
 from normbench.errors import NormbenchError
 from normbench.report.budget import BUDGET_AXIS, budget_agreement
 from normbench.report.folder import FolderRead
-from normbench.report.header import budget_text, regime_word, seeds_line
+from normbench.report.header import budget_text, converged_counts, regime_word, seeds_line
 from normbench.report.stats import ALPHA, UNDERPOWERED, check_claims, reading, versus_baseline
 from normbench.report.tables import (
     BASELINE_VERDICTS,
@@ -73,11 +73,11 @@ def runs_table(reads: Sequence[FolderRead]) -> pd.DataFrame:
     rows = []
     for r in reads:
         selected = r.analysis.selected
-        converged = int(selected["converged"].fillna(False).astype(bool).sum())
+        converged, unconfirmed = converged_counts(selected)
         rows.append({"folder": f"`{r.path.name}`", "budget": budget_text(r.analysis),
                      "seeds": seeds_line(r.cells).removeprefix("- seeds: ").split("; lrs tried")[0],
                      "rows converged": f"{converged} of {len(selected)}",
-                     "regime": regime_word(converged, len(selected)).split(":")[0]})
+                     "regime": regime_word(converged, len(selected), unconfirmed).split(":")[0]})
     return pd.DataFrame(rows)
 
 

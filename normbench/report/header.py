@@ -128,7 +128,7 @@ def converged_counts(selected: pd.DataFrame) -> tuple[int, int]:
 
 def regime_line(analysis: Analysis) -> str:
     selected = analysis.selected
-    converged = converged_counts(selected)[0]
+    converged, unconfirmed = converged_counts(selected)
     rows = len(selected)
     regime = analysis.regime
     if regime.threshold is not None:
@@ -151,7 +151,6 @@ def regime_line(analysis: Analysis) -> str:
         rule_text = (f"{rule} the seed-mean val curve gaining at most {RISE_POINTS:g} point over the last "
                      f"{RISE_SHARE:.0%} of epochs; no 2x budget check ran, and under a cosine schedule this rule "
                      "rarely fails")
-    unconfirmed = converged_counts(selected)[1]
     return (f"- regime: {budget_text(analysis)}; {converged} of {rows} rows converged ({rule_text}): "
             f"{regime_word(converged, rows, unconfirmed)}")
 

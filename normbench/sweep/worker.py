@@ -187,16 +187,22 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
                 summary.tally([outcome], trained, time.perf_counter() - turn_started)
                 turn_started = time.perf_counter()
             continue
-        if any(job.listed(t) for job in current for t in ledger.trials(job.study, UNFINISHED)):
+        if unfinished(current, ledger):
             stopping.wait(poll)  # others are training; if one dies, its cell comes back to the queue
             continue
         plan.queue_next()
-        refreshed = plan.jobs()
-        if [j.study.study_name for j in refreshed] == [j.study.study_name for j in current]:
+        current = plan.jobs()
+        # the next stage's cells, in a new study or in one already here (a report stage queued again): judged by
+        # its cells, not its study names, or the worker that queued them would leave the rest to its peers
+        if not unfinished(current, ledger):
             summary.failed_for_good = failed_cells(current, ledger)  # nothing left to run: what will never finish
             return summary
-        current = refreshed
     return summary
+
+
+def unfinished(jobs: list[Job], ledger: Ledger) -> bool:
+    """Whether any of the jobs' own cells waits or trains."""
+    return any(job.listed(t) for job in jobs for t in ledger.trials(job.study, UNFINISHED))
 
 
 def failed_cells(jobs: list[Job], ledger: Ledger) -> dict[str, int]:

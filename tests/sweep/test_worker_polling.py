@@ -91,3 +91,25 @@ def test_the_poll_interval_is_set_by_the_environment_and_a_bad_one_is_refused(mo
         monkeypatch.setenv("NORMBENCH_POLL_SECONDS", bad)
         with pytest.raises(NormbenchError, match="NORMBENCH_POLL_SECONDS=.*more than 0.*unset it"):
             worker.poll_seconds()
+
+
+def test_a_worker_trains_what_the_next_stage_queues_into_a_study_it_already_works_on(write_suite, tmp_path,
+                                                                                      monkeypatch):
+    """A report stage re-queued into its existing study (after a withdrawal) is work, not the end: the worker that
+    queued it once left here, and the sweep went on with one worker of two."""
+    monkeypatch.setattr(worker, "train_cell", no_op_cell)
+    suite = load_suite(write_suite(matrix={"depth": [1], "layer": LAYERS, "lr": [1e-3], "seed": [0]}))
+    ledger, tracker = Ledger(None, tmp_path), Tracker(tmp_path, suite.name)
+    study = open_run_study(ledger, suite)
+    first, *later = [{c.cell_id: c.axes} for c in suite.cells()]
+    ledger.enqueue(study, first)
+    stages = iter(later)  # each call queues one more cell, into the same study
+
+    def queue_next() -> None:
+        if (cells := next(stages, None)) is not None:
+            ledger.enqueue(study, cells)
+
+    plan = worker.Plan(jobs=run_jobs(suite, study, ledger).jobs, queue_next=queue_next)
+    summary = worker.work(plan, ledger, tracker, "cpu", Progress(total=3, quiet=True), suite.name)
+    tracker.finish()
+    assert summary.cells_run == 3

@@ -170,13 +170,14 @@ def _train(job: Any, members: list[_Member], *, tracker: Tracker, device: str, p
                 "fused_group": str(len(members))})
             if not m.claim.held(ask=True):
                 m.outcome = lost_claim(m.cell_id, m.run_id, tracker, progress)
-            elif m.resume is not None:
-                replay(m.resume["progress"]["history"], m.claim, m.run_id, tracker, progress)
         live = [m for m in members if not m.outcome]
         if not live:
             return GroupTurn([m.outcome for m in members], given_back=given_back)
         shown.append(live[0])
         progress.start_cell(live[0].cell_id, live[0].config.train.epochs, fused=[m.cell_id for m in live[1:]])
+        for m in live:  # after start_cell: the epochs a checkpoint holds show under this group's line
+            if m.resume is not None:
+                replay(m.resume["progress"]["history"], m.claim, m.run_id, tracker, progress)
         train_started = time.perf_counter()
         with contextlib.ExitStack() as beats:  # every member beats until it is recorded
             for m in live:

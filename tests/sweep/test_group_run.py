@@ -10,12 +10,14 @@ import os
 import signal
 
 import pandas as pd
+import pytest
 from optuna.trial import TrialState
 
 from normbench.cli import main
 from normbench.contracts.suite import load_suite
 from normbench.store.claim import Claim
 from normbench.store.ledger import Ledger
+from normbench.sweep.checkpoints import CheckpointFolder
 from normbench.sweep.group_run import claim_group, run_group
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import open_run_study, run_job
@@ -146,3 +148,44 @@ def test_kill_9_of_a_fused_worker_mid_epoch_then_a_resume_records_every_member_o
     assert_invariants(out, "tiny", CELLS)
     csv = pd.read_csv(out / "results.csv")
     assert set(csv["fused_group"]) == {4} and (csv["epochs_run"] == 40).all(), err
+
+
+def test_a_resumed_groups_replayed_epochs_show_under_its_own_cells(write_suite, tmp_path, monkeypatch):
+    """A fused group stopped in its second epoch resumes from its checkpoints: the epochs replayed into its runs show
+    under the group's line, not under whatever the worker showed before (the previous group's cell, or none)."""
+    suite, ledger, study, job = _queued(write_suite, tmp_path, epochs=4, checkpoint_minutes=1e-6)
+    tracker, checkpoints = Tracker(tmp_path, suite.name), CheckpointFolder(tmp_path / "checkpoints")
+    report, reports = Claim.report, []
+
+    def stop_after_two_epochs(claim, value, step):
+        report(claim, value, step)
+        reports.append(claim.number)
+        if len(reports) == 4:  # both members' second epoch
+            raise KeyboardInterrupt  # SIGTERM, as the worker sees it: the members go back, their checkpoints stay
+
+    monkeypatch.setattr(Claim, "report", stop_after_two_epochs)
+    first = ledger.claim(study, job.listed)
+    with pytest.raises(KeyboardInterrupt):
+        run_group(job, claim_group(ledger, job, first, 2), tracker=tracker, device="cpu",
+                  progress=Progress(total=8, quiet=True), suite_name=suite.name, checkpoints=checkpoints)
+    monkeypatch.setattr(Claim, "report", report)
+
+    shown: list[tuple[str, int]] = []  # (the line's cell, epoch) per epoch shown
+
+    class Watched(Progress):
+        def epoch(self, record):
+            shown.append((self.cell, record["epoch"]))
+            super().epoch(record)
+
+    progress = Watched(total=8, quiet=True)
+    progress.start_cell("depth=2,layer=layerscale,lr=0.001,seed=0", 4)  # what the worker showed before
+    cell = first.trial.user_attrs["cell_id"]
+    again = ledger.claim(study, lambda t: t.user_attrs["cell_id"] == cell)
+    group = claim_group(ledger, job, again, 2)
+    turn = run_group(job, group, tracker=tracker, device="cpu", progress=progress, suite_name=suite.name,
+                     checkpoints=checkpoints)
+    assert turn.outcomes == ["trained", "trained"]
+    members = {c.trial.user_attrs["cell_id"] for c in group}
+    # each member's first epoch replayed (the checkpoint the stop left), then the other three trained fused
+    assert [epoch for _, epoch in shown] == [0, 0, 1, 2, 3]
+    assert {cell for cell, _ in shown} <= members, shown

@@ -324,10 +324,22 @@ def newest_trials(trials: list[FrozenTrial]) -> dict[str, FrozenTrial]:
 def ended_cells(study: optuna.Study) -> list[FrozenTrial]:
     """The FAIL records that end a cell's round (FAILED_FOR_GOOD): cells with no live trial whose newest trial is
     such a record, never queued again until `--retry-failed` (store/attempts.py)."""
+    return [t for t in _failed_last(study) if t.user_attrs.get(FAILED_FOR_GOOD)]
+
+
+def failed_to_retry(study: optuna.Study) -> list[FrozenTrial]:
+    """The FAIL records of cells with no live trial that neither end them (failed for good) nor withdrew them: the
+    cell raised (`Claim.fail`), or its worker was lost between failing a given-back attempt and queueing the copy.
+    The next run queues them again, as it queues the matrix (sweep/run.py `open_run`); the run they failed in does
+    not, or a cell that always raises would be queued again each time a worker's queue ran dry."""
+    return [t for t in _failed_last(study) if not t.user_attrs.get(FAILED_FOR_GOOD) and not withdrawn(t)]
+
+
+def _failed_last(study: optuna.Study) -> list[FrozenTrial]:
+    """The newest trial of each cell with no live trial, where that trial is a FAIL record."""
     trials = study.get_trials(deepcopy=False)
     live = {trial_cell_id(t) for t in trials if t.state in LIVE}
-    return [t for cid, t in newest_trials(trials).items() if cid not in live and t.state == TrialState.FAIL
-            and t.user_attrs.get(FAILED_FOR_GOOD)]
+    return [t for cid, t in newest_trials(trials).items() if cid not in live and t.state == TrialState.FAIL]
 
 
 def withdrawn(trial: FrozenTrial) -> bool:

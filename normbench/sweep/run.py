@@ -18,7 +18,7 @@ from normbench.contracts.selection import BUDGETS, REPORTS, SELECTS
 from normbench.contracts.suite import Suite
 from normbench.store import attempts
 from normbench.store.claim import Claim
-from normbench.store.ledger import LIVE, Ledger, worker_host
+from normbench.store.ledger import LIVE, Ledger, failed_to_retry, worker_host
 from normbench.store.migrations import trial_axes, trial_cell_id
 from normbench.sweep.cells import cell_params, open_study_of_recipe
 from normbench.sweep.pace import Pace, cell_costs
@@ -69,6 +69,22 @@ def queued_cells(ledger: Ledger, study_name: str) -> dict[str, dict[str, Any]]:
             for t in ledger.trials(ledger.study(study_name), LIVE) if "axes" in t.user_attrs}
 
 
+def failed_cells(ledger: Ledger, study_name: str) -> dict[str, dict[str, Any]]:
+    """`{cell_id: axes}` of the study's cells that failed and wait for the next run (store/ledger.py
+    `failed_to_retry`)."""
+    return {trial_cell_id(t): t.user_attrs["axes"]
+            for t in ledger.call(failed_to_retry, ledger.study(study_name)) if "axes" in t.user_attrs}
+
+
+def requeue_failed(ledger: Ledger, suite: Suite) -> None:
+    """Queue again the cells of the bracketing rounds and stages that failed in an earlier run, as `open_run` queues
+    the matrix's: a round's cell that raised is not asked for again by the round after it, nor a report cell by
+    `queue_next_stage` (it counts them as queued)."""
+    for name in stage_study_names(ledger, suite):
+        if cells := failed_cells(ledger, name):
+            ledger.enqueue(ledger.study(name), cells)
+
+
 def suite_study_names(ledger: Ledger, suite: Suite) -> list[str]:
     """The suite's studies present in the ledger: the matrix's, then its bracketing rounds and stages."""
     run = StudyNames(suite.name).run
@@ -117,8 +133,11 @@ def queue_next_stage(suite: Suite, study: optuna.Study, ledger: Ledger, progress
 
 def _queue(ledger: Ledger, study: optuna.Study, cells: dict[str, dict[str, Any]], suite: Suite,
            progress: Progress | None) -> None:
-    """Queue the cells not queued yet in `study` and count them in the progress line."""
-    present = set(queued_cells(ledger, study.study_name)) if study.study_name in ledger.study_names() else set()
+    """Queue the cells not queued yet in `study` and count them in the progress line (not those that failed in it:
+    the next run's, `requeue_failed`)."""
+    present = set()
+    if study.study_name in ledger.study_names():
+        present = set(queued_cells(ledger, study.study_name)) | set(failed_cells(ledger, study.study_name))
     new = {cid: axes for cid, axes in cells.items() if cid not in present}
     if new:
         ledger.enqueue(study, new)
@@ -142,7 +161,8 @@ def queue_status(suite: Suite, ledger: Ledger) -> tuple[dict[str, dict[str, Any]
     queued = {c.cell_id: c.axes for c in suite.cells()}
     scope = MatrixScope(suite)  # an edited matrix: only the cells it lists now count
     for name in stage_study_names(ledger, suite):  # those present
-        queued.update({cid: axes for cid, axes in queued_cells(ledger, name).items() if scope.holds(name, axes)})
+        waiting = {**failed_cells(ledger, name), **queued_cells(ledger, name)}  # the failed: the next run's
+        queued.update({cid: axes for cid, axes in waiting.items() if scope.holds(name, axes)})
     studies = [ledger.study(n) for n in suite_study_names(ledger, suite)]
     finished = {trial_cell_id(t) for s in studies for t in ledger.trials(s, (TrialState.COMPLETE, TrialState.PRUNED))
                 if "axes" in t.user_attrs and scope.holds(s.study_name, trial_axes(t))}
@@ -156,6 +176,7 @@ def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
     """Check the recipe, queue the matrix, count queued and done cells; returns (jobs, studies to watch, progress)."""
     study = open_run_study(ledger, suite)
     ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
+    requeue_failed(ledger, suite)  # before withdrawing: a failed report cell of a selection that moved goes too
     withdrawn = withdraw_unasked(suite, ledger, study)  # before counting: they no longer count as queued
     queued, finished, failed = queue_status(suite, ledger)  # with the rounds an earlier run of this suite queued
     left = {cid: axes for cid, axes in queued.items() if cid not in finished | failed}

@@ -15,7 +15,7 @@ from normbench.store.ledger import Ledger, withdrawn
 from normbench.store.migrations import trial_cell_id
 from normbench.sweep.dry_run import dry_run_report
 from normbench.sweep.rounds import sealed, selection_so_far, unasked_cells, withdraw_unasked
-from normbench.sweep.run import open_run, open_run_study, queue_next_stage
+from normbench.sweep.run import cells_left, open_run, open_run_study, queue_next_stage
 
 MATRIX = {"depth": [2], "layer": ["layernorm"], "lr": [1.0e-3, 3.0e-3], "seed": [0, 1]}
 ASKED = 3.333e-4  # the row's best is its lowest lr (1e-3): today's rule steps one grid step below it
@@ -196,3 +196,43 @@ def test_the_report_stage_of_a_selection_that_reopened_is_withdrawn_and_queued_a
     waiting = {(name, lr, seed) for name, lr, seed, state in stage_states(ledger) if state == TrialState.WAITING}
     assert {lr for _, lr, _ in waiting} == {3e-3} and len(waiting) == 4
     assert withdraw_unasked(four, ledger, run) == []
+
+
+def test_a_report_cell_that_raised_waits_for_the_next_run_which_queues_it_again(tmp_path):
+    """Queued again at once, a cell that always raises kept both workers busy for ever and the run never ended."""
+    two = reporting_suite([0, 1])
+    ledger = Ledger(None, tmp_path)
+    run = open_run_study(ledger, two)
+    for lr, vals in ((1e-3, (80, 82)), (3e-3, (78, 79))):
+        for seed, val in enumerate(vals):
+            add(run, two, lr, seed, val)
+    queue_next_stage(two, run, ledger)
+    report = ledger.study(StudyNames("r").report)
+    claim = ledger.claim(report)
+    claim.fail("RuntimeError: boom")
+    failed = trial_cell_id(claim.frozen())
+    queue_next_stage(two, run, ledger)  # what a worker whose queue ran dry does
+    queue_next_stage(two, run, ledger)
+    assert len(report.get_trials()) == 2  # the failed record and the other seed's cell: no copy
+    assert failed in cells_left(two, ledger)  # and the dry run counts it as left
+    _, _, progress = open_run(two, ledger, tmp_path)  # the next run
+    assert [trial_cell_id(t) for t in report.get_trials(states=(TrialState.WAITING,))].count(failed) == 1
+    assert progress.total == 4 + 2 + 2 and progress.done == 4
+
+
+def test_a_bracketing_rounds_cell_that_raised_is_queued_again_by_the_next_run(suite, tmp_path):
+    """The round after it never asks for it again (it counts as queued), so without this its lr was judged on the
+    seeds that did not raise."""
+    ledger = Ledger(None, tmp_path)
+    run = open_run_study(ledger, suite)
+    for lr, vals in ((1e-3, (80, 82)), (3e-3, (70, 72))):
+        for seed, val in enumerate(vals):
+            add(run, suite, lr, seed, val)
+    queue_next_stage(suite, run, ledger)
+    round_1 = ledger.study(StudyNames(suite.name).bracket(1))
+    claim = ledger.claim(round_1)
+    claim.fail("RuntimeError: boom")
+    failed = trial_cell_id(claim.frozen())
+    open_run(suite, ledger, tmp_path)
+    assert [trial_cell_id(t) for t in round_1.get_trials(states=(TrialState.WAITING,))].count(failed) == 1
+    assert selection_so_far(suite, ledger, [run, round_1]) is None  # no round 2 read before it trains

@@ -78,13 +78,16 @@ class WorkerWatch:
 
 def wait_for_workers(procs: list[subprocess.Popen], watch: WorkerWatch) -> WorkSummary:
     """Report each cell's result as a worker finishes it until every worker has exited. A worker that dies holding
-    a cell is replaced while cells remain (sweep/worker_exits.py), so this process never trains a cell that kills."""
+    a cell is replaced while cells remain or a peer works (sweep/worker_exits.py), so this process never trains a
+    cell that kills."""
     ended: set[int] = set()
     try:
         while True:
             for p in [p for p in procs if p.poll() is not None and p.pid not in ended]:
                 ended.add(p.pid)
-                if isinstance(p, WorkerProcess) and (double := after_exit(p, watch.ledger, watch.watched())):
+                peers_alive = any(q.poll() is None for q in procs if q is not p)
+                if isinstance(p, WorkerProcess) and (double := after_exit(p, watch.ledger, watch.watched(),
+                                                                          peers_alive)):
                     procs.append(double)
             if all(p.pid in ended for p in procs):
                 break

@@ -92,8 +92,11 @@ def died(proc: subprocess.Popen) -> bool:
     return code is not None and (code < 0 or code > 128) and code not in GRACEFUL
 
 
-def after_exit(proc: WorkerProcess, ledger: Ledger, study_names: list[str]) -> WorkerProcess | None:
-    """If it died holding a cell: note how on that study and, while cells remain, return a started replacement."""
+def after_exit(proc: WorkerProcess, ledger: Ledger, study_names: list[str],
+               peers_alive: bool = False) -> WorkerProcess | None:
+    """If it died holding a cell: note how on that study and, while cells remain or a peer still works (it may queue
+    the next stage: the dead worker's cell, failed for good, may have been the last of this one), return a started
+    replacement (one with nothing to do exits at once)."""
     if not died(proc):
         return None
     present = set(ledger.study_names())
@@ -104,7 +107,7 @@ def after_exit(proc: WorkerProcess, ledger: Ledger, study_names: list[str]) -> W
     if held is None:  # died before claiming: nothing of a cell's to note, and no reason to think another would live
         return None
     ledger.call(note_worker_exit, held, host, proc.pid, proc.seen())
-    if not any(ledger.trials(s, UNFINISHED) for s in studies):
+    if not peers_alive and not any(ledger.trials(s, UNFINISHED) for s in studies):
         return None
     return proc.respawn()
 

@@ -1,6 +1,6 @@
 """What the parent of local workers sees of a worker that dies (exit code or signal, its last stderr lines, the
 node) reaches the attempts of the cell it held, whoever counts the attempt; the parent replaces a worker that died
-holding a cell while cells remain; `--dry-run` shows a cell failed for good as such, not as "to run"."""
+holding a cell while cells remain or a peer works; `--dry-run` shows a cell failed for good as such, not as "to run"."""
 
 from __future__ import annotations
 
@@ -56,7 +56,11 @@ def test_a_worker_that_dies_holding_a_cell_is_noted_on_its_attempts_and_replaced
     assert first["pid"] == proc.pid and first["exit_code"] == 137 and first["node"] == worker_host()
     assert first["stderr"] == "CUDA out of memory (pretend)" and first["verdict"].endswith(exit_words(137))
     reclaim(peer, study)  # a peer counts the second attempt (the last) before the parent has noted the death
-    assert after_exit(double, peer, ["run:tiny"]) is None  # no cell left: no replacement
+    assert after_exit(double, peer, ["run:tiny"]) is None  # no cell left, no peer at work: no replacement
+    # a peer still at work may queue the next stage (the dead worker's cell may have been this one's last): one
+    # replacement shares it; with nothing to claim yet, it exits at once
+    third = after_exit(double, peer, ["run:tiny"], peers_alive=True)
+    assert third is not None and third.wait(timeout=120) == 0
     [record] = failed_for_good(study)
     attempts = record.user_attrs[ATTEMPTS]  # the second death, noted after the record was written: merged
     assert [a["pid"] for a in attempts] == [proc.pid, double.pid]

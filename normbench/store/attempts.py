@@ -36,7 +36,9 @@ def reclaim(ledger: Ledger, study: optuna.Study) -> list[FrozenTrial]:
     failed: list[FrozenTrial] = []
     running = ledger.trials(study, (TrialState.RUNNING,))
     for t in running:
-        lock = t.user_attrs.get("worker_lock")  # journal claims only: a database's tell by their heartbeat
+        # journal claims only (a database's tell by their heartbeat), and signed ones: the lock of a claim whose pid
+        # is not written yet may be the one an older ledger's copy inherited from a dead attempt
+        lock = t.user_attrs.get("worker_lock") if "worker_pid" in t.user_attrs else None
         dead = lock is not None and not ledger.heartbeats and holder_dead(
             Path(ledger.url).parent / OutputFolder.LOCKS / lock)
         if dead or _never_owned(t, ledger.grace_period):

@@ -32,7 +32,7 @@ from normbench.store.queue_lock import queue_lock
 from normbench.store.retry import NOT_LANDED, Outage, redact
 from normbench.store.trial_params import add_waiting_trial, axis_distributions
 
-WORKER_ATTRS = ("worker_host", "worker_pid", "mlflow_run_id")
+WORKER_ATTRS = ("worker_lock", "worker_host", "worker_pid", "mlflow_run_id")  # a copy has no worker yet
 UNFINISHED = (TrialState.WAITING, TrialState.RUNNING)
 LIVE = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED)
 FAILED_FOR_GOOD = "failed_for_good"  # user attr of the FAIL record that ends a cell's round: not queued again

@@ -113,3 +113,22 @@ def test_a_database_ledger_counts_heartbeat_verdicts(fresh_postgres_url, tmp_pat
     [attempt] = record.user_attrs[ATTEMPTS]
     assert attempt["host"] == "node-a" and "no heartbeat for over 4 s" in attempt["verdict"]
     assert attempt["noticed_by"].startswith("node-b")
+
+
+def test_a_claim_not_signed_yet_is_not_judged_by_the_lock_its_copy_inherited(tmp_path):
+    """A re-queued copy once kept its dead predecessor's `worker_lock`: a peer that read it between the claim (RUNNING)
+    and the claimer's signature judged the live claimer dead by that lock, failed its cell and queued it again, so a
+    poison cell's round counted an attempt more than NORMBENCH_MAX_ATTEMPTS (the poison-cell test, under load)."""
+    peer = Ledger(None, tmp_path)
+    study = peer.study("run:copy")
+    peer.enqueue(study, {CELL: AXES})
+    die_holding_a_claim(tmp_path, "run:copy")
+    reclaim(peer, study)
+    [copy] = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    assert "worker_lock" not in copy.user_attrs  # a copy names no worker: its claimer signs it
+    # a copy queued before that (an older ledger) still names the dead lock: claimed, not signed yet
+    peer.storage.set_trial_user_attr(copy._trial_id, "worker_lock",
+                                     study.get_trials(deepcopy=False)[0].user_attrs["worker_lock"])
+    assert peer.storage.set_trial_state_values(copy._trial_id, state=TrialState.RUNNING)
+    assert reclaim(peer, study) == []  # its claimer is not judged by a lock it has not written
+    assert peer.storage.get_trial(copy._trial_id).state == TrialState.RUNNING

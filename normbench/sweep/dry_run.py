@@ -37,6 +37,7 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
                                     f"({stage_words(suite, name)})"
                   for name in stage_study_names(ledger, suite) for t in ledger.trials(ledger.study(name), UNFINISHED)
                   if scope.holds(name, trial_axes(t))}
+        queued.update(failed_stage_cells(suite, ledger, scope))
         withdrawn = withdrawn_cells(suite, ledger)
         queued.update(withdrawn)
         to_run = {cid: axes for cid, axes in to_run.items() if cid not in withdrawn}
@@ -144,6 +145,19 @@ def withdrawn_cells(suite: Suite, ledger: Any) -> dict[str, str]:
                                            "today's rule does not ask for it)"
                          for study, t in unasked_cells(suite, ledger, ledger.study(run))})
     return statuses
+
+
+def failed_stage_cells(suite: Suite, ledger: Any, scope: MatrixScope) -> dict[str, str]:
+    """`{cell_id: status}` of the rounds' and stages' cells that raised (store/ledger.py `failed_to_retry`): to run,
+    once the next run queues them again."""
+    from normbench.store.ledger import failed_to_retry
+    from normbench.store.migrations import trial_axes, trial_cell_id
+    from normbench.sweep.run import stage_study_names
+
+    return {trial_cell_id(t): f"to run ({stage_words(suite, name)}; failed here, queued again by the next run: "
+                              f"{str(t.user_attrs.get('error', 'its worker was lost'))[:80]})"
+            for name in stage_study_names(ledger, suite) for t in ledger.call(failed_to_retry, ledger.study(name))
+            if scope.holds(name, trial_axes(t))}
 
 
 def stage_words(suite: Suite, study_name: str) -> str:

@@ -214,7 +214,9 @@ def test_a_report_cell_that_raised_waits_for_the_next_run_which_queues_it_again(
     queue_next_stage(two, run, ledger)  # what a worker whose queue ran dry does
     queue_next_stage(two, run, ledger)
     assert len(report.get_trials()) == 2  # the failed record and the other seed's cell: no copy
-    assert failed in cells_left(two, ledger)  # and the dry run counts it as left
+    assert failed in cells_left(two, ledger)  # and the dry run counts it as left, saying why
+    [line] = [line for line in dry_run_report(two, tmp_path, None).splitlines() if line.startswith(failed + " ")]
+    assert "to run (report seed; failed here, queued again by the next run: RuntimeError: boom)" in line
     _, _, progress = open_run(two, ledger, tmp_path)  # the next run
     assert [trial_cell_id(t) for t in report.get_trials(states=(TrialState.WAITING,))].count(failed) == 1
     assert progress.total == 4 + 2 + 2 and progress.done == 4

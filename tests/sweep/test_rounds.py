@@ -48,11 +48,7 @@ def add(study: optuna.Study, suite, lr: float, seed: int, val: float | None = No
 def ledger_with_an_old_round(suite, tmp_path):
     """The matrix finished (best lr 1e-3, the lowest), and round 1 as an older rule queued it: today's step below
     (both seeds waiting), a step above (both waiting), and a cell it already trained."""
-    ledger = Ledger(None, tmp_path)
-    run = open_run_study(ledger, suite)
-    for lr, vals in ((1e-3, (80, 82)), (3e-3, (70, 72))):
-        for seed, val in enumerate(vals):
-            add(run, suite, lr, seed, val)
+    ledger, run = selection_done(tmp_path, suite, ((80, 82), (70, 72)))
     round_1 = ledger.study(StudyNames(suite.name).bracket(1))
     given_back = axes(OLD_RULE, 0)  # an attempt SIGTERM gave back (FAIL) before its copy waits again
     round_1.add_trial(optuna.create_trial(state=TrialState.FAIL, user_attrs={
@@ -62,6 +58,16 @@ def ledger_with_an_old_round(suite, tmp_path):
         add(round_1, suite, OLD_RULE, seed)
     add(round_1, suite, 1e-4, 0, val=60.0)
     return ledger, run, round_1
+
+
+def selection_done(tmp_path, suite, vals=((80, 82), (78, 79))):
+    """A ledger whose matrix finished, lr 1e-3 and 3e-3 scoring `vals` on seeds 0 and 1; and its run study."""
+    ledger = Ledger(None, tmp_path)
+    run = open_run_study(ledger, suite)
+    for lr, pair in zip((1e-3, 3e-3), vals, strict=True):
+        for seed, val in enumerate(pair):
+            add(run, suite, lr, seed, val)
+    return ledger, run
 
 
 def states(study) -> dict:
@@ -134,11 +140,7 @@ def test_a_run_withdraws_them_before_counting_its_cells_and_says_which(suite, le
 def test_a_round_a_peer_created_but_has_not_filled_yet_is_filled_not_read_as_finished(suite, tmp_path):
     """The race two local workers once lost: one created round 1 and was still queueing its cells when the other read
     the empty study as a finished round and queued the same cells as round 2; both copies trained."""
-    ledger = Ledger(None, tmp_path)
-    run = open_run_study(ledger, suite)
-    for lr, vals in ((1e-3, (80, 82)), (3e-3, (70, 72))):
-        for seed, val in enumerate(vals):
-            add(run, suite, lr, seed, val)
+    ledger, run = selection_done(tmp_path, suite, ((80, 82), (70, 72)))
     names = StudyNames(suite.name)
     round_1 = ledger.study(names.bracket(1))  # created, not filled: its queuer is slow, or died here
     queue_next_stage(suite, run, ledger)
@@ -165,11 +167,7 @@ def test_the_report_stage_of_a_selection_that_reopened_is_withdrawn_and_queued_a
     seeds reopen it. The stage's waiting cells would train an lr that may move: they wait for selection, and once it
     is over the stage queues the lr it chose."""
     two = reporting_suite([0, 1])
-    ledger = Ledger(None, tmp_path)
-    run = open_run_study(ledger, two)
-    for lr, vals in ((1e-3, (80, 82)), (3e-3, (78, 79))):
-        for seed, val in enumerate(vals):
-            add(run, two, lr, seed, val)
+    ledger, run = selection_done(tmp_path, two)
     queue_next_stage(two, run, ledger)
     assert len(stage_states(ledger)) == 4 and all(lr == 1e-3 for _, lr, _, _ in stage_states(ledger))
     assert withdraw_unasked(two, ledger, run) == []  # the selection it was queued for stands: nothing goes
@@ -201,11 +199,7 @@ def test_the_report_stage_of_a_selection_that_reopened_is_withdrawn_and_queued_a
 def test_a_report_cell_that_raised_waits_for_the_next_run_which_queues_it_again(tmp_path):
     """Queued again at once, a cell that always raises kept both workers busy for ever and the run never ended."""
     two = reporting_suite([0, 1])
-    ledger = Ledger(None, tmp_path)
-    run = open_run_study(ledger, two)
-    for lr, vals in ((1e-3, (80, 82)), (3e-3, (78, 79))):
-        for seed, val in enumerate(vals):
-            add(run, two, lr, seed, val)
+    ledger, run = selection_done(tmp_path, two)
     queue_next_stage(two, run, ledger)
     report = ledger.study(StudyNames("r").report)
     claim = ledger.claim(report)
@@ -225,11 +219,7 @@ def test_a_report_cell_that_raised_waits_for_the_next_run_which_queues_it_again(
 def test_a_bracketing_rounds_cell_that_raised_is_queued_again_by_the_next_run(suite, tmp_path):
     """The round after it never asks for it again (it counts as queued), so without this its lr was judged on the
     seeds that did not raise."""
-    ledger = Ledger(None, tmp_path)
-    run = open_run_study(ledger, suite)
-    for lr, vals in ((1e-3, (80, 82)), (3e-3, (70, 72))):
-        for seed, val in enumerate(vals):
-            add(run, suite, lr, seed, val)
+    ledger, run = selection_done(tmp_path, suite, ((80, 82), (70, 72)))
     queue_next_stage(suite, run, ledger)
     round_1 = ledger.study(StudyNames(suite.name).bracket(1))
     claim = ledger.claim(round_1)

@@ -268,23 +268,32 @@ def _matching(cells: pd.DataFrame, where: dict[str, object]) -> pd.DataFrame:
 
 def selected_cells(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """The reporting cells (one per seed) at each row's selected lr."""
-    return reporting(cells, keys).merge(selected[[*keys, "lr"]], on=[*keys, "lr"], how="inner")
+    return _at_selected_lr(reporting(cells, keys), selected, keys)
+
+
+def _at_selected_lr(pool: pd.DataFrame, selected: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    return pool.merge(selected[[*keys, "lr"]], on=[*keys, "lr"], how="inner")
 
 
 def paired_difference(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str], where: dict[str, object],
                       layer: str, other: str, by: float = 0.0) -> dict[str, float]:
-    """`layer` minus `other` at their own selected lrs, over the reporting seeds both have, within the rows `where`.
+    """`layer` minus `other` at their own selected lrs, over the reporting seeds both have, within the rows `where`;
+    over the selection seeds both have when they share no reporting seed (a sweep whose report cells have trained
+    for one row and not yet for the other: pairing a report seed with a selection seed would find no pair).
 
     Returns:
         {"n": matched seeds, "mean", "low", "high" (a 95% t interval of the mean paired difference, clipped to
         [-100, 100]), "p" (two-sided paired t test against 0), "p_by" (two-sided against `by`)}.
     """
-    at_best = selected_cells(cells, selected, keys)
-    for k, v in where.items():
-        at_best = at_best[at_best[k] == v]
-    a = at_best[at_best["layer"] == layer].set_index("seed")[SCORE]
-    b = at_best[at_best["layer"] == other].set_index("seed")[SCORE]
-    seeds = sorted(set(a.index) & set(b.index))
+    for pool in (reporting(cells, keys), selecting(cells)):
+        at_best = _at_selected_lr(pool, selected, keys)
+        for k, v in where.items():
+            at_best = at_best[at_best[k] == v]
+        a = at_best[at_best["layer"] == layer].set_index("seed")[SCORE]
+        b = at_best[at_best["layer"] == other].set_index("seed")[SCORE]
+        seeds = sorted(set(a.index) & set(b.index))
+        if seeds:
+            break
     diffs = [a[s] - b[s] for s in seeds]
     mean, low, high = t_interval(diffs, bounds=DIFFERENCE)
     return {"n": len(seeds), "mean": mean, "low": low, "high": high, "sd": _spread(diffs), "p": paired_p(diffs),

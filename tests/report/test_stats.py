@@ -210,6 +210,22 @@ def test_a_row_whose_lr_moved_after_its_report_cells_is_scored_by_its_selection_
     assert sorted(selected_cells(cells, selected, ["layer", "depth"])["seed"]) == [0, 1, 2, 3]
 
 
+def test_a_row_with_report_seeds_pairs_with_a_row_without_them_on_the_selection_seeds_both_have():
+    # mid-sweep: "a" has its report seeds, its baseline "b" not yet. Report seed against selection seed is no pair;
+    # the selection seeds (0, 1) both rows trained at their chosen lrs pair instead: a - b = (80 - 70, 84 - 72)
+    select = [cell("a", 1e-3, 0, 80.0, 80.0), cell("a", 1e-3, 1, 84.0, 84.0),
+              cell("b", 1e-3, 0, 70.0, 70.0), cell("b", 1e-3, 1, 72.0, 72.0)]
+    report = [cell("a", 1e-3, s, 99.0, 99.0) for s in (100, 101)]
+    rows = [{**c, "role": "select"} for c in select] + [{**c, "role": "report"} for c in report]
+    cells = add_scores(pd.DataFrame(rows))
+    keys = ["layer", "depth"]
+    diff = versus_baseline(cells, select_lr(cells, keys), keys, "b").iloc[0]
+    assert diff["n"] == 2 and diff["mean"] == 11.0
+    both = add_scores(pd.DataFrame(rows + [{**cell("b", 1e-3, s, 90.0, 90.0), "role": "report"} for s in (100, 101)]))
+    diff = versus_baseline(both, select_lr(both, keys), keys, "b").iloc[0]
+    assert diff["n"] == 2 and diff["mean"] == 9.0  # once both have report seeds, those pair: 99 - 90
+
+
 def test_lr_sensitivity_counts_a_failure_at_chance_over_the_common_lrs():
     rows = [cell("a", 1e-3, 0, 80.0, 80.0), cell("a", 3e-3, 0, 70.0, 70.0), cell("a", 1e-2, 0, 0, 0, "diverged"),
             cell("b", 1e-3, 0, 60.0, 60.0), cell("b", 3e-3, 0, 60.0, 60.0), cell("b", 3e-4, 0, 10.0, 10.0)]

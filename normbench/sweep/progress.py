@@ -82,6 +82,7 @@ class Progress:
         """The cells worker processes are training now, each with the fraction of its epochs done (the parent's).
         What a cell had when first seen (a checkpoint's epochs, replayed at once on resuming) is neither work of
         this run's nor left to do."""
+        self._count_unseen(list(fractions))
         for cell, fraction in fractions.items():
             if cell not in self._trained_before:
                 self._trained_before[cell] = fraction
@@ -91,7 +92,14 @@ class Progress:
     def start_cell(self, cell_id: str, epochs: int, fused: Sequence[str] = ()) -> None:
         """`cell_id` trains now, in this process; `fused`: the cells one model trains beside it, epoch for epoch, each
         weighed in the ETA at its own cost (the line shows `cell_id (+N fused)`)."""
+        self._count_unseen([cell_id, *fused])
         self.cell, self.epochs, self.cell_fraction, self.fused = cell_id, epochs, 0.0, list(fused)
+
+    def _count_unseen(self, cells: Sequence[str]) -> None:
+        """Cells a peer queued after this process counted (a bracketing round, the report stage) join the total when
+        they show up here, at the mean cost known (without costs the cells are not known by name: nothing to do)."""
+        if self.costs and (unseen := [c for c in cells if c not in self.costs]):
+            self.add(dict.fromkeys(unseen, sum(self.costs.values()) / len(self.costs)))
 
     def _training(self) -> list[str]:
         return [self.cell, *self.fused] if self.cell else []
@@ -110,6 +118,7 @@ class Progress:
 
     def record(self, cell_id: str, result: CellResult | None, where: str = "") -> None:
         """Count a finished cell (`where`: the worker that trained it) and print its line; None: no stored result."""
+        self._count_unseen([cell_id])
         self.done += 1
         self.in_flight.pop(cell_id, None)  # counted as done now, not also as in flight (nor as trained in part)
         self._stop_training(cell_id)

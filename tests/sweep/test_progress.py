@@ -250,3 +250,20 @@ def test_a_fused_member_not_shown_that_ends_early_leaves_the_line_and_the_eta(mo
     assert progress.eta() == "0m30s"
     progress.forget("b")
     assert progress.fused == []
+
+
+def test_cells_a_peer_queued_after_this_process_counted_join_the_total(monkeypatch):
+    """A standalone worker counted 2 cells; a peer then queued the report stage, and this worker's line read [3/2]."""
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    stream = io.StringIO()
+    progress = Progress(total=2, stream=stream, costs={"a": 2.0, "b": 4.0})
+    finish(progress, "a", clock, 60.0)
+    finish(progress, "b", clock, 120.0)
+    progress.start_cell("report1", epochs=1, fused=["report2"])  # each at the mean cost known, 3 units
+    assert progress.total == 4 and progress.eta() == "3m00s"  # 6 units left at 30 s each
+    progress.running({"report3": 0.5})  # trained by another process of this run
+    assert progress.total == 5
+    progress.record("report4", None)  # finished by another process, never seen in flight
+    assert progress.total == 6 and progress.done == 3
+    assert "[3/6] report4  finished" in stream.getvalue()

@@ -283,21 +283,26 @@ def paired_difference(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[st
 
     Returns:
         {"n": matched seeds, "mean", "low", "high" (a 95% t interval of the mean paired difference, clipped to
-        [-100, 100]), "p" (two-sided paired t test against 0), "p_by" (two-sided against `by`)}.
+        [-100, 100]), "p" (two-sided paired t test against 0), "p_by" (two-sided against `by`), "on_selection_seeds"
+        (True where the fallback paired them)}.
     """
-    for pool in (reporting(cells, keys), selecting(cells)):
-        at_best = _at_selected_lr(pool, selected, keys)
-        for k, v in where.items():
-            at_best = at_best[at_best[k] == v]
-        a = at_best[at_best["layer"] == layer].set_index("seed")[SCORE]
-        b = at_best[at_best["layer"] == other].set_index("seed")[SCORE]
-        seeds = sorted(set(a.index) & set(b.index))
-        if seeds:
-            break
-    diffs = [a[s] - b[s] for s in seeds]
-    mean, low, high = t_interval(diffs, bounds=DIFFERENCE)
-    return {"n": len(seeds), "mean": mean, "low": low, "high": high, "sd": _spread(diffs), "p": paired_p(diffs),
-            "p_by": paired_p(diffs, by)}
+    diffs = _differences(reporting(cells, keys), selected, keys, where, layer, other)
+    on_selection_seeds = False
+    if not diffs:  # one row's report seeds trained, the other's not yet
+        diffs = _differences(selecting(cells), selected, keys, where, layer, other)
+        on_selection_seeds = bool(diffs)
+    return {**_paired_summary(diffs, by), "on_selection_seeds": on_selection_seeds}
+
+
+def _differences(pool: pd.DataFrame, selected: pd.DataFrame, keys: list[str], where: dict[str, object], layer: str,
+                 other: str) -> list[float]:
+    """`layer` minus `other`, per seed both trained at their selected lrs among the `pool` cells within `where`."""
+    at_best = _at_selected_lr(pool, selected, keys)
+    for k, v in where.items():
+        at_best = at_best[at_best[k] == v]
+    a = at_best[at_best["layer"] == layer].set_index("seed")[SCORE]
+    b = at_best[at_best["layer"] == other].set_index("seed")[SCORE]
+    return [a[s] - b[s] for s in sorted(set(a.index) & set(b.index))]
 
 
 def versus_baseline(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str], baseline: str) -> pd.DataFrame:
@@ -313,7 +318,8 @@ def versus_baseline(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str]
         for layer in group["layer"]:
             if layer != baseline:
                 diff = paired_difference(cells, selected, keys, where, layer, baseline)
-                rows.append({**where, "layer": layer, **{k: diff[k] for k in ("n", "mean", "low", "high", "p")}})
+                rows.append({**where, "layer": layer,
+                             **{k: diff[k] for k in ("n", "mean", "low", "high", "p", "on_selection_seeds")}})
     frame = pd.DataFrame(rows)
     return frame.assign(p_holm=holm(frame["p"])) if not frame.empty else frame
 
@@ -450,8 +456,12 @@ def sensitivity_difference(cells: pd.DataFrame, selected: pd.DataFrame, keys: li
     mine, theirs = per_seed(rows[layer]), per_seed(rows[rival])
     seeds = sorted(set(mine.index) & set(theirs.index))
     diffs = [theirs[s] - mine[s] for s in seeds]
+    return _paired_summary(diffs, by)
+
+
+def _paired_summary(diffs: list[float], by: float) -> dict[str, float]:
     mean, low, high = t_interval(diffs, bounds=DIFFERENCE)
-    return {"n": len(seeds), "mean": mean, "low": low, "high": high, "sd": _spread(diffs), "p": paired_p(diffs),
+    return {"n": len(diffs), "mean": mean, "low": low, "high": high, "sd": _spread(diffs), "p": paired_p(diffs),
             "p_by": paired_p(diffs, by)}
 
 

@@ -144,14 +144,21 @@ def baseline_table(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str],
     diffs = diffs.sort_values([*group_keys, "mean"], ascending=[True] * len(group_keys) + [False], kind="stable")
     rows = []
     for _, r in diffs.iterrows():
-        # no matched seeds: one row scored on report seeds, the other (its report cells not trained yet) on selection's
-        matched = r["n"] > 0
+        matched = r["n"] > 0  # none: no seed trained both rows at their chosen lrs (failed, or not trained yet)
         rows.append({**{k: r[k] for k in group_keys}, "layer": r["layer"],
                      f"minus {baseline} (points)": f"{r['mean']:+.2f}" if matched else "—",
-                     "95% CI": ci_text(r["low"], r["high"]), "n (paired seeds)": str(r["n"]), "p": p_text(r["p"]),
+                     "95% CI": ci_text(r["low"], r["high"]), "n (paired seeds)": paired_text(r), "p": p_text(r["p"]),
                      "p (Holm)": p_text(r["p_holm"]),
                      "reading": reading(r["mean"], r["p_holm"], BASELINE_VERDICTS) if matched else "no matched seeds"})
     return pd.DataFrame(rows)
+
+
+def paired_text(row: Any) -> str:
+    """The paired seeds' count, and which seeds they are where the comparison fell back to the selection seeds (one
+    row has its report seeds, the other not yet: stats.paired_difference)."""
+    fell_back = row.get("on_selection_seeds")
+    fell_back = fell_back is not None and fell_back == fell_back and bool(fell_back)  # NaN: a steadiness claim's row
+    return f"{row['n']} (selection seeds)" if fell_back else str(row["n"])
 
 
 def effect_text(mean: float, low: float, high: float, claimed: float | None) -> str:
@@ -193,7 +200,7 @@ def claims_table(claims: pd.DataFrame, regimes: list[str] | None = None) -> pd.D
         claimed = claimed if claimed is not None and claimed == claimed else (c["by"] or None)
         rows.append({"claim": claim_text(c),
                      "difference (points)": "—" if math.isnan(c["mean"]) else f"{c['mean']:+.2f}",
-                     "95% CI": ci_text(c["low"], c["high"]), "n (paired seeds)": str(c["n"]),
+                     "95% CI": ci_text(c["low"], c["high"]), "n (paired seeds)": paired_text(c),
                      "p (Holm)": p_text(c["p_holm"]),
                      "detectable at 80% power (points)": detectable_text(c["detectable"], c["alpha"], c["n"],
                                                                           c["reference"]),

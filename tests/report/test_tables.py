@@ -25,6 +25,21 @@ def test_a_row_scored_on_other_seeds_than_the_baseline_reads_no_matched_seeds_no
     assert "nan" not in table.to_string()
 
 
+def test_a_comparison_that_fell_back_to_the_selection_seeds_says_so():
+    # mid-sweep: "a" has report seeds, its baseline "b" not yet: they pair on selection seeds 0 and 1, and say so
+    select = [cell(name, 1e-3, seed, val, val) for name, vals in (("a", (80.0, 84.0)), ("b", (70.0, 72.0)))
+              for seed, val in zip((0, 1), vals, strict=True)]
+    rows = [{**c, "role": "select"} for c in select] + [{**cell("a", 1e-3, s, 99.0, 99.0), "role": "report"}
+                                                        for s in (100, 101)]
+    cells = add_scores(pd.DataFrame(rows))
+    selected = select_lr(cells, ["layer", "depth"])
+    table = baseline_table(cells, selected, ["layer", "depth"], "b").set_index("layer")
+    assert table.loc["a", "n (paired seeds)"] == "2 (selection seeds)"
+    assert table.loc["a", "minus b (points)"] == "+11.00"
+    claims = check_claims(cells, selected, ["layer", "depth"], [{"layer": "a", "beats": "b", "depth": 12}])
+    assert claims_table(claims).iloc[0]["n (paired seeds)"] == "2 (selection seeds)"
+
+
 def test_a_claims_detectable_effect_says_why_there_is_none_and_what_the_source_claimed():
     assert detectable_text(9.8712, 0.0125, 4, 0.3) == "9.87 at α 0.0125 (source: 0.30)"
     assert detectable_text(9.8712, 0.05, 4, math.nan) == "9.87 at α 0.05 (source: none)"

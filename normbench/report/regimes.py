@@ -16,11 +16,20 @@ from pathlib import Path
 
 import pandas as pd
 
+from normbench.contracts.suite import claim_rival
 from normbench.errors import NormbenchError
 from normbench.report.budget import BUDGET_AXIS, budget_agreement
 from normbench.report.folder import FolderRead
 from normbench.report.header import budget_text, converged_counts, regime_word, seeds_line
-from normbench.report.stats import ALPHA, UNDERPOWERED, check_claims, reading, versus_baseline
+from normbench.report.stats import (
+    ALPHA,
+    REPORTS,
+    UNDERPOWERED,
+    check_claims,
+    fell_back,
+    reading,
+    versus_baseline,
+)
 from normbench.report.tables import (
     BASELINE_VERDICTS,
     budget_table,
@@ -185,6 +194,17 @@ def claim_across(verdicts: Sequence[str], regimes: Sequence[str], unfinished: bo
     return f"decided in {sum(v != UNDERPOWERED for v in verdicts)} of {len(verdicts)}"
 
 
+def paired_seeds(claim: pd.Series, selected: pd.DataFrame) -> str:
+    """Which seeds a claim of an unfinished folder paired: its two rows' report seeds once both rows have them, else
+    the selection seeds (stats.paired_difference's fallback; a steadiness claim always pairs those)."""
+    kind, rival = claim_rival(claim)
+    column = "seeds" if "seeds" in selected else "seeds_x"  # as width.finished reads it
+    rows = selected[(selected["depth"] == claim["depth"]) & selected["layer"].isin([claim["layer"], rival])]
+    on_report = kind == "beats" and not fell_back(claim) and len(rows) == 2 \
+        and bool((rows[column] == REPORTS).all())
+    return "report seeds" if on_report else "selection seeds"
+
+
 def claims_rows(reads: Sequence[FolderRead], axis: str = "budget") -> pd.DataFrame:
     rows, unfinished = [], set()
     for r in reads:
@@ -192,9 +212,10 @@ def claims_rows(reads: Sequence[FolderRead], axis: str = "budget") -> pd.DataFra
             continue
         claims = check_claims(r.analysis.cells, r.analysis.selected, r.analysis.keys, r.suite.claims)
         done = finished(r.analysis.selected)
-        regime = label(r) if axis == "budget" else f"{axis} {width_of(r)}" + (
-            "" if done else " (unfinished: selection seeds)")
-        lines = [claim_line(c, regime, axis) for _, c in claims.iterrows()]
+        regime = label(r) if axis == "budget" else f"{axis} {width_of(r)}"
+        lines = [claim_line(c, regime if done or axis == "budget" else
+                            f"{regime} (unfinished: {c['n']} {paired_seeds(c, r.analysis.selected)})", axis)
+                 for _, c in claims.iterrows()]
         unfinished |= set() if done else {line["claim"] for line in lines}
         rows += lines
     frame = pd.DataFrame(rows)

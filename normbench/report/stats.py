@@ -15,7 +15,7 @@ build frames by hand.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -292,6 +292,13 @@ def paired_difference(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[st
         diffs = _differences(selecting(cells), selected, keys, where, layer, other)
         on_selection_seeds = bool(diffs)
     return {**_paired_summary(diffs, by), "on_selection_seeds": on_selection_seeds}
+
+
+def fell_back(row: Mapping[str, object] | pd.Series) -> bool:
+    """Whether `paired_difference` paired a comparison's (or a claim's) selection seeds for want of shared report
+    seeds (a steadiness claim's row has no such key, or NaN: it always pairs selection seeds, by definition)."""
+    flag = row.get("on_selection_seeds")
+    return flag is not None and flag == flag and bool(flag)
 
 
 def _differences(pool: pd.DataFrame, selected: pd.DataFrame, keys: list[str], where: dict[str, object], layer: str,

@@ -10,7 +10,7 @@ import pandas as pd
 from normbench.contracts.selection import AT_CHANCE, FLAT, add_scores
 from normbench.contracts.suite import claim_rival
 from normbench.report.learning_speed import NEVER
-from normbench.report.stats import ACCURACY, Verdicts, reading, t_interval, versus_baseline
+from normbench.report.stats import ACCURACY, Verdicts, fell_back, reading, t_interval, versus_baseline
 from normbench.report.style import lr_text, window_text
 
 BEST = "★"
@@ -156,9 +156,7 @@ def baseline_table(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str],
 def paired_text(row: Any) -> str:
     """The paired seeds' count, and which seeds they are where the comparison fell back to the selection seeds (one
     row has its report seeds, the other not yet: stats.paired_difference)."""
-    fell_back = row.get("on_selection_seeds")
-    fell_back = fell_back is not None and fell_back == fell_back and bool(fell_back)  # NaN: a steadiness claim's row
-    return f"{row['n']} (selection seeds)" if fell_back else str(row["n"])
+    return f"{row['n']} (selection seeds)" if fell_back(row) else str(row["n"])
 
 
 def effect_text(mean: float, low: float, high: float, claimed: float | None) -> str:

@@ -124,3 +124,24 @@ def test_a_claim_holds_across_regimes_only_where_each_decided_it_alike():
         "undecided (underpowered in each)"
     assert claim_across(["supported", "supported"], ["a", "b"], unfinished=True) == "cannot tell (unfinished)"
     assert claim_across(["underpowered"], ["width 64"], unfinished=False) == "width 64 only"
+
+
+def test_an_unfinished_folders_claim_names_the_seeds_it_paired():
+    """Mid-sweep, a claim whose two rows both have report seeds pairs those; one whose rival has none yet pairs
+    the selection seeds (stats.paired_difference's fallback); a steadiness claim always pairs selection seeds."""
+    from normbench.contracts.selection import add_scores
+    from normbench.report.regimes import paired_seeds
+    from normbench.report.stats import check_claims, select_lr
+    from tests.report.test_stats import cell
+
+    rows = [{**cell(name, 1e-3, seed, val + seed, val + seed), "role": "select"}
+            for name, val in (("a", 80.0), ("b", 70.0), ("c", 60.0)) for seed in (0, 1)]
+    rows += [{**cell(name, 1e-3, seed, 90.0 + seed, 90.0 + seed), "role": "report"}
+             for name in ("a", "b") for seed in (100, 101, 102)]
+    cells = add_scores(pd.DataFrame(rows))
+    selected = select_lr(cells, ["layer", "depth"])
+    claims = check_claims(cells, selected, ["layer", "depth"],
+                          [{"layer": "a", "beats": "b", "depth": 12}, {"layer": "a", "beats": "c", "depth": 12},
+                           {"layer": "a", "steadier_than": "b", "depth": 12}])
+    said = [f"{c['n']} {paired_seeds(c, selected)}" for _, c in claims.iterrows()]
+    assert said == ["3 report seeds", "2 selection seeds", "2 selection seeds"]

@@ -1,6 +1,6 @@
 """`normbench`: thin on purpose. Parses, calls, and maps errors to exit codes (2: bad input, 3: unreachable server,
-143: interrupted, by Ctrl-C or SIGTERM alike). Heavy imports (torch, mlflow, optuna) happen inside the commands, so
-`--help` stays fast."""
+75: stopped at --time-limit with cells left, 143: interrupted, by Ctrl-C or SIGTERM alike). Heavy imports (torch,
+mlflow, optuna) happen inside the commands, so `--help` stays fast."""
 
 from __future__ import annotations
 
@@ -31,6 +31,29 @@ def _suite_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fuse", type=_fuse_size, default="auto", metavar="K|auto", help="train up to K cells of a row "
                    "that differ only in lr and seed as one fused model (each keeps its own trial, run and result; "
                    "docs/speed.md); auto (default): 16 on CUDA, 1 (unfused) on a CPU")
+    p.add_argument("--time-limit", type=_duration, metavar="DURATION", help="start no cell that this host's pace "
+                   "says would end later than DURATION from now (e.g. 2h30m, 90m, HH:MM:SS: a SLURM job's --time less "
+                   "a margin for the leaderboard); the rest wait in the ledger, and the run exits 75 "
+                   "(docs/faults.md)")
+    p.add_argument("--stop-by", type=float, help=argparse.SUPPRESS)  # a local worker's copy of its parent's limit
+
+
+def _duration(text: str) -> float:
+    from normbench.sweep.time_limit import parse_duration
+
+    try:
+        return parse_duration(text)
+    except NormbenchError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _time_limit(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The run's TimeLimit, from --time-limit counted from now (or a local worker's --stop-by); None without one."""
+    from normbench.sweep.time_limit import TimeLimit
+
+    if args.stop_by is not None:
+        return TimeLimit(args.stop_by)
+    return TimeLimit.after(args.time_limit) if args.time_limit is not None else None
 
 
 def _fuse_size(text: str) -> int | str:
@@ -218,6 +241,7 @@ def _overridden_copy(path: Path, overrides: list[str]) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    limit = _time_limit(args)  # counted from the command's start
     suite, out = _load(args)
     if args.dry_run:
         from normbench.sweep.dry_run import dry_run_report
@@ -234,24 +258,46 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"normbench: retrying {len(retried)} cell(s) failed for good" if retried else
                   "normbench: no cell has failed for good; --retry-failed has nothing to add", file=sys.stderr)
     summary = run_suite(suite, out, mode="run", storage=args.storage, device=args.device, workers=args.workers,
-                        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, fuse=args.fuse)
+                        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, fuse=args.fuse, time_limit=limit)
     if summary.failed_for_good:  # the run ends without them (it would loop on them otherwise): say so, always
         print(f"normbench: {summary.failed_line()}", file=sys.stderr)
-    return 1 if summary.errors or summary.failed_for_good else 0
+    return _run_exit(summary, args, out)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    limit = _time_limit(args)
     suite, out = _load(args)
     from normbench.sweep.suite_run import run_suite
 
     summary = run_suite(suite, out, mode="tune", storage=args.storage, device=args.device, workers=args.workers,
-                        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, fuse=args.fuse)
+                        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, fuse=args.fuse, time_limit=limit)
     if summary.failed_for_good:  # as `run`: the search ends without them, and says so
         print(f"normbench: {summary.failed_line()}", file=sys.stderr)
-    return 1 if summary.errors or summary.failed_for_good else 0
+    return _run_exit(summary, args, out)
+
+
+def _run_exit(summary, args: argparse.Namespace, out: Path) -> int:  # type: ignore[no-untyped-def]
+    """1 when a cell failed; else 75 (TIME_LIMITED), saying so, when cells wait past --time-limit; else 0."""
+    from normbench.sweep.time_limit import TIME_LIMITED
+
+    if summary.errors or summary.failed_for_good:
+        return 1
+    if not summary.time_limited:
+        return 0
+    print(f"normbench: {_time_limited_line(summary, args, out)}", file=sys.stderr)
+    return TIME_LIMITED
+
+
+def _time_limited_line(summary, args: argparse.Namespace, out: Path) -> str:  # type: ignore[no-untyped-def]
+    where = _redacted(args.storage) if args.storage else out
+    named = f" --out {args.out}" if args.out else ""
+    left = f"`normbench run {args.suite}{named} --dry-run` lists what is left; " if args.command == "run" else ""
+    return (f"stopped at the time limit: {summary.time_limited}. Every finished cell is in {where}; {left}the same "
+            "command (with a new --time-limit) goes on")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    limit = _time_limit(args)
     suite, out = _load(args)
     from normbench.sweep.suite_run import join_suite
     from normbench.train.distributed import from_env, shutdown
@@ -259,12 +305,21 @@ def cmd_worker(args: argparse.Namespace) -> int:
     dist = from_env()  # launched by torchrun: one cell over all of this node's processes
     try:
         summary = join_suite(suite, out, mode=args.mode, storage=args.storage, device=args.device,
-                             quiet=args.quiet, dist=dist, checkpoint_dir=args.checkpoint_dir, fuse=args.fuse)
+                             quiet=args.quiet, dist=dist, checkpoint_dir=args.checkpoint_dir, fuse=args.fuse,
+                             time_limit=limit)
     finally:
         shutdown(dist)
     if summary.failed_for_good and not args.quiet:  # quiet: the workers of `run --workers`, whose parent says it
         print(f"normbench: {summary.failed_line()}", file=sys.stderr)
-    return 1 if summary.errors else 0
+    if summary.errors:
+        return 1
+    from normbench.sweep.launch import LOCAL_WORKER
+    from normbench.sweep.time_limit import TIME_LIMITED
+
+    if not summary.time_limited or os.environ.get(LOCAL_WORKER):  # `run --workers`: its parent reaches the limit too
+        return 0
+    print(f"normbench: {_time_limited_line(summary, args, out)}", file=sys.stderr)
+    return TIME_LIMITED
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:

@@ -32,7 +32,8 @@ def visible_gpus(device: str) -> int:
 
 
 def worker_command(suite: Suite, out_dir: Path, *, storage: str | None, device: str, mode: str,
-                   checkpoint_dir: Path | None = None, fuse: int | str = "auto") -> list[str]:
+                   checkpoint_dir: Path | None = None, fuse: int | str = "auto",
+                   stop_by: float | None = None) -> list[str]:
     """The `normbench worker` command line. Refuses (NormbenchError, before any worker starts) a suite whose layer
     was registered where a worker cannot import it; worker_env hands the importable ones on."""
     from normbench.layers.plugins import worker_modules
@@ -44,6 +45,8 @@ def worker_command(suite: Suite, out_dir: Path, *, storage: str | None, device: 
             *(["--bracket"] if suite.bracket else [])]
     if checkpoint_dir is not None:
         args += ["--checkpoint-dir", str(checkpoint_dir)]
+    if stop_by is not None:  # the parent's limit as a wall-clock time: a worker started later stops as it does
+        args += ["--stop-by", repr(stop_by)]
     return [*args, "--storage", storage] if storage else args
 
 
@@ -61,12 +64,13 @@ def worker_env(index: int, workers: int, device: str, gpus: int) -> dict[str, st
 
 
 def start_workers(suite: Suite, out_dir: Path, *, storage: str | None, device: str, workers: int,
-                  mode: str, checkpoint_dir: Path | None = None, fuse: int | str = "auto") -> list[subprocess.Popen]:
+                  mode: str, checkpoint_dir: Path | None = None, fuse: int | str = "auto",
+                  stop_by: float | None = None) -> list[subprocess.Popen]:
     from normbench.sweep.worker_exits import WorkerProcess  # keeps the last stderr lines of a worker that dies
 
     gpus = visible_gpus(device)
     command = worker_command(suite, out_dir, storage=storage, device=device, mode=mode, checkpoint_dir=checkpoint_dir,
-                             fuse=fuse)
+                             fuse=fuse, stop_by=stop_by)
     return [WorkerProcess(command, env={**worker_env(i, workers, device, gpus), LOCAL_WORKER: "1"})
             for i in range(workers)]
 

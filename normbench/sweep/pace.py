@@ -61,13 +61,20 @@ class Pace:
         return cls({shape: statistics.median(v) for shape, v in by_shape.items()},
                    statistics.median(per_depth) if per_depth else None)
 
-    def cost(self, axes: Mapping[str, Any], depth: int, epochs: int) -> float:
-        """The cost of `axes` (a cell of `depth` blocks trained `epochs` epochs) in depth-epochs at this host's
-        median pace: its shape's own seconds when this host trained that shape, else depth x epochs."""
+    def seconds(self, axes: Mapping[str, Any], depth: int, epochs: int) -> float | None:
+        """One worker's seconds here for `axes` (a cell of `depth` blocks trained `epochs` epochs): its shape's own
+        seconds per epoch when this host trained that shape, else the median pace per depth-epoch; None before any
+        cell finished here."""
+        if not self.per_depth_epoch:
+            return None
         known = self.per_epoch.get(shape_of(axes))
-        if known is None or not self.per_depth_epoch:
-            return float(depth * epochs)
-        return known / self.per_depth_epoch * epochs
+        return (known if known is not None else self.per_depth_epoch * depth) * epochs
+
+    def cost(self, axes: Mapping[str, Any], depth: int, epochs: int) -> float:
+        """The cost of `axes` in depth-epochs at this host's median pace (`seconds` in that unit); depth x epochs
+        before any cell finished here."""
+        seconds = self.seconds(axes, depth, epochs)
+        return float(depth * epochs) if seconds is None or not self.per_depth_epoch else seconds / self.per_depth_epoch
 
 
 def cell_costs(suite: Suite, cells: dict[str, dict[str, Any]], pace: Pace) -> dict[str, float]:

@@ -104,7 +104,8 @@ def run_jobs(suite: Suite, study: optuna.Study, ledger: Ledger, progress: Progre
     def jobs() -> list[Job]:
         return [run_job(suite, s) for s in [study, *map(ledger.study, stage_study_names(ledger, suite))]]
 
-    return Plan(jobs=jobs, queue_next=lambda: queue_next_stage(suite, study, ledger, progress))
+    return Plan(jobs=jobs, queue_next=lambda: queue_next_stage(suite, study, ledger, progress),
+                pace=lambda: pace_of(ledger, suite))
 
 
 def queue_next_stage(suite: Suite, study: optuna.Study, ledger: Ledger, progress: Progress | None = None) -> None:

@@ -26,6 +26,7 @@ from normbench.sweep.launch import default_workers, start_workers, worker_comman
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import open_run
 from normbench.sweep.suite_snapshot import changed_since, take_snapshot
+from normbench.sweep.time_limit import TimeLimit
 from normbench.sweep.tune import open_tune
 from normbench.sweep.watch import WorkerWatch, wait_for_workers
 from normbench.sweep.worker import WorkSummary, work
@@ -52,8 +53,9 @@ class SuiteRun:
 
     def __init__(self, suite: Suite, out_dir: Path, *, storage: str | None = None, mode: str = "run",
                  quiet: bool = False, parent: bool = True, checkpoint_dir: Path | None = None,
-                 fuse: int | str = 1) -> None:
+                 fuse: int | str = 1, time_limit: TimeLimit | None = None) -> None:
         self.suite, self.storage, self.mode = suite, storage, mode
+        self.time_limit = time_limit  # --time-limit: no cell starts that would end past it (sweep/time_limit.py)
         self.checkpoint_dir = checkpoint_dir  # --checkpoint-dir; None: OUT/checkpoints
         self.fuse = fuse  # --fuse: cells trained as one fused model (sweep/group_run.py)
         self.folder = OutputFolder(out_dir)
@@ -92,13 +94,15 @@ class SuiteRun:
                       file=sys.stderr)
             procs = start_workers(dataclasses.replace(self.suite, path=self.snapshot), self.folder.path,
                                   storage=self.storage, device=device, workers=workers, mode=self.mode,
-                                  checkpoint_dir=self.checkpoint_dir, fuse=self.fuse)
+                                  checkpoint_dir=self.checkpoint_dir, fuse=self.fuse,
+                                  stop_by=self.time_limit.stop_by if self.time_limit else None)
             try:
                 summary = wait_for_workers(procs, watch)
             except KeyboardInterrupt:
                 self.settle_claims()  # the workers have exited; what one could not give back on its way out
                 raise
-        summary.add(work(self.jobs, self.ledger, self.tracker, device, self.progress, self.suite.name, dist=dist,
+        summary.add(work(self.jobs, self.ledger, self.tracker, device, self.progress, self.suite.name,
+                         time_limit=self.time_limit, dist=dist,
                          checkpoints=CheckpointFolder.of(self.folder.path, self.checkpoint_dir), fuse=self.fuse))
         return summary
 
@@ -136,13 +140,15 @@ def synced(out_dir: Path, storage: str | None, uri: str, progress: Progress) -> 
 
 def run_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | None = None,
               device: str | None = None, workers: int | None = None, quiet: bool = False,
-              checkpoint_dir: Path | None = None, fuse: int | str = "auto") -> WorkSummary:
-    """`normbench run` (mode "run") or `normbench tune` ("tune"): train every unfinished cell, write the leaderboard."""
+              checkpoint_dir: Path | None = None, fuse: int | str = "auto",
+              time_limit: TimeLimit | None = None) -> WorkSummary:
+    """`normbench run` (mode "run") or `normbench tune` ("tune"): train every unfinished cell (those that fit before
+    `time_limit`), write the leaderboard."""
     device = preflight(suite, device)
     if (workers or default_workers(device)) > 1:  # a layer no worker could import is refused before any file exists
         worker_command(suite, out_dir, storage=storage, device=device, mode=mode)
     suite_run = SuiteRun(suite, out_dir, storage=storage, mode=mode, quiet=quiet, checkpoint_dir=checkpoint_dir,
-                         fuse=fuse)
+                         fuse=fuse, time_limit=time_limit)
     summary = suite_run.work(device, workers)
     suite_run.finish(summary)
     return summary
@@ -150,8 +156,10 @@ def run_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | 
 
 def join_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | None = None,
                device: str | None = None, quiet: bool = False, dist: Dist | None = None,
-               checkpoint_dir: Path | None = None, fuse: int | str = "auto") -> WorkSummary:
-    """`normbench worker`: train the suite's cells until none is left. Under torchrun rank 0 claims, the rest follow."""
+               checkpoint_dir: Path | None = None, fuse: int | str = "auto",
+               time_limit: TimeLimit | None = None) -> WorkSummary:
+    """`normbench worker`: train the suite's cells until none is left (or none fits before `time_limit`). Under
+    torchrun rank 0 claims, the rest follow."""
     from normbench.sweep.worker import follow
 
     device = preflight(suite, device)
@@ -159,7 +167,7 @@ def join_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str |
         follow(device, dist)
         return WorkSummary()
     suite_run = SuiteRun(suite, out_dir, storage=storage, mode=mode, quiet=quiet, parent=False,
-                         checkpoint_dir=checkpoint_dir, fuse=fuse)
+                         checkpoint_dir=checkpoint_dir, fuse=fuse, time_limit=time_limit)
     summary = suite_run.work(device, workers=1, dist=dist)
     if summary.bookkeeping():
         suite_run.progress.note(summary.bookkeeping())

@@ -25,7 +25,9 @@ from normbench.store.ledger import UNFINISHED, Ledger
 from normbench.sweep.cell_end import DISK_FULL, FAILED, LOST, TRAINED, ledger_state, lost_claim, release, replay, settle
 from normbench.sweep.checkpoints import CellCheckpoints, CheckpointFolder
 from normbench.sweep.group_run import auto_group_size, claim_group, row_key, run_group
+from normbench.sweep.pace import Pace
 from normbench.sweep.progress import Progress
+from normbench.sweep.time_limit import TimeLimit, leave_queued, turn_seconds
 from normbench.tracking.tracker import Tracker
 from normbench.train.cpu_share import CpuShare
 from normbench.train.device import resolve_device
@@ -56,6 +58,7 @@ class Plan:
 
     jobs: Callable[[], list[Job]]
     queue_next: Callable[[], None]
+    pace: Callable[[], Pace] = Pace  # this host's pace on the mode's cells so far (`--time-limit`); none known
 
 
 
@@ -70,6 +73,7 @@ class WorkSummary:
     busy_seconds: float = 0.0
     train_seconds: float = 0.0
     failed_for_good: dict[str, int] = field(default_factory=dict)  # cell id -> attempts, when the work ended
+    time_limited: str = ""  # why it stopped at --time-limit with cells left (sweep/time_limit.py)
 
     def add(self, other: WorkSummary) -> None:
         self.cells_run += other.cells_run
@@ -78,6 +82,7 @@ class WorkSummary:
         self.busy_seconds += other.busy_seconds
         self.train_seconds += other.train_seconds
         self.failed_for_good.update(other.failed_for_good)
+        self.time_limited = self.time_limited or other.time_limited
 
     def tally(self, outcomes: list[str], train_seconds: float, busy_seconds: float) -> None:
         """Count a turn's cells (their outcomes: TRAINED, FAILED, LOST) and its seconds."""
@@ -108,14 +113,14 @@ class WorkSummary:
 
 
 def work(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
-         suite_name: str, max_cells: int | None = None, dist: Dist | None = None,
+         suite_name: str, time_limit: TimeLimit | None = None, dist: Dist | None = None,
          checkpoints: CheckpointFolder | None = None, fuse: int | str = 1) -> WorkSummary:
-    """Run cells until every study of `plan` (the next stage queued when they run dry) is finished; under torchrun,
-    as rank 0. `fuse`: up to that many cells of a row that differ only in lr and seed train as one fused model
-    (sweep/group_run.py); "auto" fuses on CUDA only."""
+    """Run cells until every study of `plan` (the next stage queued when they run dry) is finished, or the next would
+    not end before `time_limit` (sweep/time_limit.py); under torchrun, as rank 0. `fuse`: up to that many cells of a
+    row that differ only in lr and seed train as one fused model (sweep/group_run.py); "auto" fuses on CUDA only."""
     fuse = auto_group_size(device) if fuse == "auto" else int(fuse)
     try:
-        summary = _work(plan, ledger, tracker, device, progress, suite_name, max_cells, dist, checkpoints, fuse)
+        summary = _work(plan, ledger, tracker, device, progress, suite_name, time_limit, dist, checkpoints, fuse)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the cell was given back and its ranks told; let them return
         broadcast(None, dist)
         raise
@@ -139,11 +144,11 @@ def follow(device: str, dist: Dist) -> int:
 
 
 def _work(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
-          suite_name: str, max_cells: int | None, dist: Dist | None,
+          suite_name: str, time_limit: TimeLimit | None, dist: Dist | None,
           checkpoints: CheckpointFolder | None = None, fuse: int = 1) -> WorkSummary:
     share = CpuShare.sign_in() if dist is None and resolve_device(device).type == "cpu" else None
     try:
-        return _work_loop(plan, ledger, tracker, device, progress, suite_name, max_cells, dist, checkpoints, share,
+        return _work_loop(plan, ledger, tracker, device, progress, suite_name, time_limit, dist, checkpoints, share,
                           fuse)
     finally:
         if share is not None:
@@ -151,13 +156,13 @@ def _work(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progress: P
 
 
 def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
-               suite_name: str, max_cells: int | None, dist: Dist | None, checkpoints: CheckpointFolder | None,
-               share: CpuShare | None, fuse: int = 1) -> WorkSummary:
+               suite_name: str, time_limit: TimeLimit | None, dist: Dist | None,
+               checkpoints: CheckpointFolder | None, share: CpuShare | None, fuse: int = 1) -> WorkSummary:
     summary = WorkSummary()
     unfusable: set[str] = set()  # rows whose first fused step failed here: trained one by one from then on
     poll = poll_seconds()  # a bad setting is refused before the first claim, not when the queue runs dry
     current = plan.jobs()
-    while max_cells is None or summary.cells_run < max_cells:
+    while True:
         stopping.check()  # between cells
         turn_started = time.perf_counter()
         for job in current:
@@ -170,6 +175,9 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
             claims = [first]
             if fuse > 1 and dist is None and row_key(first.trial.user_attrs.get("axes", {})) not in unfusable:
                 claims = claim_group(ledger, job, first, fuse)
+            if time_limit is not None and (why := time_limit.refusal(turn_seconds(plan.pace(), job, claims))):
+                summary.time_limited = leave_queued(job, claims, why, progress)
+                return summary
             if len(claims) > 1:
                 turn = run_group(job, claims, tracker=tracker, device=device, progress=progress,
                                  suite_name=suite_name, checkpoints=checkpoints, share=share)
@@ -188,6 +196,9 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
                 turn_started = time.perf_counter()
             continue
         if unfinished(current, ledger):
+            if time_limit is not None and time_limit.left() <= 0:  # what the others train is theirs to finish
+                summary.time_limited = "the time limit has passed"
+                return summary
             stopping.wait(poll)  # others are training; if one dies, its cell comes back to the queue
             continue
         plan.queue_next()
@@ -197,7 +208,7 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
         if not unfinished(current, ledger):
             summary.failed_for_good = failed_cells(current, ledger)  # nothing left to run: what will never finish
             return summary
-    return summary
+
 
 
 def unfinished(jobs: list[Job], ledger: Ledger) -> bool:

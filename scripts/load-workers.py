@@ -194,6 +194,7 @@ def run_phase(servers: Servers, k: int, phase: str, args: argparse.Namespace) ->
     db = f"ledger_{k}_{phase}"
     servers.sql(f"CREATE DATABASE {db}")
     url, out = servers.url(db), servers.tmp / db
+    out.mkdir(parents=True, exist_ok=True)  # a database ledger makes no folder of its own; the go file lives here
     procs = min(k, args.procs)
     threads = [k // procs + (i < k % procs) for i in range(procs)]
     cells = math.ceil(k * ((args.seconds + args.warmup) / args.cell_seconds + 2) * 1.5)
@@ -264,14 +265,14 @@ def child(args: argparse.Namespace) -> None:
     timings: list[tuple[float, float]] = []  # (when, seconds) of each claim that got a cell
     claim = Ledger.claim
 
-    def timed_claim(self, study):
+    def timed_claim(self, study, wanted=None):
         started = time.perf_counter()
-        trial = claim(self, study)
+        trial = claim(self, study, wanted)
         if trial is not None:
             timings.append((time.time(), time.perf_counter() - started))
         return trial
 
-    def no_op_cell(config, device, on_epoch=None, dist=None):
+    def no_op_cell(config, device, on_epoch=None, dist=None, **_):  # resume, keeper: none here
         history = []
         for epoch in range(args.epochs):
             time.sleep(args.cell_seconds / args.epochs)
@@ -290,19 +291,30 @@ def child(args: argparse.Namespace) -> None:
     config = SimpleNamespace(train=SimpleNamespace(epochs=args.epochs))
 
     def cell_for(claim):
-        axes = claim.user_attrs["axes"]
-        return claim.user_attrs["cell_id"], dict(axes), config
+        axes = claim.trial.user_attrs["axes"]
+        return claim.trial.user_attrs["cell_id"], dict(axes), config
 
     ready = threading.Barrier(args.threads + 1)
 
     def one_worker(i: int) -> None:
+        try:
+            simulated_worker(i)
+        except BaseException:  # said, and the barrier broken: the parent sees this child end instead of hanging
+            import traceback
+
+            traceback.print_exc()
+            ready.abort()
+            os._exit(1)
+
+    def simulated_worker(i: int) -> None:
         out = Path(args.out) / f"w{i}"
         ledger, tracker = Ledger(args.storage, out), Tracker(out, args.experiment)
         job = worker.Job(study=ledger.study(STUDY), cell_for=cell_for)
         ready.wait()
         while not os.path.exists(args.go):
             time.sleep(0.05)
-        worker.work(lambda: [job], ledger, tracker, "cpu", Progress(total=1, quiet=True), "load")
+        plan = worker.Plan(jobs=lambda: [job], queue_next=lambda: None)  # one study, no stage after it
+        worker.work(plan, ledger, tracker, "cpu", Progress(total=1, quiet=True), "load")
 
     def dump(*_: object) -> None:
         Path(args.stats).write_text(json.dumps(list(timings)))

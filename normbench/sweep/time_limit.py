@@ -39,7 +39,7 @@ def parse_duration(text: str) -> float:
     elif text and re.fullmatch(r"(\d+(\.\d+)?[dhms])+", text):
         seconds = sum(float(n) * _UNITS[unit] for n, unit in re.findall(r"(\d+(?:\.\d+)?)([dhms])", text))
     if seconds is None or seconds <= 0:
-        raise NormbenchError(f"--time-limit {text!r}: give a positive duration with its unit, e.g. 2h30m, 90m, 45s, "
+        raise NormbenchError(f"{text!r}: give a positive duration with its unit, e.g. 2h30m, 90m, 45s, "
                              "or HH:MM:SS (a SLURM job's --time less a margin for the leaderboard)")
     return seconds
 

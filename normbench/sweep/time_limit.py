@@ -6,9 +6,9 @@ limit, the cells that would not fit wait in the ledger for the next run, and the
 machine does, with every result recorded and its leaderboard written.
 
 The estimate is this host's (sweep/pace.py): a shape it trained costs its median seconds per epoch, another shape
-the median pace per depth-epoch; a fused group costs the sum of its members' shares, and a cell its full epochs (a
-checkpoint it may resume from is not counted: it may not be on this machine). Before any cell finished here the
-cost is unknown and the cell starts; past the limit nothing starts."""
+the median pace per depth-epoch; a fused group costs the sum of its members' shares, and a cell the epochs its
+checkpoint on this machine leaves (all of them without one: a checkpoint recorded elsewhere is not here to resume).
+Before any cell finished here the cost is unknown and the cell starts; past the limit nothing starts."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from normbench.errors import NormbenchError
 from normbench.sweep.cell_end import give_back
+from normbench.sweep.checkpoints import CHECKPOINT_ATTR, CHECKPOINT_FILE, CheckpointFolder
 
 if TYPE_CHECKING:
     from normbench.store.claim import Claim
@@ -68,19 +69,33 @@ class TimeLimit:
         return ""
 
 
-def turn_seconds(pace: Pace, job: Job, claims: list[Claim]) -> float | None:
+def turn_seconds(pace: Pace, job: Job, claims: list[Claim], checkpoints: CheckpointFolder | None) -> float | None:
     """What training `claims` (one cell, or a fused group) takes here, in seconds; None before any cell finished
     here (sweep/pace.py)."""
     if not pace.per_depth_epoch:
         return None
     total = 0.0
     for claim in claims:
-        config = job.cell_for(claim)[2]
-        seconds = pace.seconds(claim.trial.user_attrs.get("axes", {}), config.model.depth, config.train.epochs)
+        cell_id, _, config = job.cell_for(claim)
+        done = epochs_checkpointed_here(claim, job.study.study_name, cell_id, checkpoints)
+        left = max(0, config.train.epochs - done)
+        seconds = pace.seconds(claim.trial.user_attrs.get("axes", {}), config.model.depth, left)
         if seconds is None:
             return None
         total += seconds
     return total
+
+
+def epochs_checkpointed_here(claim: Claim, study: str, cell_id: str, checkpoints: CheckpointFolder | None) -> int:
+    """The epochs the claim's recorded checkpoint holds, where its file is on this machine (where sweep/checkpoints.py
+    `resume` looks: the recorded file, else the cell's own path); 0 without one."""
+    record = claim.trial.user_attrs.get(CHECKPOINT_ATTR) or {}
+    if checkpoints is None or not record.get("epoch"):
+        return 0
+    places = [checkpoints.cell(study, cell_id) / CHECKPOINT_FILE]
+    if record.get("file"):
+        places.append(checkpoints.root / record["file"])
+    return int(record["epoch"]) if any(p.is_file() for p in places) else 0
 
 
 def leave_queued(job: Job, claims: list[Claim], why: str, progress: Progress) -> str:

@@ -175,7 +175,8 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
             claims = [first]
             if fuse > 1 and dist is None and row_key(first.trial.user_attrs.get("axes", {})) not in unfusable:
                 claims = claim_group(ledger, job, first, fuse)
-            if time_limit is not None and (why := time_limit.refusal(turn_seconds(plan.pace(), job, claims))):
+            estimate = turn_seconds(plan.pace(), job, claims, checkpoints) if time_limit is not None else None
+            if time_limit is not None and (why := time_limit.refusal(estimate)):
                 summary.time_limited = leave_queued(job, claims, why, progress)
                 return summary
             if len(claims) > 1:

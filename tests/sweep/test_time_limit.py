@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from optuna.trial import TrialState
@@ -17,10 +18,12 @@ from normbench.errors import NormbenchError
 from normbench.store.attempts import ATTEMPTS
 from normbench.store.ledger import Ledger, newest_trials
 from normbench.sweep import worker
+from normbench.sweep.checkpoints import CHECKPOINT_ATTR, CheckpointFolder
 from normbench.sweep.launch import LOCAL_WORKER, worker_command
+from normbench.sweep.pace import Pace, shape_of
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import open_run_study, run_jobs
-from normbench.sweep.time_limit import TIME_LIMITED, TimeLimit, parse_duration
+from normbench.sweep.time_limit import TIME_LIMITED, TimeLimit, parse_duration, turn_seconds
 from normbench.tracking.tracker import Tracker
 from normbench.train.device import device_name
 
@@ -112,3 +115,19 @@ def test_a_worker_with_nothing_to_claim_leaves_at_the_limit_instead_of_waiting_f
     stand_in.join(timeout=20)  # without the limit it would poll until the peer finished
     assert ended and ended[0].time_limited == "the time limit has passed"
     peer.close()
+
+
+def test_a_cell_counts_the_epochs_its_checkpoint_here_leaves_and_all_of_them_without_one(tmp_path):
+    folder = CheckpointFolder(tmp_path / "checkpoints")
+    axes = {"depth": 2, "layer": "layernorm", "lr": 1e-3, "seed": 0}
+    config = SimpleNamespace(model=SimpleNamespace(depth=2), train=SimpleNamespace(epochs=40))
+    job = SimpleNamespace(study=SimpleNamespace(study_name="report:wide"), cell_for=lambda claim: ("c0", {}, config))
+    record = {"file": "elsewhere/checkpoint.pt", "epoch": 30, "step": 300, "batch": 0}
+    claim = SimpleNamespace(trial=SimpleNamespace(user_attrs={"axes": axes, CHECKPOINT_ATTR: record}))
+    pace = Pace(per_epoch={shape_of(axes): 10.0}, per_depth_epoch=5.0)
+    assert turn_seconds(pace, job, [claim], folder) == 400.0  # the file is on another machine: all 40 epochs
+    own = folder.cell("report:wide", "c0") / "checkpoint.pt"
+    own.parent.mkdir(parents=True)
+    own.write_bytes(b"")  # where `resume` looks when the recorded file is not here
+    assert turn_seconds(pace, job, [claim, claim], folder) == 2 * 100.0  # a fused pair, 10 epochs left each
+    assert turn_seconds(Pace(), job, [claim], folder) is None  # nothing finished here: unknown

@@ -259,6 +259,7 @@ def child(args: argparse.Namespace) -> None:
     from normbench.contracts.results import CellResult
     from normbench.store.ledger import Ledger
     from normbench.sweep import worker
+    from normbench.sweep.plan import Job, Plan
     from normbench.sweep.progress import Progress
     from normbench.tracking.tracker import Tracker
 
@@ -309,11 +310,11 @@ def child(args: argparse.Namespace) -> None:
     def simulated_worker(i: int) -> None:
         out = Path(args.out) / f"w{i}"
         ledger, tracker = Ledger(args.storage, out), Tracker(out, args.experiment)
-        job = worker.Job(study=ledger.study(STUDY), cell_for=cell_for)
+        job = Job(study=ledger.study(STUDY), cell_for=cell_for)
         ready.wait()
         while not os.path.exists(args.go):
             time.sleep(0.05)
-        plan = worker.Plan(jobs=lambda: [job], queue_next=lambda: None)  # one study, no stage after it
+        plan = Plan(jobs=lambda: [job], queue_next=lambda: None)  # one study, no stage after it
         worker.work(plan, ledger, tracker, "cpu", Progress(total=1, quiet=True), "load")
 
     def dump(*_: object) -> None:

@@ -22,6 +22,7 @@ from normbench.store.ledger import LIVE, Ledger, failed_to_retry, worker_host
 from normbench.store.migrations import trial_axes, trial_cell_id
 from normbench.sweep.cells import cell_params, open_study_of_recipe
 from normbench.sweep.pace import Pace, cell_costs
+from normbench.sweep.plan import Job, Plan
 from normbench.sweep.progress import Progress, note_new_cells
 from normbench.sweep.report_stage import budget_axes, report_axes
 from normbench.sweep.rounds import (
@@ -34,7 +35,6 @@ from normbench.sweep.rounds import (
     selection_so_far,
     withdraw_unasked,
 )
-from normbench.sweep.worker import Job, Plan
 from normbench.train.device import device_name
 
 

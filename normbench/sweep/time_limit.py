@@ -24,8 +24,8 @@ from normbench.sweep.checkpoints import CHECKPOINT_ATTR, CHECKPOINT_FILE, Checkp
 if TYPE_CHECKING:
     from normbench.store.claim import Claim
     from normbench.sweep.pace import Pace
+    from normbench.sweep.plan import Job
     from normbench.sweep.progress import Progress
-    from normbench.sweep.worker import Job
 
 TIME_LIMITED = 75  # the exit code of a run that stopped at its limit with cells left (sysexits' EX_TEMPFAIL)
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}

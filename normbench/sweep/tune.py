@@ -24,8 +24,8 @@ from normbench.errors import ClaimLostError, SuiteError
 from normbench.store.claim import Claim
 from normbench.store.ledger import UNFINISHED, Ledger
 from normbench.sweep.cells import cell_params, check_recipe, open_study_of_recipe
+from normbench.sweep.plan import Job, Plan
 from normbench.sweep.progress import Progress
-from normbench.sweep.worker import Job, Plan
 
 
 def trial_label(key: dict[str, Any], sampled: dict[str, Any], number: int) -> str:

@@ -8,12 +8,8 @@ closes its run KILLED. A cell that kills its worker NORMBENCH_MAX_ATTEMPTS times
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-import optuna
-from optuna.trial import FrozenTrial
 
 from normbench import settings, stopping
 from normbench.contracts.recipe import CellConfig
@@ -25,7 +21,7 @@ from normbench.store.ledger import UNFINISHED, Ledger
 from normbench.sweep.cell_end import DISK_FULL, FAILED, LOST, TRAINED, ledger_state, lost_claim, release, replay, settle
 from normbench.sweep.checkpoints import CellCheckpoints, CheckpointFolder
 from normbench.sweep.group_run import auto_group_size, claim_group, row_key, run_group
-from normbench.sweep.pace import Pace
+from normbench.sweep.plan import Job, Plan
 from normbench.sweep.progress import Progress
 from normbench.sweep.time_limit import TimeLimit, leave_queued, turn_seconds
 from normbench.tracking.tracker import Tracker
@@ -38,29 +34,6 @@ from normbench.train.loop import CellAbandoned, train_cell
 def poll_seconds() -> float:
     """NORMBENCH_POLL_SECONDS (default 2): an idle worker's turn. A large fleet raises it (docs/cluster.md: load)."""
     return settings.current().poll_seconds
-
-
-@dataclass
-class Job:
-    """One study's cells and how to turn a claimed trial into a recipe."""
-
-    study: optuna.Study
-    cell_for: Callable[[Claim], tuple[str, dict[str, Any], CellConfig]]  # -> cell_id, params, recipe
-    report: bool = False  # feed per-epoch val accuracy to the study's pruner
-    listed: Callable[[FrozenTrial], bool] = lambda trial: True  # the suite's own (contracts/matrix_scope.py)
-
-
-@dataclass
-class Plan:
-    """A mode's work (sweep/run.py, sweep/tune.py). `jobs()` reads: the jobs of the studies queued so far.
-    `queue_next()` writes: it queues the next stage (a bracketing round, the report stage, tune's re-runs) once those
-    before it are finished, and does nothing before; the worker loop calls it when its queue runs dry."""
-
-    jobs: Callable[[], list[Job]]
-    queue_next: Callable[[], None]
-    pace: Callable[[], Pace] = Pace  # this host's pace on the mode's cells so far (`--time-limit`); none known
-
-
 
 
 @dataclass

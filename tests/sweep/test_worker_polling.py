@@ -14,7 +14,7 @@ from normbench.contracts.suite import load_suite
 from normbench.errors import NormbenchError
 from normbench.store.attempts import reclaim
 from normbench.store.ledger import Ledger
-from normbench.sweep import worker
+from normbench.sweep import plan, worker
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import open_run_study, run_jobs
 from normbench.tracking.sync import sync
@@ -109,7 +109,7 @@ def test_a_worker_trains_what_the_next_stage_queues_into_a_study_it_already_work
         if (cells := next(stages, None)) is not None:
             ledger.enqueue(study, cells)
 
-    plan = worker.Plan(jobs=run_jobs(suite, study, ledger).jobs, queue_next=queue_next)
-    summary = worker.work(plan, ledger, tracker, "cpu", Progress(total=3, quiet=True), suite.name)
+    the_plan = plan.Plan(jobs=run_jobs(suite, study, ledger).jobs, queue_next=queue_next)
+    summary = worker.work(the_plan, ledger, tracker, "cpu", Progress(total=3, quiet=True), suite.name)
     tracker.finish()
     assert summary.cells_run == 3

@@ -1,7 +1,8 @@
 """Every published results folder regenerates on a clean clone: `normbench leaderboard results/<folder>` rebuilds
 its leaderboard.md byte for byte (apart from the machine-and-written-at line), its results.csv, history.csv and
-every figure, from the committed ledger, suite and data ceiling alone; and `normbench compare` rebuilds the two
-regimes' side-by-side file byte for byte from the two folders."""
+every figure, from the committed ledger, suite and data ceiling alone (and, where its suite names a `reference`, that
+folder's published results.csv, which the ranking-transfer section reads); and `normbench compare` rebuilds each
+side-by-side file byte for byte from its two folders."""
 
 from __future__ import annotations
 
@@ -10,16 +11,19 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from normbench.cli import main
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 # the published folders (results/README.md; the older 10-epoch folders have no ledger)
-PUBLISHED = ["depth-sweep-digits-early", "depth-sweep-digits-converged", "depth-sweep-digits-modern"]
-COMPARED = PUBLISHED[:2]  # one grid at two budgets: what `normbench compare` puts side by side
+PUBLISHED = ["depth-sweep-digits-early", "depth-sweep-digits-converged", "depth-sweep-digits-modern",
+             "depth-sweep-digits-wide"]
 INPUTS = ("ledger.journal", "suite.yaml", "ceiling.csv")  # what `leaderboard` reads; everything else it writes
 TEXT_OUTPUTS = ("leaderboard.md", "results.csv", "history.csv")
-REGIMES = "depth-sweep-digits-regimes.md"  # `normbench compare` of the two published folders (README's command)
+# `normbench compare` files: one grid at two budgets (README's command), and the modern rows at widths 64 and 192
+COMPARISONS = {"depth-sweep-digits-regimes.md": ("depth-sweep-digits-early", "depth-sweep-digits-converged"),
+               "depth-sweep-digits-width-64-vs-192.md": ("depth-sweep-digits-modern", "depth-sweep-digits-wide")}
 
 
 def without_machine_line(text: str) -> str:
@@ -34,6 +38,10 @@ def regenerate(published: Path, workdir: Path, monkeypatch) -> Path:
         shutil.copy2(published / name, copy / name)
     for cost in published.glob("cost-*.csv"):  # `normbench bench SUITE` measured beside the ledger: an input too
         shutil.copy2(cost, copy / cost.name)
+    reference = yaml.safe_load((published / "suite.yaml").read_text()).get("reference")
+    if reference and not (workdir / reference / "results.csv").exists():  # what the ranking-transfer section reads
+        (workdir / reference).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(RESULTS.parent / reference / "results.csv", workdir / reference / "results.csv")
     monkeypatch.chdir(workdir)  # the leaderboard names its suite by the path a reader types
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     assert main(["leaderboard", os.path.join("results", published.name)]) == 0
@@ -55,12 +63,14 @@ def test_a_published_folder_regenerates_from_its_committed_inputs(name, tmp_path
     assert (copy / "mlflow.db").exists()  # and MLflow's view of the ledger, synced (tracking/sync.py)
 
 
-def test_the_regimes_comparison_regenerates_from_the_two_published_folders(tmp_path, monkeypatch):
-    for name in COMPARED:
+@pytest.mark.parametrize("comparison", COMPARISONS)
+def test_each_comparison_regenerates_from_its_two_published_folders(comparison, tmp_path, monkeypatch):
+    compared = COMPARISONS[comparison]
+    for name in compared:
         regenerate(RESULTS / name, tmp_path, monkeypatch)
-    out = os.path.join("results", REGIMES)
-    assert main(["compare", *(os.path.join("results", name) for name in COMPARED), "--out", out]) == 0
-    assert (tmp_path / out).read_text() == (RESULTS / REGIMES).read_text()
+    out = os.path.join("results", comparison)
+    assert main(["compare", *(os.path.join("results", name) for name in compared), "--out", out]) == 0
+    assert (tmp_path / out).read_text() == (RESULTS / comparison).read_text()
 
 
 def final_accuracy_rows(leaderboard: str) -> list[dict[str, str]]:
@@ -78,7 +88,7 @@ def final_accuracy_rows(leaderboard: str) -> list[dict[str, str]]:
 
 
 # the folders read under bracketing v3 (the modern one since its v3 resume on 4 selection seeds replaced its v2 form)
-BRACKETED_V3 = ["depth-sweep-digits-early", "depth-sweep-digits-converged", "depth-sweep-digits-modern"]
+BRACKETED_V3 = PUBLISHED
 
 
 @pytest.mark.parametrize("name", BRACKETED_V3)

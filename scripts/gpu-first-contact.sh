@@ -25,6 +25,9 @@
 # Every figure goes to results/ (bench-<gpu>-<torch>.*, gpu-first-contact/, bench-families/, attention-path-*,
 # checkpoint-cost/, workers-per-device-*), and the console output is appended to results/gpu-first-contact-<gpu>.log.
 # A stage that fails or runs out of time is reported and the others still run; the exit status is 1 if any failed.
+# With $OUT set (a device lease), every file this run wrote under results/ is packed into $OUT/gpu-first-contact.tgz
+# after each stage, so what was measured comes back even when the lease's own limit cuts a later stage (keep the
+# call's limit ~60 s above the stages' sum: the pip install and the first CUDA context come before them).
 # On a machine without CUDA it refuses with exit 2 before doing anything.
 set -uo pipefail
 
@@ -44,6 +47,12 @@ mkdir -p results
 log="results/gpu-first-contact-$slug.log"
 exec > >(tee -a "$log") 2>&1
 failed=()
+started=$(mktemp)  # files under results/ newer than this are this run's
+
+pack() {  # the figures so far into $OUT, where the device tool brings them back
+    [[ -n "${OUT:-}" ]] || return 0
+    find results -type f -newer "$started" -print0 | tar -czf "$OUT/gpu-first-contact.tgz" --null -T -
+}
 
 stage() {  # stage NAME SECONDS COMMAND...: run with a time limit (SIGINT first, so partial results get written)
     local name=$1 override="LIMIT_$1"
@@ -56,6 +65,7 @@ stage() {  # stage NAME SECONDS COMMAND...: run with a time limit (SIGINT first,
     local rc=$?
     echo "=== $name: exit $rc after $((SECONDS - t0)) s"
     ((rc == 0)) || failed+=("$name (exit $rc)")
+    pack
 }
 
 date -u

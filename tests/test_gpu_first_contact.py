@@ -50,3 +50,35 @@ def test_the_sweep_script_refuses_without_cuda_and_names_the_cpu_command(tmp_pat
     assert done.returncode == 2
     assert "no CUDA device visible" in done.stderr and "normbench run suites/smoke.yaml --out runs/smoke" in done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# answers as a CUDA machine would: the device check passes, the slug is fake-gpu, `-m normbench bench` writes a figure
+case "$*" in
+    *cuda.is_available*) exit 0 ;;
+    *device_slug*) echo fake-gpu ;;
+    *"-m normbench bench"*) mkdir -p results && echo "| row |" > results/bench-fake-gpu.md ;;
+    *) echo "fake python: $*" ;;
+esac
+"""
+
+
+def test_with_out_set_each_stage_s_figures_are_packed_into_it(tmp_path: Path) -> None:
+    """A device lease brings back only $OUT: the figures a stage wrote must be there even if a later stage is cut."""
+    (tmp_path / "scripts").mkdir()
+    copy = tmp_path / "scripts" / SCRIPT.name
+    copy.write_text(SCRIPT.read_text())
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "old-figure.md").write_text("from before this run")
+    os.utime(tmp_path / "results" / "old-figure.md", (0, 0))
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "PYTHON": str(fake), "OUT": str(out), "STAGES": "bench"}
+    done = subprocess.run(["bash", str(copy)], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    listed = subprocess.run(["tar", "-tzf", str(out / "gpu-first-contact.tgz")], capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert sorted(listed) == ["results/bench-fake-gpu.md", "results/gpu-first-contact-fake-gpu.log"]

@@ -8,7 +8,8 @@ them alike; the median of `repeats` rounds is reported. An epoch here is the cel
 included), so cells per hour is `3600 x K / (seconds per fused epoch x the suite's epochs)`. Memory is the CUDA peak;
 on a CPU it is not measured.
 
-Writes `fuse-<device>-<torch>.csv` and `.md` into the output folder, beside the suite's cost file.
+Writes `fuse-<device>-<torch>.csv` and `.md` into the output folder, beside the suite's cost file, after each row
+(a lease's time limit that interrupts the bench keeps the rows it measured).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def fuse_bench(suite: Suite, out_dir: Path, sizes: list[int], *, depths: list[in
             rows.append(_row(suite, cells[0], k, epoch_s, alone_s, peak, epochs, dev))
         print(f"normbench: bench --fuse: {layer} depth {depth}: " + ", ".join(
             f"K={r['group']} {r['speedup_vs_unfused']:.2f}x" for r in rows[-len(sizes):]), file=sys.stderr)
+        _write(suite, out_dir, rows, dev, repeats)  # each row as measured: a bench cut short keeps the rows it timed
     return _write(suite, out_dir, rows, dev, repeats)
 
 

@@ -5,8 +5,11 @@ named and left out."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from normbench.cli import main
+from normbench.contracts.suite import load_suite
+from normbench.diagnostics import fuse_bench
 
 
 def test_bench_fuse_writes_cells_per_hour_for_each_group_size(write_suite, tmp_path, capsys):
@@ -33,3 +36,20 @@ def test_a_row_the_rules_refuse_is_named_and_left_out(write_suite, tmp_path, cap
     assert "layernorm at depth 1 is not fused (per-block telemetry" in capsys.readouterr().err
     [csv] = tmp_path.glob("fuse-cpu-*.csv")
     assert pd.read_csv(csv).empty
+
+
+def test_a_bench_interrupted_in_its_second_row_keeps_the_first_rows_figures(write_suite, tmp_path, monkeypatch):
+    suite = write_suite(train={"epochs": 5, "batch_size": 256, "warmup_epochs": 0, "telemetry_every": 0},
+                        matrix={"depth": [1], "layer": ["layernorm", "rmsnorm"], "lr": [1e-3], "seed": [0]})
+    timed = fuse_bench.train_group
+
+    def interrupted_on_rmsnorm(cells, dev):  # noqa: ANN001, ANN202 - train_group's own signature
+        if cells[0].model.layer == "rmsnorm":
+            raise KeyboardInterrupt  # the stage's `timeout -s INT` mid-row
+        return timed(cells, dev)
+
+    monkeypatch.setattr(fuse_bench, "train_group", interrupted_on_rmsnorm)
+    with pytest.raises(KeyboardInterrupt):
+        fuse_bench.fuse_bench(load_suite(suite), tmp_path, [1, 2], device="cpu", repeats=1)
+    [csv] = tmp_path.glob("fuse-cpu-*.csv")
+    assert pd.read_csv(csv)["layer"].tolist() == ["layernorm"] * 3

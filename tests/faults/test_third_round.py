@@ -158,7 +158,10 @@ def test_set_values_and_weights_paths_that_cannot_be_read_are_one_line_and_exit_
 
 
 def test_ctrl_c_to_a_run_with_two_workers_exits_143_like_sigterm(write_suite, tmp_path):
-    path = write_suite(train={"epochs": 15, "batch_size": 64, "warmup_epochs": 0})
+    # cells of minutes, interrupted in their first seconds: with 15 epochs both cells (one per worker) ended seconds
+    # after the first was seen RUNNING, and on a loaded CI machine that read could be stale by then, so the Ctrl-C
+    # reached a finished run (a zombie parent, exit 0)
+    path = write_suite(train={"epochs": 400, "batch_size": 64, "warmup_epochs": 0})
     out = tmp_path / "out"
     # a terminal's Ctrl-C: SIGINT to the whole foreground process group, the parent and its workers alike
     proc = subprocess.Popen([sys.executable, "-m", "normbench", "run", str(path), "--out", str(out), "--quiet",

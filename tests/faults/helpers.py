@@ -64,11 +64,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def as_from_a_terminal() -> None:
+    """A Popen `preexec_fn`: SIGINT back to its default. A test run started in the background (`cmd &`, nohup)
+    hands its children SIGINT ignored, and Python then keeps it ignored, so a Ctrl-C a test sends would be lost."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def normbench(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """`python -m normbench ARGS` with one thread (tiny models; a busy 2-core machine), stderr captured."""
+    """`python -m normbench ARGS` with one thread (tiny models; a busy 2-core machine), stderr captured, and SIGINT
+    as a terminal's job has it."""
     return subprocess.Popen([sys.executable, "-m", "normbench", *map(str, args)], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, preexec_fn=as_from_a_terminal)
 
 
 def finish(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str]:

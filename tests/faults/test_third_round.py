@@ -23,7 +23,7 @@ from normbench.store.ledger import Ledger
 from normbench.sweep.run import open_run_study
 from normbench.train import checkpoint
 from tests.conftest import REPO
-from tests.faults.helpers import finish, running, trials, wait_for
+from tests.faults.helpers import as_from_a_terminal, finish, running, trials, wait_for
 
 
 def _main(capsys, *args) -> tuple[int, str, str]:
@@ -158,15 +158,14 @@ def test_set_values_and_weights_paths_that_cannot_be_read_are_one_line_and_exit_
 
 
 def test_ctrl_c_to_a_run_with_two_workers_exits_143_like_sigterm(write_suite, tmp_path):
-    # cells of minutes, interrupted in their first seconds: with 15 epochs both cells (one per worker) ended seconds
-    # after the first was seen RUNNING, and on a loaded CI machine that read could be stale by then, so the Ctrl-C
-    # reached a finished run (a zombie parent, exit 0)
-    path = write_suite(train={"epochs": 400, "batch_size": 64, "warmup_epochs": 0})
+    path = write_suite(train={"epochs": 15, "batch_size": 64, "warmup_epochs": 0})
     out = tmp_path / "out"
-    # a terminal's Ctrl-C: SIGINT to the whole foreground process group, the parent and its workers alike
+    # a terminal's Ctrl-C: SIGINT to the whole foreground process group, the parent and its workers alike (with
+    # SIGINT as a terminal's job has it, even when the tests run in the background: else the run trains to its end)
     proc = subprocess.Popen([sys.executable, "-m", "normbench", "run", str(path), "--out", str(out), "--quiet",
                              "--workers", "2"], cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True,
+                            preexec_fn=as_from_a_terminal)
     try:
         wait_for(lambda: running(out, "tiny"), timeout=240, step=0.1, what="a cell in flight", alive=proc)
         os.killpg(proc.pid, signal.SIGINT)

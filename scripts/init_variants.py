@@ -16,7 +16,8 @@ two collapse at init here (docs/layers.md, "Peri-LN and NormFormer at init"):
 - `*_fairseq_init`: fairseq's, which NormFormer's code trains with (fairseq/modules/multihead_attention.py
   `reset_parameters`, transformer_layer.py `build_fc1/2`): q, k, v each Xavier-uniform with gain 1/√2, the output
   projection Xavier-uniform, fc1 and fc2 PyTorch's default Linear init.
-- `*_out_gamma`: not a source's: the branch-output norm's γ at 1/√(2·depth) instead of 1, to test the mechanism.
+- `peri_ln_out_gamma` and `normformer_out_gamma` (the branch-output norm's γ at 1/√(2·depth), not a source's) began
+  here and are registry entries now (normbench/layers/peri_ln.py, normformer.py), so they train as well as probe.
 """
 
 import math
@@ -63,16 +64,6 @@ def fairseq_init(model: nn.Module) -> None:
         block.mlp.fc2.reset_parameters()
 
 
-@torch.no_grad()
-def out_gamma(model: nn.Module) -> None:
-    """Every branch-output norm's γ at 1/√(2·depth): the 2·depth unit-RMS branches then sum to RMS about 1."""
-    blocks = model.blocks  # type: ignore[attr-defined]
-    for block in blocks:
-        for name in ("post_attn_norm", "post_mlp_norm"):
-            norm = getattr(block, name, None)
-            if norm is not None:
-                nn.init.constant_(norm.weight, 1 / math.sqrt(2 * len(blocks)))
-
 
 class _EmbedNorm:
     """Block 0 normalises the stream it receives (the embedded tokens) before its own forward."""
@@ -103,13 +94,6 @@ class PeriLNMegatronBlock(PeriLNBlock):
     """peri_ln's block; `megatron_init` is the difference."""
 
 
-@register_layer("peri_ln_out_gamma", kind="placement", partner="layernorm", init_rule=out_gamma, refuses=("gate",),
-                refuses_why=GATE_AFTER_NORM, formula="peri_ln with the output norms' γ at 1/√(2·depth)",
-                source="no source: a probe of the mechanism (the sources start γ at 1)")
-class PeriLNOutGammaBlock(PeriLNBlock):
-    """peri_ln's block; `out_gamma` is the difference."""
-
-
 @register_layer("normformer_fairseq_init", kind="placement", partner="layernorm", mlp_norm="norm",
                 init_rule=fairseq_init, formula="normformer with fairseq's init (Xavier q/k/v gain 1/√2, Xavier "
                                                 "out_proj, default fc1/fc2)",
@@ -117,13 +101,6 @@ class PeriLNOutGammaBlock(PeriLNBlock):
                        "build_fc1/build_fc2, the code NormFormer trains with (probe only)")
 class NormFormerFairseqBlock(NormFormerBlock):
     """normformer's block; `fairseq_init` is the difference."""
-
-
-@register_layer("normformer_out_gamma", kind="placement", partner="layernorm", mlp_norm="norm", init_rule=out_gamma,
-                formula="normformer with the post-attention norm's γ at 1/√(2·depth)",
-                source="no source: a probe of the mechanism (fairseq starts attn_ln's γ at 1)")
-class NormFormerOutGammaBlock(NormFormerBlock):
-    """normformer's block; `out_gamma` is the difference."""
 
 
 @register_layer("layernorm_fairseq_init", kind="placement", partner="layernorm", init_rule=fairseq_init,

@@ -11,6 +11,8 @@
   (fairseq `ffn_layernorm`, `--scale-fc`), in timm Mlp's `norm` slot (declared `mlp_norm="norm"`).
 - The added norms are the combination's norm class (LayerNorm for `normformer`, as fairseq; RMSNorm for
   `rmsnorm+normformer`). The optional residual scaling (`--scale-resids`) is not part of the default NormFormer.
+- `normformer_out_gamma` (not a source's): the post-attention norm's γ starts at 1/√(2·depth) instead of fairseq's
+  1, the mechanism test `peri_ln_out_gamma` makes for Peri-LN (its FFN norm, inside the MLP, keeps γ = 1).
 """
 
 # No `from __future__ import annotations`: torch.fx copies forward annotations into code TorchScript must resolve
@@ -20,6 +22,7 @@ from torch import nn
 
 from normbench.layers._util import no_decay
 from normbench.layers.blocks import ModuleFactory, PreNormBlock
+from normbench.layers.peri_ln import scale_output_norms
 from normbench.layers.registry import register_layer
 
 
@@ -61,3 +64,12 @@ class NormFormerBlock(PreNormBlock):
         x = x + self.drop_path1(self.ls1(self.post_attn_norm(self.attn(self.norm1(x)))))
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         return x
+
+
+@register_layer("normformer_out_gamma", kind="placement", partner="layernorm", mlp_norm="norm",
+                init_rule=scale_output_norms,
+                formula="normformer with the post-attention norm's γ initialised to 1/√(2·depth) (fairseq: 1)",
+                source="no source: normbench's test of the collapse mechanism (docs/layers.md, 'Peri-LN and NormFormer "
+                       "at init'); the block is Shleifer et al. 2021's NormFormer")
+class NormFormerOutGammaBlock(NormFormerBlock):
+    """normformer's block; `scale_output_norms` is the whole difference."""

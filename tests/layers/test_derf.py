@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from normbench.layers import Derf
@@ -35,3 +36,17 @@ def test_derf_fills_every_norm_slot_and_takes_norm_kwargs():
     norms = [m for m in model.modules() if isinstance(m, Derf)]
     assert len(norms) == 2 * 3 + 1  # two per block and the final norm
     assert all(n.alpha.item() == 0.75 and n.shift.item() == 0.0 for n in norms)
+
+
+def test_derf_alpha03_is_derf_with_alpha_0_3_in_every_norm_slot_and_nothing_else():
+    torch.manual_seed(0)
+    model = tiny_vit("derf_alpha03")
+    torch.manual_seed(0)
+    plain = tiny_vit("derf")
+    norms = [m for m in model.modules() if isinstance(m, Derf)]
+    assert len(norms) == 2 * 3 + 1
+    assert all(n.alpha.item() == pytest.approx(0.3) and n.shift.item() == 0.0 for n in norms)
+    theirs = dict(plain.named_parameters())
+    for name, p in model.named_parameters():
+        if not name.endswith(".alpha"):
+            assert torch.equal(p, theirs[name]), name

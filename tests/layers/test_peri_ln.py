@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 
 from normbench.layers import LayerNorm, RMSNorm
@@ -45,3 +48,37 @@ def test_the_stream_grows_by_at_most_one_unit_branch_per_sublayer():
         y = block(x)
         assert (y - x).pow(2).mean().sqrt() < 2.5  # two unit-RMS branches at most, norm weights at 1
         x = y
+
+
+@pytest.mark.parametrize("layer", ["peri_ln_out_gamma", "normformer_out_gamma", "rmsnorm+peri_ln_out_gamma"])
+def test_out_gamma_starts_every_branch_output_norm_at_one_over_root_two_depth_and_changes_nothing_else(layer):
+    depth = 3
+    source = layer.replace("_out_gamma", "")
+    torch.manual_seed(0)
+    model = tiny_vit(layer, depth=depth)
+    torch.manual_seed(0)
+    plain = tiny_vit(source, depth=depth)
+    scaled = [n for n, _ in model.named_parameters() if ".post_attn_norm.weight" in n or ".post_mlp_norm.weight" in n]
+    expected = 2 * depth if "peri_ln" in layer else depth  # NormFormer has no norm after its MLP's output
+    assert len(scaled) == expected
+    theirs = dict(plain.named_parameters())
+    for name, p in model.named_parameters():
+        if name in scaled:
+            torch.testing.assert_close(p, torch.full_like(p, 1 / math.sqrt(2 * depth)))
+            assert torch.equal(theirs[name], torch.ones_like(p))  # the source's γ = 1
+        else:
+            assert torch.equal(p, theirs[name]), name
+
+
+@torch.no_grad()
+def test_out_gamma_keeps_the_stream_near_the_embeddings_scale_where_the_source_grows_it():
+    growth = {}
+    for layer in ("peri_ln", "peri_ln_out_gamma"):
+        torch.manual_seed(0)
+        model = tiny_vit(layer, depth=12).eval()
+        x = model._pos_embed(model.patch_embed(torch.randn(4, 3, 16, 16)))
+        start = x.pow(2).mean().sqrt()
+        for block in model.blocks:
+            x = block(x)
+        growth[layer] = (x.pow(2).mean().sqrt() / start).item()
+    assert growth["peri_ln_out_gamma"] < growth["peri_ln"] / 3

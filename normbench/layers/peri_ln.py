@@ -21,7 +21,7 @@ from normbench.layers.blocks import ModuleFactory, PreNormBlock
 from normbench.layers.registry import register_layer
 from normbench.layers.res_post_norm import GATE_AFTER_NORM
 
-OUTPUT_NORMS = ("post_attn_norm", "post_mlp_norm")  # the branch-output norms (OLMo-core's names), wherever a block has them
+OUTPUT_NORMS = ("post_attn_norm", "post_mlp_norm")  # the branch-output norms (OLMo-core's names)
 
 
 def output_norm_gain(depth: int) -> float:

@@ -1,6 +1,6 @@
 """`normbench`: thin on purpose. Parses, calls, and maps errors to exit codes (2: bad input, 3: unreachable server,
-75: stopped at --time-limit with cells left, 143: interrupted, by Ctrl-C or SIGTERM alike). Heavy imports (torch,
-mlflow, optuna) happen inside the commands, so `--help` stays fast."""
+75: stopped at --time-limit with cells left, 143: interrupted, by Ctrl-C, SIGTERM or SIGHUP alike). Heavy imports
+(torch, mlflow, optuna) happen inside the commands, so `--help` stays fast."""
 
 from __future__ import annotations
 
@@ -29,8 +29,9 @@ def _suite_args(p: argparse.ArgumentParser) -> None:
                    "filesystem every worker shares, so a cell preempted on one machine resumes on another (default: "
                    "OUT/checkpoints; docs/faults.md)")
     p.add_argument("--fuse", type=_fuse_size, default="auto", metavar="K|auto", help="train up to K cells of a row "
-                   "that differ only in lr and seed as one fused model (each keeps its own trial, run and result; "
-                   "docs/speed.md); auto (default): 16 on CUDA, 1 (unfused) on a CPU")
+                   "that differ only in lr, seed, epochs and warmup as one fused model (each keeps its own trial, "
+                   "run and result; docs/speed.md); auto (default): on CUDA as this GPU's fuse bench measured "
+                   "(else up to 16), 1 (unfused) on a CPU")
     p.add_argument("--time-limit", type=_duration, metavar="DURATION", help="start no cell that this host's pace "
                    "says would end later than DURATION from now (e.g. 2h30m, 90m, HH:MM:SS: a SLURM job's --time less "
                    "a margin for the leaderboard); the rest wait in the ledger, and the run exits 75 "
@@ -83,9 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry-failed", action="store_true", help="give cells failed for good (each of their "
                    "NORMBENCH_MAX_ATTEMPTS attempts, default 3, killed its worker) another round of attempts")
 
-    p = sub.add_parser("tune", help="equal Optuna budget per (layer, depth), then re-run the best over seeds")
+    p = sub.add_parser("tune", help="equal Optuna budget per (layer, depth), then re-run the best over seeds",
+                       description="An Optuna search per (layer, depth) of the suite's `tune.space`, each of "
+                       "`tune.trials` trials, then each winner re-run on the matrix's seeds. Try it small first: "
+                       "--dry-run lists the searches and their budget and trains nothing; --set tune.trials=1 runs "
+                       "one trial per search.")
     _suite_args(p)
     p.add_argument("--workers", type=int, help="local worker processes (default: one per GPU, 1 on CPU)")
+    p.add_argument("--dry-run", action="store_true", help="list the searches (one per layer and depth), their trials "
+                   "finished of tune.trials, and the re-runs; train nothing")
 
     p = sub.add_parser("worker", help="join a suite's run or tune from this machine (use a shared --storage)")
     _suite_args(p)
@@ -112,10 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     _mlflow_args(p)
 
     p = sub.add_parser("ui", help="sync, then start the MLflow UI on a suite's comparison, sorted by score")
-    p.add_argument("out", type=Path, nargs="?", default=Path("results"), help="a suite's output folder")
+    p.add_argument("out", type=Path, nargs="?", help="a suite's output folder, e.g. results/smoke (default: the one "
+                   "under runs/ whose ledger changed last)")
     _mlflow_args(p)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--host", default="127.0.0.1", help="address the UI listens on (default: 127.0.0.1, this machine "
+                   "only; 0.0.0.0 for every interface)")
+    p.add_argument("--port", type=int, default=5000, help="port the UI listens on (default: 5000)")
     p.add_argument("--no-browser", action="store_true", help="print the URL only (default: also open it when "
                                                              "there is a display)")
 
@@ -133,10 +142,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "device's; 5 with a suite)")
     p.add_argument("--dim", type=int, nargs="+", default=[192], help="embed dims (default: 192)")
     p.add_argument("--batch-size", type=int, default=None, help="images per step (default: 256 GPU, 64 CPU)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
-    p.add_argument("--fuse", type=int, nargs="+", metavar="K", help="with a suite: cells per hour trained as fused "
-                   "groups of K (e.g. 1 4 16 64) against one by one, written as fuse-<device>-<torch>.csv/.md")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto, a GPU when there is "
+                   "one)")
+    p.add_argument("--compile", choices=("auto", "on", "off"), default="auto", help="torch.compile the model's "
+                   "forward in the timed train step (default: auto, on CUDA only; bench SUITE takes the suite's "
+                   "train.compile, bench SUITE --fuse this flag)")
+    p.add_argument("--fuse", type=int, nargs="+", metavar="K", help="with a suite: cells per hour of its rows' cells "
+                   "trained one by one, by worker processes, and fused in groups of at most K (e.g. 1 8), compiled "
+                   "(--compile on; auto: on CUDA) and side by side, written as fuse-<device>-<torch>.csv/.md")
+    p.add_argument("--workers", type=int, nargs=2, metavar=("N", "W"), dest="bench_workers", help="with --fuse: N "
+                   "worker processes unfused and W fused ones side by side (default: the cores and 2 on a CPU, 14 "
+                   "and 4 on CUDA)")
     p.add_argument("--out", type=Path, default=None, help="folder for bench-<device>-<torch>.csv/.md (default: "
                    "runs/, not committed; --out results publishes, as scripts/bench.sh does); with a suite, for "
                    "cost-<device>-<torch>.csv/.md (default: runs/<suite name>, where `normbench run` writes)")
@@ -151,8 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heads", type=int, nargs="+", default=None, help="attention heads, one per --dim or one for all "
                    "(default: 4; a suite's own), e.g. --dim 64 192 384 768 --heads 4 3 6 12")
     p.add_argument("--batch-size", type=int, default=64, help="images in the probe batch (default: 64)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--out", type=Path, default=Path("results"), help="folder for probe-<...>.md/.csv/.png")
+    p.add_argument("--device", default="cpu", help="auto, cpu, cuda or cuda:N (default: cpu; the signal at init "
+                   "does not depend on it)")
+    p.add_argument("--out", type=Path, default=Path(OutputFolder.RUNS), help="folder for probe-<...>.md/.csv/.png "
+                   "(default: runs/, not committed; --out results/NAME publishes)")
     p.add_argument("--weights", type=Path, help="probe this trained model instead (a weights.safetensors that "
                    "`train.keep_weights: final` kept), on the first validation batch of its own data set")
     return parser
@@ -161,19 +179,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "workers", None) is not None and args.workers < 1:
-        parser.error(f"--workers {args.workers}: must be 1 or more (leave it out for one per GPU, 1 on CPU)")
+    if getattr(args, "workers", None) is not None and args.workers < 1:  # one line, as every bad input (not usage)
+        print(f"normbench: error: --workers {args.workers}: must be 1 or more (leave it out for one per GPU, 1 on "
+              "CPU)", file=sys.stderr)
+        return 2
     previous = stopping.install()
     try:
         settings.check()  # every NORMBENCH_* value, before any folder or ledger exists
         _check_device_flag(args)
         code = COMMANDS[args.command](args)
-        stopping.check()  # a SIGTERM that came after the last safe point still stops with 143
+        stopping.check()  # a SIGTERM or SIGHUP that came after the last safe point still stops with 143
         return code
     except NormbenchError as e:
         print(f"normbench: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM as Terminated
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM and SIGHUP as Terminated
         from normbench.sweep.launch import LOCAL_WORKER
 
         if not os.environ.get(LOCAL_WORKER):  # a worker of `run --workers`: its parent names the command to resume
@@ -199,7 +219,7 @@ def _check_device_flag(args: argparse.Namespace) -> None:
 
 def _stopped_message(args: argparse.Namespace, stop: KeyboardInterrupt, argv: list[str]) -> str:
     """What was kept and the command that resumes."""
-    how = "stopped by SIGTERM" if isinstance(stop, Terminated) else "interrupted"
+    how = f"stopped by {stop.signal}" if isinstance(stop, Terminated) else "interrupted"
     if args.command not in ("run", "tune", "worker"):
         return f"\nnormbench: {how}"
     where = _redacted(args.storage) if args.storage else args.out
@@ -223,6 +243,8 @@ def _load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
     overrides = getattr(args, "overrides", None) or []
     suite = load_suite(args.suite, overrides)
+    for note in suite.notes:  # claims a narrowing --set left out, dropped: said, as the suite no longer holds them
+        print(f"normbench: {note}", file=sys.stderr)
     if overrides:
         suite.path = _overridden_copy(args.suite, overrides)
     if getattr(args, "bracket", False):
@@ -247,6 +269,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         from normbench.sweep.dry_run import dry_run_report
 
         print(dry_run_report(suite, out, args.storage))
+        from normbench.sweep.fuse_plan import dry_run_groups
+
+        if groups := dry_run_groups(suite, args.fuse, args.device):  # what --fuse would group, stage by stage
+            print(groups)
         return 0
     from normbench.sweep.suite_run import run_suite
 
@@ -267,6 +293,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     limit = _time_limit(args)
     suite, out = _load(args)
+    if args.dry_run:
+        from normbench.sweep.tune_dry_run import tune_dry_run_report
+
+        print(tune_dry_run_report(suite, out, args.storage))
+        return 0
     from normbench.sweep.suite_run import run_suite
 
     summary = run_suite(suite, out, mode="tune", storage=args.storage, device=args.device, workers=args.workers,
@@ -324,14 +355,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from normbench.contracts.suite import load_suite
-    from normbench.report.leaderboard import write_leaderboard
+    from normbench.report.leaderboard import folder_files, write_leaderboard, written_line
 
     if not args.out.is_dir():
         raise NormbenchError(f"{args.out}: no such folder; pass a suite's output folder, e.g. results/smoke")
     suite_file = OutputFolder(args.out).suite
     suite = load_suite(suite_file) if suite_file.exists() else None
-    path = write_leaderboard(args.out, suite=suite, storage=args.storage, reference=args.reference)
-    print(path)
+    before = folder_files(args.out)
+    write_leaderboard(args.out, suite=suite, storage=args.storage, reference=args.reference)
+    print(written_line(args.out, before))  # where it wrote: a published folder's files are rewritten in place
     try:  # MLflow's view of the ledger, its parent run holding the files just written
         print(_sync(args.out, args.storage, None).line(), file=sys.stderr)
     except NormbenchError as e:  # the leaderboard is written; MLflow can be synced later
@@ -383,18 +415,28 @@ def cmd_ui(args: argparse.Namespace) -> int:
     from normbench.tracking.mlflow_store import tracking_uri
     from normbench.tracking.ui import check_port, prepare_experiment, run_ui, ui_url
 
+    if args.out is None:  # the suite run last, said; else what to pass
+        args.out = OutputFolder.newest()
+        if args.out is None:
+            raise NormbenchError(f"ui: no output folder given, and {OutputFolder.RUNS}/ holds none; pass one, e.g. "
+                                 "`normbench ui results/smoke`, or run a suite first (`normbench run "
+                                 "suites/smoke.yaml` writes runs/smoke)")
+        print(f"normbench: ui of {args.out}, the output folder under {OutputFolder.RUNS}/ whose ledger changed last "
+              "(pass a folder to open another)", file=sys.stderr)
     uri = tracking_uri(args.out, args.tracking_uri)
     if uri.startswith("sqlite:"):  # a busy port, before the sync's seconds
         check_port(args.host, args.port)
-    print(_sync(args.out, args.storage, uri).line(), file=sys.stderr)  # every folder opens: its ledger is the truth
     if not uri.startswith("sqlite:"):
+        print(_sync(args.out, args.storage, uri).line(), file=sys.stderr)  # every folder opens: its ledger is the truth
         experiment_id = prepare_experiment(uri, args.out)[0]
         print(f"The tracking server is the UI. The comparison: {uri.rstrip('/')}/#/experiments/"
               f"{experiment_id}/runs?{ui_url('h', 0, experiment_id).split('?', 1)[1]}")
         return 0
     has_display = sys.platform in ("darwin", "win32") or bool(os.environ.get("DISPLAY") or
                                                              os.environ.get("WAYLAND_DISPLAY"))
-    return run_ui(uri, args.out, args.host, args.port, open_browser=has_display and not args.no_browser)
+    # syncs too (or finds nothing to sync), while its server starts: tracking/ui.py
+    return run_ui(uri, args.out, args.host, args.port, open_browser=has_display and not args.no_browser,
+                  storage=args.storage)
 
 
 def cmd_layers(args: argparse.Namespace) -> int:
@@ -414,7 +456,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from normbench.contracts.suite import load_suite
         from normbench.diagnostics.suite_cost import suite_cost
 
-        if args.batch_size is not None or args.compile != "auto" or args.dim != [192]:
+        if args.batch_size is not None or (args.compile != "auto" and not args.fuse) or args.dim != [192]:
             raise NormbenchError("bench SUITE: the batch, compile and width are the suite's; set them in the suite "
                                  "file, not with --batch-size, --compile or --dim")
         suite = load_suite(args.suite)
@@ -424,8 +466,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
             if min(args.fuse) < 1:
                 raise NormbenchError(f"bench --fuse {' '.join(map(str, args.fuse))}: group sizes are 1 or more")
+            if args.bench_workers and min(args.bench_workers) < 1:
+                raise NormbenchError(f"bench --workers {' '.join(map(str, args.bench_workers))}: give 1 or more "
+                                     "processes for each")
+            workers, fused_workers = args.bench_workers or (None, None)
             print(fuse_bench(suite, out, sorted(set(args.fuse)), depths=args.depth, layers=args.layers,
-                             device=args.device, repeats=args.repeats or 3))
+                             device=args.device, repeats=args.repeats or 3, workers=workers,
+                             fused_workers=fused_workers, compile=args.compile))
             return 0
         suite_cost(suite, out, depths=args.depth, layers=args.layers, device=args.device, repeats=args.repeats or 5)
         return 0

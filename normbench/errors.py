@@ -47,5 +47,9 @@ def did_you_mean(value: object, choices: Iterable[str], otherwise: str | None = 
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (a scheduler's or `kill`'s stop), raised where Ctrl-C raises KeyboardInterrupt: the same code gives
-    the running cell back and prints how to resume."""
+    """SIGTERM (a scheduler's or `kill`'s stop) or SIGHUP (a hang-up), raised where Ctrl-C raises KeyboardInterrupt:
+    the same code gives the running cell back and prints how to resume. `signal`: the name of the one that asked."""
+
+    def __init__(self, signal: str = "SIGTERM") -> None:
+        super().__init__(signal)
+        self.signal = signal

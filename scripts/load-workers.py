@@ -261,6 +261,7 @@ def child(args: argparse.Namespace) -> None:
     from normbench.sweep import worker
     from normbench.sweep.plan import Job, Plan
     from normbench.sweep.progress import Progress
+    from normbench.tracking.run_record import trial_run
     from normbench.tracking.tracker import Tracker
 
     timings: list[tuple[float, float]] = []  # (when, seconds) of each claim that got a cell
@@ -291,9 +292,8 @@ def child(args: argparse.Namespace) -> None:
     worker.train_cell = no_op_cell
     config = SimpleNamespace(train=SimpleNamespace(epochs=args.epochs))
 
-    def cell_for(claim):
-        axes = claim.trial.user_attrs["axes"]
-        return claim.trial.user_attrs["cell_id"], dict(axes), config
+    def cell_for(claim):  # its MLflow run as the worker starts it (sweep/cells.py cell_run), without a suite file
+        return claim.trial.user_attrs["cell_id"], trial_run(STUDY, claim.frozen(), None), config
 
     ready = threading.Barrier(args.threads + 1)
 

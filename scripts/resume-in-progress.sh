@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Resume every sweep in progress, one after another, in the order results/in-progress/queue.txt lists them
-# ("SUITE OUT" per line; '#' starts a comment). Each runs niced on one thread per worker, so the machine's own
+# ("SUITE OUT [FLAGS]" per line; FLAGS: `tune` runs `normbench tune` instead of `run`, `gpu-only` marks a sweep too
+# slow for a CPU, skipped here; '#' starts a comment). Each runs niced on one thread per worker, so the machine's own
 # tests and CI keep the cores they ask for; a finished sweep costs one ledger read. SIGTERM (or Ctrl-C) is passed to
 # the run in flight, which checkpoints and gives its claims back (exit 143); nothing after it starts.
 #   nohup bash scripts/resume-in-progress.sh > /tmp/sweeps.log 2>&1 &
@@ -12,11 +13,14 @@ queue=results/in-progress/queue.txt
 normbench=${NORMBENCH:-.venv/bin/normbench}
 child=0
 trap 'if [ "$child" != 0 ]; then kill -TERM "$child" 2>/dev/null; wait "$child"; fi; exit 143' TERM INT HUP
-while read -r suite out _; do
+while read -r suite out flags; do
   case "$suite" in ''|'#'*) continue ;; esac
-  echo "== $(date -u +%FT%TZ) $suite -> $out"
+  case " ${flags:-} " in *" gpu-only "*) echo "== $suite: gpu-only, skipped here"; continue ;; esac
+  command=run
+  case " ${flags:-} " in *" tune "*) command=tune ;; esac
+  echo "== $(date -u +%FT%TZ) $command $suite -> $out"
   # shellcheck disable=SC2086
-  OMP_NUM_THREADS=1 nice -n "${NICE:-10}" "$normbench" run "$suite" --out "$out" --workers "${WORKERS:-2}" \
+  OMP_NUM_THREADS=1 nice -n "${NICE:-10}" "$normbench" "$command" "$suite" --out "$out" --workers "${WORKERS:-2}" \
     ${EXTRA:-} &
   child=$!
   wait "$child"

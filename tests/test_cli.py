@@ -3,6 +3,8 @@ without network, each refused in one line before anything is created."""
 
 from __future__ import annotations
 
+import argparse
+import os
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -11,7 +13,7 @@ from urllib.error import URLError
 import pytest
 import yaml
 
-from normbench.cli import main
+from normbench.cli import build_parser, main
 from normbench.contracts.suite import load_suite
 from tests.conftest import REPO
 from tests.contracts.test_suite import run_cli
@@ -39,6 +41,9 @@ def test_a_bad_device_flag_is_one_line_like_the_suite_key(write_suite, capsys, t
     (["train.optimizer=adamx"], ["did you mean `adamax`?"]),
     (["matrix.lr=[]"], ["matrix.lr: needs at least one value"]),
     (["train.lr=3e-3"], ["`lr` is a matrix axis of this suite", "--set matrix.lr=[3e-3]"]),
+    (["epochs=2"], ["unknown key `epochs` (`epochs` is a train key: --set train.epochs=2)"]),
+    (["embed_dim=32"], ["unknown key `embed_dim` (`embed_dim` is a model key: --set model.embed_dim=32)"]),
+    (["root=~/data"], ["(`root` is a dataset key: --set dataset.root=~/data)"]),
 ])
 def test_bad_overrides_are_refused_like_the_files_keys(write_suite, capsys, tmp_path, overrides, expected):
     path, out = write_suite(), tmp_path / "out"
@@ -125,3 +130,40 @@ def test_without_out_a_suite_command_writes_to_the_git_ignored_runs_folder_never
     assert written == [Path("runs/smoke")]
     ignored = subprocess.run(["git", "check-ignore", "-q", "runs/smoke/ledger.journal"], cwd=REPO, check=False)
     assert ignored.returncode == 0, "runs/ is no longer git-ignored: a default run would show in `git status`"
+
+
+@pytest.mark.parametrize("command", ["run", "tune"])
+@pytest.mark.parametrize("workers", ["0", "-1"])
+def test_workers_below_one_is_one_line_not_the_usage(write_suite, capsys, tmp_path, command, workers):
+    code, err = run_cli(capsys, command, str(write_suite()), "--out", str(tmp_path / "out"), "--workers", workers)
+    assert code == 2 and err == (f"normbench: error: --workers {workers}: must be 1 or more (leave it out for one per "
+                                 "GPU, 1 on CPU)\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    """`--device`, `--compile`, `--host` and `--port` once showed no help: a flag with no words is a guess."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    silent = [f"{name} {action.option_strings or action.dest}" for name, command in commands.items()
+              for action in command._actions if not action.help]
+    assert silent == []
+
+
+def test_ui_without_a_folder_opens_the_suite_run_last_or_names_what_to_pass(tmp_path, monkeypatch, capsys):
+    import normbench.tracking.ui as ui
+    from tests.faults.helpers import free_port
+    from tests.tracking.ledgers import write_ledger
+
+    monkeypatch.chdir(tmp_path)
+    code, err = run_cli(capsys, "ui", "--no-browser")
+    assert code == 2 and err.count("\n") == 1 and "pass one, e.g. `normbench ui results/smoke`" in err
+    assert not list(tmp_path.iterdir())
+    opened = []
+    monkeypatch.setattr(ui, "run_ui", lambda uri, out, *args, **kwargs: opened.append(out) or 0)
+    write_ledger(tmp_path / "runs" / "older")
+    write_ledger(tmp_path / "runs" / "newer")
+    os.utime(tmp_path / "runs" / "older" / "ledger.journal", (1e9, 1e9))
+    code, err = run_cli(capsys, "ui", "--no-browser", "--port", str(free_port()))
+    assert code == 0 and opened == [Path("runs/newer")]
+    assert "normbench: ui of runs/newer, the output folder under runs/ whose ledger changed last" in err

@@ -9,7 +9,7 @@ import math
 import re
 from typing import Any
 
-from normbench.contracts.recipe import KEEP_WEIGHTS, Cell
+from normbench.contracts.recipe import KEEP_WEIGHTS, MUON_OPTIMIZERS, Cell
 from normbench.data.config import DataConfig
 from normbench.errors import NormbenchError, SuiteError, did_you_mean
 
@@ -48,7 +48,8 @@ def check_cell(cell: Cell, where: str) -> None:
     except NormbenchError as e:
         raise SuiteError(f"{where}: model.{e}{_in_cell(cell, 'layer', 'block_kwargs')}") from None
     if m.embed_dim % m.num_heads:
-        raise SuiteError(f"{where}: model: embed_dim {m.embed_dim} is not divisible by num_heads {m.num_heads} "
+        key = _key(cell, "model.num_heads" if "num_heads" in cell.axes else "model.embed_dim")
+        raise SuiteError(f"{where}: {key}: embed_dim {m.embed_dim} is not divisible by num_heads {m.num_heads} "
                          f"(cell {cell.cell_id})")
     positive = {"model.depth": m.depth, "model.embed_dim": m.embed_dim, "model.patch_size": m.patch_size,
                 "model.img_size": 1 if m.img_size is None else m.img_size, "train.epochs": cell.config.train.epochs,
@@ -95,8 +96,9 @@ def _check_checkpoints(cell: Cell, where: str) -> None:
     """train.checkpoint_minutes: 0 (off) or a positive, finite number of minutes (a fraction is fine)."""
     minutes = cell.config.train.checkpoint_minutes
     if not (minutes >= 0 and math.isfinite(minutes)):
-        raise SuiteError(f"{where}: train.checkpoint_minutes: expected 0 (no checkpoints) or a positive number of "
-                         f"minutes between checkpoints at epoch boundaries, e.g. 15 (the default), got {minutes!r}"
+        raise SuiteError(f"{where}: {_key(cell, 'train.checkpoint_minutes')}: expected 0 (no checkpoints) or a "
+                         "positive number of minutes between checkpoints at epoch boundaries, e.g. 15 (the default), "
+                         f"got {minutes!r}"
                          f"{_in_cell(cell, 'checkpoint_minutes')}")
 
 
@@ -104,15 +106,16 @@ def _check_schedule(cell: Cell, where: str) -> None:
     """The lr schedule reaches its peak, and its floors and the smoothing are in range."""
     t = cell.config.train
     if t.warmup_epochs >= t.epochs:
-        raise SuiteError(f"{where}: train.warmup_epochs: {t.warmup_epochs:g} is not below train.epochs {t.epochs}"
+        raise SuiteError(f"{where}: {_key(cell, 'train.warmup_epochs')}: {t.warmup_epochs:g} is not below "
+                         f"{_key(cell, 'train.epochs')} {t.epochs}"
                          f"{_in_cell(cell, 'warmup_epochs', 'epochs')}, so the lr would never reach its peak; "
                          "use fewer warmup epochs or more epochs")
     for key, value in {"train.min_lr": t.min_lr, "train.warmup_lr": t.warmup_lr}.items():
         if value < 0:
-            raise SuiteError(f"{where}: {key}: must be 0 or more, got {value!r}")
+            raise SuiteError(f"{where}: {_key(cell, key)}: must be 0 or more, got {value!r}")
     if not 0 <= t.label_smoothing < 1:
-        raise SuiteError(f"{where}: train.label_smoothing: must lie in [0, 1) (0: off, 0.1 usual), got "
-                         f"{t.label_smoothing!r}")
+        raise SuiteError(f"{where}: {_key(cell, 'train.label_smoothing')}: must lie in [0, 1) (0: off, 0.1 usual), "
+                         f"got {t.label_smoothing!r}")
 
 
 def _check_image(cell: Cell, where: str) -> None:
@@ -126,8 +129,8 @@ def _check_image(cell: Cell, where: str) -> None:
         divisors = [d for d in range(1, size + 1) if size % d == 0]
         near = sorted({max(d for d in divisors if d <= m.patch_size),
                        min((d for d in divisors if d >= m.patch_size), default=size)})
-        side = f"model.img_size {size}" if m.img_size else f"the {size}x{size} images of {data.name}"
-        raise SuiteError(f"{where}: model.patch_size: {m.patch_size} does not divide {side}"
+        side = f"{_key(cell, 'model.img_size')} {size}" if m.img_size else f"the {size}x{size} images of {data.name}"
+        raise SuiteError(f"{where}: {_key(cell, 'model.patch_size')}: {m.patch_size} does not divide {side}"
                          f"{_in_cell(cell, 'patch_size', 'img_size')}; use a divisor of {size}, e.g. "
                          f"{' or '.join(map(str, near))}")
 
@@ -140,12 +143,14 @@ def _check_batch(cell: Cell, where: str) -> None:
     if n is None or n < 1:  # cifar, imagefolder: known once read; a bad synthetic size is the loader's message
         return
     if t.batch_size > n:
-        raise SuiteError(f"{where}: train.batch_size: {t.batch_size} is more than the {n} images of the {data.name} "
-                         f"train split{_in_cell(cell, 'batch_size')}, so the batch would silently shrink to {n}; "
+        raise SuiteError(f"{where}: {_key(cell, 'train.batch_size')}: {t.batch_size} is more than the {n} images of "
+                         f"the {data.name} train split{_in_cell(cell, 'batch_size')}, so the batch would silently "
+                         f"shrink to {n}; "
                          f"use at most {n}")
     batches = n // t.batch_size
     if batches < t.grad_accum_steps:
-        raise SuiteError(f"{where}: train.grad_accum_steps: {t.grad_accum_steps} batches per optimizer step, but an "
+        raise SuiteError(f"{where}: {_key(cell, 'train.grad_accum_steps')}: {t.grad_accum_steps} batches per "
+                         "optimizer step, but an "
                          f"epoch of {data.name} holds only {batches} batches of {t.batch_size}"
                          f"{_in_cell(cell, 'grad_accum_steps', 'batch_size')}: no step would ever run; use at most "
                          f"{batches} or a smaller batch_size")
@@ -160,4 +165,50 @@ def _check_optimizer(cell: Cell, where: str) -> None:
     if name.lower().split("_")[-1] not in known:
         hint = did_you_mean(name.lower(), known, otherwise=f"use one of timm's {len(known)}, e.g. adamw, lamb "
                                                          "or sgd: timm.optim.list_optimizers()")
-        raise SuiteError(f"{where}: train.optimizer: unknown optimizer {name!r}{_in_cell(cell, 'optimizer')}{hint}")
+        raise SuiteError(f"{where}: {_key(cell, 'train.optimizer')}: unknown optimizer {name!r}"
+                         f"{_in_cell(cell, 'optimizer')}{hint}")
+    _check_muon(cell, where)
+    _check_adam_beta2(cell, where)
+
+
+ADAM_FAMILY = ("adam", "lamb", "muon")  # optimizer names with an Adam second moment (`train.adam_beta2`)
+
+
+def _check_adam_beta2(cell: Cell, where: str) -> None:
+    """`train.adam_beta2` is the second-moment decay of an Adam-family optimizer (AdamW, LAMB, Muon's AdamW part),
+    in (0, 1)."""
+    t = cell.config.train
+    if t.adam_beta2 is None:
+        return
+    if not any(family in t.optimizer.lower() for family in ADAM_FAMILY):
+        raise SuiteError(f"{where}: {_key(cell, 'train.adam_beta2')}: {t.adam_beta2!r} is set, but "
+                         f"{_key(cell, 'train.optimizer')} {t.optimizer!r} keeps no Adam second moment"
+                         f"{_in_cell(cell, 'adam_beta2', 'optimizer')}; drop it or use an Adam-family optimizer")
+    if not 0 < t.adam_beta2 < 1:
+        raise SuiteError(f"{where}: {_key(cell, 'train.adam_beta2')}: must lie in (0, 1) (AdamW's default 0.999), "
+                         f"got {t.adam_beta2!r}{_in_cell(cell, 'adam_beta2')}")
+
+
+def _check_muon(cell: Cell, where: str) -> None:
+    """Muon as train/muon.py builds it (muon, adamuon). timm's other Muon names would split the parameters by shape
+    (the classifier onto Muon) and `nmuon`/`nadamuon` train the rest with NAdamW, so they are refused;
+    `train.muon_momentum` is Muon's, in [0, 1)."""
+    t = cell.config.train
+    name = t.optimizer.lower()
+    if "muon" in name and name not in MUON_OPTIMIZERS:
+        raise SuiteError(f"{where}: {_key(cell, 'train.optimizer')}: {t.optimizer!r} is not one of normbench's "
+                         f"Muon recipes{_in_cell(cell, 'optimizer')}: timm would route the parameters by shape (the "
+                         "classifier onto Muon)" + (" and train the rest with NAdamW, not AdamW" if "nadam" in name or
+                                                    name.endswith("nmuon") else "")
+                         + f"; use {' or '.join(MUON_OPTIMIZERS)} (Nesterov momentum on the hidden matrices, AdamW "
+                         "on the rest: docs/layers.md)")
+    momentum = t.muon_momentum
+    if momentum is None:
+        return
+    if name not in MUON_OPTIMIZERS:
+        raise SuiteError(f"{where}: {_key(cell, 'train.muon_momentum')}: {momentum!r} is set, but "
+                         f"{_key(cell, 'train.optimizer')} {t.optimizer!r} has no Muon part"
+                         f"{_in_cell(cell, 'muon_momentum', 'optimizer')}; drop it or use optimizer: muon")
+    if not 0 <= momentum < 1:
+        raise SuiteError(f"{where}: {_key(cell, 'train.muon_momentum')}: must lie in [0, 1) (the reference's 0.95), "
+                         f"got {momentum!r}{_in_cell(cell, 'muon_momentum')}")

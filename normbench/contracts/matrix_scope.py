@@ -8,6 +8,8 @@ The job list (sweep/run.py), the dry run (sweep/dry_run.py) and the report (repo
 - a bracketing round's cell (`bracket:<suite>:<n>`) when its axes but lr are a matrix cell's: the rounds add lrs
   beyond the grid, so a cell bracketing added stays the suite's own while its row and seed are listed;
 - a report stage's cell (`report:`, `budget:`) when its row is a matrix row and its seed one of `report_seeds`;
+- a claim round's cell (`claims:`) when its row is a matrix row and its seed one the rounds may train
+  (`Suite.claim_seeds`);
 - other studies (`tune:`, `tuned:`) are not the matrix's to judge: listed.
 """
 
@@ -44,9 +46,10 @@ class MatrixScope:
             return cell_id(axes) in self._matrix
         if names.bracket_round(study_name) is not None:
             return cell_id(_without(axes, ("lr",))) in self._but_lr
-        if study_name in (names.report, names.budget):
+        if study_name in (names.report, names.budget, names.claims):
             row = _without(axes, ("lr", "seed", *(_STRETCHED if study_name == names.budget else ())))
-            seeded = "seed" not in axes or axes["seed"] in self.suite.report_seeds
+            seeds = self.suite.claim_seeds() if study_name == names.claims else self.suite.report_seeds
+            seeded = "seed" not in axes or axes["seed"] in seeds
             return seeded and cell_id(row) in self._rows
         return True
 

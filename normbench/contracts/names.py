@@ -2,10 +2,12 @@
 
 A suite's cells live in one ledger as Optuna studies: `run:<suite>` (the matrix), `bracket:<suite>:<round>` (lr
 bracketing rounds, 1, 2, ...), `report:<suite>` (each row's chosen lr on the suite's fresh `report_seeds`),
-`budget:<suite>` (the same on two report seeds at twice the epochs: the convergence check),
-`tune:<suite>:<point>` (one search per matrix point without seed and tuned keys) and
-`tuned:<suite>` (the best configurations re-run over the matrix's seeds). The output folder holds the ledger
-journal, the MLflow store and the leaderboard files named below.
+`budget:<suite>` (the same on two report seeds at twice the epochs: the convergence check), `claims:<suite>` (the
+claim rounds: more report seeds for the rows of a claim still open, contracts/claim_rounds.py),
+`tune:<suite>:<point>` (one search per matrix point without seed and tuned keys), `confirm:<suite>` (each
+search's best trials again on a second search seed, `tune.confirm_top`) and `tuned:<suite>` (the best configurations
+re-run over the report seeds, else the matrix's). The output folder holds the ledger journal, the MLflow store and the
+leaderboard files named below.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-RUN, BRACKET, REPORT, BUDGET, TUNE, TUNED = "run", "bracket", "report", "budget", "tune", "tuned"
+RUN, BRACKET, REPORT, BUDGET, CLAIMS = "run", "bracket", "report", "budget", "claims"
+TUNE, CONFIRM, TUNED = "tune", "confirm", "tuned"
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,10 @@ class StudyNames:
     def budget(self) -> str:
         return f"{BUDGET}:{self.suite}"
 
+    @property
+    def claims(self) -> str:
+        return f"{CLAIMS}:{self.suite}"
+
     def tune(self, point_id: str) -> str:
         return f"{TUNE}:{self.suite}:{point_id}"
 
@@ -60,12 +67,18 @@ class StudyNames:
         return name[len(prefix):] if name.startswith(prefix) else None
 
     @property
+    def confirm(self) -> str:
+        """The tune's best trials of each search, trained again on a second search seed (`tune.confirm_top`)."""
+        return f"{CONFIRM}:{self.suite}"
+
+    @property
     def tuned(self) -> str:
         return f"{TUNED}:{self.suite}"
 
 
 def study_kind(name: str) -> str:
-    """The kind a study name starts with (`run`, `bracket`, `report`, `budget`, `tune`, `tuned`), '' for none."""
+    """The kind a study name starts with (`run`, `bracket`, `report`, `budget`, `claims`, `tune`, `tuned`), '' for
+    none."""
     return name.split(":", 1)[0] if ":" in name else ""
 
 
@@ -81,6 +94,7 @@ def suites_in(study_names: Iterable[str]) -> list[str]:
 
 
 WEIGHTS_ATTR = "weights"  # a trial's user attr: its kept final weights' file, relative to the checkpoint folder
+CHECKPOINT_ATTR = "checkpoint"  # a trial's user attr: its cell's last checkpoint (file, epoch, batch, step, ...)
 
 
 @dataclass(frozen=True)
@@ -121,6 +135,13 @@ class OutputFolder:
         return Path(cls.RUNS) / suite_name
 
     @classmethod
+    def newest(cls, parent: Path | None = None) -> Path | None:
+        """The output folder under `parent` (default runs/) whose ledger changed last, None if it holds none: the
+        folder `normbench ui` opens when given none, the suite run last."""
+        ledgers = [p for p in Path(parent or cls.RUNS).glob(f"*/{cls.LEDGER}") if p.is_file()]
+        return max(ledgers, key=lambda p: p.stat().st_mtime).parent if ledgers else None
+
+    @classmethod
     def writes(cls, name: str) -> bool:
         """Whether normbench writes a file of that name at the top of an output folder."""
         return name in cls.WRITTEN or any(fnmatch.fnmatchcase(name, p) for p in cls.WRITTEN_PATTERNS)
@@ -143,15 +164,13 @@ class OutputFolder:
     ceiling = property(lambda self: self.path / self.CEILING)
 
     def saved_suite(self) -> dict[str, Any]:
-        """OUT/suite.yaml as plain YAML ({} if missing or unreadable): its name and sections, read without loading
-        the suite (which would import torch), by `normbench ui`, `sync` and the refusal of another suite's folder."""
-        import yaml
+        """OUT/suite.yaml's YAML ({} when there is none): its name and sections, unvalidated, for `normbench ui`,
+        `sync` and the refusal of another suite's folder. Read by the one suite reader (contracts/suite_file.py), so
+        a file there that is not UTF-8, not YAML or not a mapping is the same one line (SuiteError, exit 2) as when
+        `leaderboard` loads it."""
+        from normbench.contracts.suite_file import read_suite_mapping
 
-        try:
-            raw = yaml.safe_load(self.suite.read_text())
-        except (OSError, yaml.YAMLError):
-            return {}
-        return raw if isinstance(raw, dict) else {}
+        return read_suite_mapping(self.suite) if self.suite.exists() else {}
 
     @staticmethod
     def telemetry_figure(quantity: str) -> str:

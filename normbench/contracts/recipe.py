@@ -35,7 +35,10 @@ class ModelConfig:
 class TrainConfig:
     epochs: int = 10                   # passes over the training split
     batch_size: int = 128              # images per optimizer step (before accumulation)
-    optimizer: str = "adamw"           # adamw or lamb (timm.optim), or any name timm's create_optimizer_v2 knows
+    optimizer: str = "adamw"           # adamw or lamb (timm.optim), or any name timm's create_optimizer_v2 knows;
+                                       # muon or adamuon: Muon on the hidden matrices, AdamW on the rest (train/muon.py)
+    muon_momentum: float | None = None  # Muon's Nesterov momentum on the hidden matrices; None: the reference's 0.95
+    adam_beta2: float | None = None    # Adam's second-moment decay (AdamW, LAMB, Muon's AdamW part); None: 0.999
     lr: float = 1e-3                   # peak learning rate after warmup
     weight_decay: float = 0.05         # decoupled; never applied to norms, gates or embeddings
     warmup_epochs: float = 1.0         # linear warmup from warmup_lr to lr
@@ -72,6 +75,9 @@ class TrainConfig:
 # them keeps its recipe hash (and its ledger), and the report and MLflow params leave them out
 RUN_KEYS = frozenset({"checkpoint_minutes", "keep_weights"})
 KEEP_WEIGHTS = ("none", "final")
+# the optimizers that train the blocks' hidden matrices with Muon and every other parameter with AdamW, at one lr
+# (train/muon.py; docs/layers.md, "The optimizer: AdamW and Muon")
+MUON_OPTIMIZERS = ("muon", "adamuon")
 
 
 @dataclass

@@ -54,6 +54,8 @@ class CellResult:
     telemetry: list[dict[str, Any]] = field(default_factory=list)  # per-block records (train/telemetry.py)
     device: str = ""               # where it trained (train/device.py device_name), "" in ledgers before 2026-11-26
     torch_version: str = ""        # the torch it trained with: seconds and images_per_sec depend on both
+    timm_version: str = ""         # the timm and normbench it trained with (MLflow tags them), "" before 2026-12-06
+    normbench_version: str = ""
     torch_threads: str = ""        # intra-op threads, each change in order ("2", "2/1"): a CPU cell's float sums, so
     #                                its numbers, depend on them (train/cpu_share.py); "" in ledgers before 2026-11-26
     fused_group: int = 1           # cells trained together as one fused model (train/fused.py); 1: alone
@@ -84,8 +86,8 @@ _NAN = float("nan")
 _DEFAULTS: dict[str, Any] = {"status": "ok", "best_val_top1": 0.0, "final_val_top1": 0.0, "val_top1": _NAN,
                              "test_top1": _NAN, "best_val_epoch": -1, "train_size": 0, "val_size": 0, "test_size": 0,
                              "num_classes": 0, "train_loss": _NAN, "epochs_run": 0, "images_per_sec": 0.0, "params": 0,
-                             "seconds": 0.0, "device": "", "torch_version": "", "torch_threads": "",
-                             "fused_group": 1}
+                             "seconds": 0.0, "device": "", "torch_version": "", "timm_version": "",
+                             "normbench_version": "", "torch_threads": "", "fused_group": 1}
 
 
 def _json_safe(value: Any) -> Any:

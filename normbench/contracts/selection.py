@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas loads where a frame is computed: `normbench ui` reads these names, never a frame
+    import pandas as pd
 
 DIVERGED = "diverged"
 SELECT = "select"  # column / MLflow metric: val top-1 (final epoch), 0 when diverged
@@ -101,6 +102,8 @@ def add_scores(cells: pd.DataFrame) -> pd.DataFrame:
 def seed_mean(values: Iterable[float]) -> float:
     """The mean over seeds that `choose_lr` compares (NaN skipped; NaN when no seed has a value). Every chooser
     computes it here, with the same summation, so a row's lr cannot differ between them by a rounding."""
+    import pandas as pd
+
     return float(pd.Series(list(values), dtype=float).mean())
 
 
@@ -147,6 +150,8 @@ def seed_spread(per_lr: Iterable[Iterable[tuple[float, bool, bool]]]) -> float:
     drawn (by 1.83x from 2 to 4 at one noise level), so each is scaled to its 2-seed expectation: a row does not turn
     flat because a suite added seeds (the modern sweep's mhc and hc_dynamic did, at 4). The median, so one stalled
     seed at one lr does not make every lr look alike (protocol v1 stopped pre-LN at depth 36 that way)."""
+    import pandas as pd
+
     ranges = []
     for triples in per_lr:
         alive = [v for v, _, d in triples if not d]
@@ -165,6 +170,8 @@ def tied(select_mean_by_lr: Mapping[float, float], lr: float) -> bool:
 def chosen_lrs(cells: pd.DataFrame, keys: list[str], by: str = SELECT) -> pd.DataFrame:
     """One row per group of `keys` with its selected `lr` (choose_lr over the group's seed means of `by`), from the
     selection cells only (a frame with a `role` column keeps its "select" rows)."""
+    import pandas as pd
+
     if ROLE in cells:
         cells = cells[cells[ROLE] == SELECTS]
     means = cells.groupby([*keys, "lr"], dropna=False, sort=True)[by].agg(seed_mean)

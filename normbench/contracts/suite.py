@@ -25,8 +25,18 @@ from typing import Any
 
 from normbench.contracts.bracketing import DEFAULT_LR_BOUNDS
 from normbench.contracts.cell_checks import check_cell, check_dataset, check_device
+from normbench.contracts.claim_rounds import ClaimRounds, parse_claim_rounds, round_seeds
+from normbench.contracts.layer_tunables import SOURCE, check_layer_space, is_layer_key
 from normbench.contracts.recipe import RUN_KEYS, Cell, CellConfig, ModelConfig, TrainConfig
-from normbench.contracts.suite_file import AXIS_SECTIONS, SECTIONS, TOP_LEVEL, apply_overrides, read_suite_file
+from normbench.contracts.suite_file import (
+    AXIS_SECTIONS,
+    SECTIONS,
+    TOP_LEVEL,
+    apply_overrides,
+    as_suite_mapping,
+    read_suite_file,
+    section_of,
+)
 from normbench.data.config import DataConfig
 from normbench.errors import SuiteError, did_you_mean
 
@@ -42,6 +52,8 @@ class TuneConfig:
     sampler: str = "tpe"                         # tpe or random
     pruner: str = "median"                       # median or none
     startup_trials: int = 5                      # trials before TPE and the pruner act
+    confirm_top: int = 0                         # the best trials re-trained on a second search seed, then chosen
+                                                 # on the mean of both (docs/protocol.md, "Tuned"); 0: the best one
 
 
 @dataclass
@@ -65,6 +77,9 @@ class Suite:
     report_seeds: list[int] = field(default_factory=list)  # train each row's chosen lr on these; they report
     budget_check: bool = False     # also train each row's chosen lr at BUDGET_FACTOR x the epochs: converged?
     targets: list[float] = field(default_factory=lambda: list(DEFAULT_TARGETS))  # learning-speed val targets (%)
+    sequential: ClaimRounds = field(default_factory=ClaimRounds)  # claims add report seeds in rounds until decided
+    # what loading it with --set said (claims the overrides left out, dropped): the command prints them; not the suite
+    notes: list[str] = field(default_factory=list, compare=False)
 
     def cells(self) -> list[Cell]:
         """The matrix expanded in file order (the last axis varies fastest)."""
@@ -97,6 +112,11 @@ class Suite:
     def selection_seeds(self) -> list[int]:
         """The seeds that choose each row's lr: the matrix's, else the recipe's one seed."""
         return list(self.matrix.get("seed", [self.train.get("seed", TrainConfig.seed)]))
+
+    def claim_seeds(self) -> list[int]:
+        """Every report seed a claim's rows may train: `report_seeds`, then the claim rounds' (contracts/
+        claim_rounds.py)."""
+        return round_seeds(self.report_seeds, self.selection_seeds(), self.sequential)
 
     def row_axes(self) -> list[str]:
         """The matrix axes that make a leaderboard row (all but lr and seed), in file order."""
@@ -146,23 +166,33 @@ def load_suite(path: str | Path, overrides: Sequence[str] = ()) -> Suite:
     raw = read_suite_file(path)
     if not overrides:
         return parse_suite(raw, path)
-    return parse_suite(apply_overrides(raw, overrides, path), path,
-                       where=f"{path} with --set {' '.join(overrides)}")
+    notes: list[str] = []
+    suite = parse_suite(apply_overrides(raw, overrides, path, notes), path,
+                        where=f"{path} with --set {' '.join(overrides)}")
+    suite.notes = notes
+    return suite
 
 
 def parse_suite(raw: Any, path: Path, where: str | None = None) -> Suite:
     """Validate a suite's YAML (`where` names it in messages: the file, and any --set overrides)."""
     where = where or str(path)
-    if not isinstance(raw, dict):
-        raise SuiteError(f"{where}: a suite is a mapping of keys ({', '.join(TOP_LEVEL)}), got {type(raw).__name__}")
+    raw = as_suite_mapping(raw, where)
     for key in raw:
         if key not in TOP_LEVEL:
-            raise SuiteError(f"{where}: unknown key `{key}`{did_you_mean(key, TOP_LEVEL)}")
+            section = section_of(str(key))
+            hint = (f" (`{key}` is a {section} key: write it under `{section}:`, e.g. {section}: {{{key}: "
+                    f"{raw[key]}}})" if section else did_you_mean(key, TOP_LEVEL))
+            raise SuiteError(f"{where}: unknown key `{key}`{hint}")
     name = raw.get("name")
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise SuiteError(f"{where}: `name` must be a word of letters, digits, '-', '_' or '.' "
                          f"(it names the output folder), got {name!r}")
     sections = {s: _section(raw.get(s), cls, s, where) for s, cls in SECTIONS.items()}
+    if "name" not in sections["dataset"]:  # no silent default: the data is the first thing a result depends on
+        from normbench.data import DATASETS
+
+        raise SuiteError(f"{where}: dataset.name: missing; name the data the suite trains on, e.g. dataset: {{name: "
+                         f"digits}} (bundled, no download; one of {', '.join(DATASETS)})")
     try:
         dataset = DataConfig(**sections["dataset"])
         check_dataset(dataset, where)
@@ -255,20 +285,75 @@ def _tune(raw: Any, suite: Suite, where: str) -> TuneConfig | None:
         raise SuiteError(f"{where}: tune.space: expected a mapping of key -> {{low, high, log}} or {{choices}}")
     tunable = {**typing.get_type_hints(ModelConfig), **typing.get_type_hints(TrainConfig)}
     for key, dist in space.items():
+        if is_layer_key(key):  # a layer's own hyper-parameter, within its source's range
+            if dist != SOURCE:
+                _check_space(key, dist, float | int | str | bool, where)  # the layer's own range decides its type
+            check_layer_space(key, dist, suite.layers(), where)
+            continue
         if key not in tunable:
-            raise SuiteError(f"{where}: tune.space.{key}: not a model or train key{did_you_mean(key, tunable)}")
-        ok = isinstance(dist, dict) and (
-            ("choices" in dist and isinstance(dist["choices"], list) and set(dist) == {"choices"})
-            or ({"low", "high"} <= set(dist) <= {"low", "high", "log", "step"}
-                and all(isinstance(dist[k], (int, float)) for k in ("low", "high")) and dist["low"] < dist["high"]))
-        if not ok:
-            raise SuiteError(f"{where}: tune.space.{key}: expected {{low: a, high: b, log: bool}} with a < b, "
-                             f"or {{choices: [...]}}, got {dist!r}")
+            raise SuiteError(f"{where}: tune.space.{key}: not a model or train key{did_you_mean(key, tunable)}, nor "
+                             "a layer's tunable (`layer.<name>`)")
+        _check_space(key, dist, tunable[key], where)
+    confirm = raw.get("confirm_top", 0)
+    if isinstance(confirm, bool) or not isinstance(confirm, int) or confirm < 0:
+        raise SuiteError(f"{where}: tune.confirm_top: expected a whole number of the best trials to train again on a "
+                         f"second search seed (0: none), got {confirm!r}")
     for key in ("sampler", "pruner"):
         options = {"sampler": ("tpe", "random"), "pruner": ("median", "none")}[key]
         if key in raw and raw[key] not in options:
             raise SuiteError(f"{where}: tune.{key}: {raw[key]!r}{did_you_mean(raw[key], options)}")
     return TuneConfig(**raw)
+
+
+def _check_space(key: str, dist: Any, hint: Any, where: str) -> None:
+    """A `tune.space` entry that Optuna takes and the key's type holds, as sweep/tune.py `suggest` samples it (int
+    low and high without log: integers; else floats): refused when the suite is read, not by Optuna mid-tune."""
+    at = f"{where}: tune.space.{key}"
+    if isinstance(dist, dict) and set(dist) == {"choices"}:
+        if not isinstance(dist["choices"], list) or not dist["choices"]:
+            raise SuiteError(f"{at}.choices: expected a list of one or more values to try, got {dist['choices']!r}")
+        for value in dist["choices"]:
+            _check_type(value, hint, f"tune.space.{key}.choices", where)
+        return
+    if not isinstance(dist, dict) or not {"low", "high"} <= set(dist) <= {"low", "high", "log", "step"}:
+        raise SuiteError(f"{at}: expected {{low: a, high: b}} (and optionally log: true, or step: s) with a < b, "
+                         f"or {{choices: [...]}}, got {dist!r}")
+    low, high, log, step = dist["low"], dist["high"], dist.get("log", False), dist.get("step")
+    for bound, value in (("low", low), ("high", high)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SuiteError(f"{at}.{bound}: expected a number, got {value!r}; a key of other values takes "
+                             "{choices: [...]}")
+        _check_type(value, hint, f"tune.space.{key}.{bound}", where)
+    if not isinstance(log, bool):
+        raise SuiteError(f"{at}.log: expected true or false, got {log!r}")
+    if not low < high:
+        raise SuiteError(f"{at}: expected {{low: a, high: b}} with a < b, got low {low!r} and high {high!r}; swap "
+                         "them, or give one value as {choices: [value]}")
+    integers = isinstance(low, int) and isinstance(high, int) and not log
+    if integers and _takes(0.5, hint):
+        raise SuiteError(f"{at}: low {low} and high {high} are integers, so only whole numbers would be tried; write "
+                         f"them as floats (low: {float(low)}, high: {float(high)}) for a range of {key}")
+    if not integers and not _takes(0.5, hint):
+        raise SuiteError(f"{at}: log: true samples floats, but {key} is an integer; drop log (the integers from low "
+                         "to high are tried evenly) or give {choices: [...]}")
+    if log and low <= 0:
+        raise SuiteError(f"{at}: log: true needs low > 0 (a log scale has no 0 or negatives), got low {low!r}; "
+                         f"set low to a positive value (e.g. {high / 1000:g}) or drop log")
+    if step is not None:
+        if log:
+            raise SuiteError(f"{at}: step and log: true do not combine (Optuna refuses it); drop one")
+        whole = isinstance(step, int) and not isinstance(step, bool)
+        if not (whole if integers else isinstance(step, (int, float)) and not isinstance(step, bool)) or step <= 0:
+            raise SuiteError(f"{at}.step: expected a positive {'integer' if integers else 'number'}, got {step!r}")
+
+
+def _takes(value: Any, hint: Any) -> bool:
+    """Whether a key of type `hint` holds `value` (a float: is it a float key?)."""
+    try:
+        _check_type(value, hint, "", "")
+    except SuiteError:
+        return False
+    return True
 
 
 def _lr_bounds(value: Any, suite: Suite, where: str) -> tuple[float, float]:
@@ -352,6 +437,7 @@ def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
     suite.report_seeds = _report_seeds(raw.get("report_seeds"), suite, where)
     suite.targets = _targets(raw.get("targets", list(DEFAULT_TARGETS)), where)
     suite.budget_check = _budget_check(raw.get("budget_check", False), suite, where)
+    suite.sequential = parse_claim_rounds(raw.get("sequential"), suite.report_seeds, where)
 
 
 def _budget_check(raw: Any, suite: Suite, where: str) -> bool:

@@ -14,13 +14,14 @@ from typing import Any
 
 import yaml
 
+from normbench.contracts.narrowing import drop_left_out
 from normbench.contracts.recipe import ModelConfig, TrainConfig
 from normbench.data.config import DataConfig
 from normbench.errors import SuiteError, did_you_mean
 
 TOP_LEVEL = ("name", "description", "dataset", "model", "train", "matrix", "tune", "device", "bracket",
              "bracket_max_steps", "lr_bounds", "baseline", "claims", "reference", "report_seeds", "targets",
-             "budget_check")
+             "budget_check", "sequential")
 SECTIONS: dict[str, type] = {"dataset": DataConfig, "model": ModelConfig, "train": TrainConfig}
 AXIS_SECTIONS = {"model": ModelConfig, "train": TrainConfig}
 
@@ -98,19 +99,33 @@ def read_suite_file(path: Path) -> Any:
     except DuplicateKeyError as e:
         raise SuiteError(f"{path}: line {e.line}: `{e.key}` is given twice (first on line {e.first_line}); YAML "
                          "would silently keep the last value: delete one") from None
-    except yaml.YAMLError as e:
-        raise SuiteError(f"{path}: not valid YAML: {e}") from None
+    except yaml.YAMLError as e:  # PyYAML's message spans lines: one line, as every refusal
+        raise SuiteError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
 
 
-def apply_overrides(raw: Any, overrides: Sequence[str], path: Path) -> Any:
+def read_suite_mapping(path: Path) -> dict[str, Any]:
+    """`read_suite_file`, refused (SuiteError) unless it is a mapping of keys, as `load_suite` refuses it."""
+    return as_suite_mapping(read_suite_file(path), str(path))
+
+
+def as_suite_mapping(raw: Any, where: str) -> dict[str, Any]:
+    """`raw` if a suite's YAML could hold it (a mapping), else the one line that says what it holds instead."""
+    if not isinstance(raw, dict):
+        raise SuiteError(f"{where}: a suite is a mapping of keys ({', '.join(TOP_LEVEL)}), got {type(raw).__name__}")
+    return raw
+
+
+def apply_overrides(raw: Any, overrides: Sequence[str], path: Path, notes: list[str] | None = None) -> Any:
     """`raw` (not changed) with each `KEY=VALUE` set: KEY is a top-level key or `section.key` (`train.epochs`,
     `dataset.root`, `matrix.lr`, `tune.trials`), VALUE a YAML scalar or flow value (`2`, `~/data`, `[1e-3, 3e-3]`).
-    Only the key's name is checked here; its value is validated with the rest of the suite."""
+    Only the key's name is checked here; its value is validated with the rest of the suite. Claims and a baseline
+    that the overrides leave out of the matrix are dropped (contracts/narrowing.py), a line each added to `notes`."""
     if not isinstance(raw, dict):
         return raw  # parse_suite names what the file holds instead
-    raw = copy.deepcopy(raw)
+    before, raw, set_keys = raw, copy.deepcopy(raw), set()
     for item in overrides:
         key, value = _override(item, path)
+        set_keys.add(key[0])
         if key[0] in AXIS_SECTIONS and key[1] in (raw.get("matrix") or {}):  # else refused as "both" below
             raise SuiteError(f"{path}: --set {item}: `{key[1]}` is a matrix axis of this suite; set the axis instead: "
                              f"--set matrix.{key[1]}=[{item.partition('=')[2]}]")
@@ -123,6 +138,9 @@ def apply_overrides(raw: Any, overrides: Sequence[str], path: Path) -> Any:
                 raise SuiteError(f"{path}: --set {item}: `{part}` in the file is not a mapping ({node!r}); "
                                  "set the whole key instead")
         node[key[-1]] = value
+    dropped = drop_left_out(before, raw, set_keys)
+    if notes is not None:
+        notes.extend(dropped)
     return raw
 
 
@@ -133,7 +151,10 @@ def _override(item: str, path: Path) -> tuple[list[str], Any]:
     if not sep or not all(key):
         raise SuiteError(f"{path}: --set {item!r}: expected KEY=VALUE, e.g. --set train.epochs=2")
     if key[0] not in TOP_LEVEL:
-        raise SuiteError(f"{path}: --set {item}: unknown key `{key[0]}`{did_you_mean(key[0], TOP_LEVEL)}")
+        section = section_of(key[0])
+        hint = (f" (`{key[0]}` is a {section} key: --set {section}.{item.strip()})" if section and len(key) == 1
+                else did_you_mean(key[0], TOP_LEVEL))
+        raise SuiteError(f"{path}: --set {item}: unknown key `{key[0]}`{hint}")
     if key[0] in SECTIONS:
         valid = [f.name for f in fields(SECTIONS[key[0]])]
         if len(key) != 2:
@@ -150,6 +171,11 @@ def _override(item: str, path: Path) -> tuple[list[str], Any]:
     except yaml.YAMLError as e:
         raise SuiteError(f"{path}: --set {item}: the value is not valid YAML "
                          f"({' '.join(str(getattr(e, 'problem', None) or e).split())})") from None
+
+
+def section_of(key: str) -> str | None:
+    """The section (`train`, `model`, `dataset`) a key that is no top-level key belongs to, e.g. `epochs` -> train."""
+    return next((name for name, cls in SECTIONS.items() if key in {f.name for f in fields(cls)}), None)
 
 
 def overridden_text(path: Path, overrides: Sequence[str]) -> str:

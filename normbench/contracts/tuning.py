@@ -5,11 +5,31 @@ a search trial is labelled by."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
-from normbench.contracts.suite import Suite
+from normbench.contracts.layer_tunables import PREFIX, declared, is_layer_key
+from normbench.contracts.recipe import Cell, CellConfig
+from normbench.contracts.suite import Suite, TuneConfig, with_overrides
+from normbench.errors import SuiteError
 
 LABEL = "label"  # a search trial's user attr: trial_label's text (its cell_id attr is its budget slot, `slot-3`)
+# a confirmation's axis: which search trial it trains again (its cells differ only in the values that trial sampled,
+# so the axis keeps their ids apart); not a recipe key (`recipe_axes` drops it)
+SEARCH_TRIAL = "search_trial"
+
+
+def recipe_axes(axes: dict[str, Any]) -> dict[str, Any]:
+    """A tuning cell's axes as the suite builds its cell: without SEARCH_TRIAL."""
+    return {k: v for k, v in axes.items() if k != SEARCH_TRIAL}
+
+
+def tune_section(suite: Suite) -> TuneConfig:
+    """The suite's `tune:` section; SuiteError (exit 2) naming what to add when it has none."""
+    if suite.tune is None:
+        raise SuiteError(f"{suite.path}: has no `tune:` section; add one with `trials:` and `space:` "
+                         "(see suites/smoke.yaml)")
+    return suite.tune
 
 
 def search_keys(suite: Suite) -> list[dict[str, Any]]:
@@ -20,10 +40,50 @@ def search_keys(suite: Suite) -> list[dict[str, Any]]:
 
 
 def seeds(suite: Suite) -> list[int]:
-    """The re-run seeds: the matrix's."""
-    return list(suite.matrix.get("seed", [suite.train.get("seed", 0)]))
+    """The re-run seeds: the suite's report seeds (fresh: no search trained on them), else the matrix's."""
+    return list(suite.report_seeds) or list(suite.matrix.get("seed", [suite.train.get("seed", 0)]))
 
 
 def search_seed(suite: Suite) -> int:
-    """The seed the search trains on: one past the largest re-run seed, so no re-run repeats a search trial."""
-    return max(seeds(suite)) + 1
+    """The seed the search trains on: one past every seed the suite names, so no re-run repeats a search trial."""
+    named = [*seeds(suite), *suite.matrix.get("seed", [suite.train.get("seed", 0)])]
+    return max(named) + 1
+
+
+def confirm_seed(suite: Suite) -> int:
+    """The second search seed the best trials train on again (`tune.confirm_top`)."""
+    return search_seed(suite) + 1
+
+
+def apply_sampled(cell: Cell, sampled: dict[str, Any]) -> CellConfig:
+    """The cell's recipe with a trial's sampled values: recipe keys as `with_overrides` sets them, `layer.<name>`
+    keys through their tunable's target (a dict target merged into the recipe's dict, not replacing it)."""
+    config = with_overrides(cell, {k: v for k, v in sampled.items() if not is_layer_key(k)})
+    layered = {k[len(PREFIX):]: v for k, v in sampled.items() if is_layer_key(k)}
+    if not layered:
+        return config
+    own = declared(config.model.layer)
+    model = config.model
+    for name, value in layered.items():
+        field, _, item = own[name].target.partition(".")
+        if item:
+            model = replace(model, **{field: {**getattr(model, field), item: value}})
+        else:
+            model = replace(model, **{field: value})
+    return replace(config, model=model)
+
+
+def recipe_value(cell: Cell, key: str) -> Any:
+    """What the grid's recipe trains `key` at, for the cell a tuned value replaced: a recipe key's value, or a
+    layer tunable's (the recipe's own setting, else the entry's default at the cell's depth); None if unknown."""
+    model, train = cell.config.model, cell.config.train
+    if not is_layer_key(key):
+        return getattr(model, key, getattr(train, key, None))
+    tunable = declared(model.layer).get(key[len(PREFIX):])
+    if tunable is None:
+        return None
+    field, _, item = tunable.target.partition(".")
+    value = getattr(model, field).get(item) if item else getattr(model, field)
+    if value is None and tunable.default is not None:
+        value = tunable.default(model.depth)
+    return value

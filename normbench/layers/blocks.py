@@ -8,6 +8,7 @@ forward reads like the equation.
 # No `from __future__ import annotations`: torch.fx copies forward annotations into code TorchScript must resolve
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from timm.layers import DropPath, Mlp
@@ -38,23 +39,30 @@ class PreNormBlock(nn.Module):
             (`qk_norm=True, norm_layer=...`); None: no QK-norm (`nn.Identity()`, timm's default).
         block_index: this block's 0-based place in the stack, for placements whose constants depend on it
             (LayerNorm Scaling's 1/√ℓ, Mix-LN's post-LN share).
+        attn_kwargs: more keyword arguments for the attention (the combination's `attn_kwargs`: gated attention's
+            `{"gated": True}`); None: none.
+
+    `attention_cls` is the attention the block builds: timm's `Attention`, or a subclass (normbench/layers/
+    attention.py) for a block whose method acts inside attention (HybridNorm's norm on v, value residuals).
 
     A gate class with `shared_across_branches = True` (ReZero's one α per block) is tied: `ls2` uses `ls1`'s
     parameters, under its own state_dict names.
     """
 
     output_is_normalized = False  # True where the block ends in its norm, so the model needs no final norm
+    attention_cls = Attention  # no annotation: TorchScript would read it as an attribute to compile
 
     def __init__(self, dim: int, num_heads: int, *, depth: int, norm_layer: ModuleFactory, gate_layer: ModuleFactory,
                  mlp_ratio: float = 4.0, qkv_bias: bool = True, proj_drop: float = 0.0, attn_drop: float = 0.0,
                  drop_path: float = 0.0, act_layer: type[nn.Module] = nn.GELU,
                  mlp_norm_layer: ModuleFactory | None = None, qk_norm_layer: ModuleFactory | None = None,
-                 block_index: int = 0) -> None:
+                 block_index: int = 0, attn_kwargs: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.block_index = block_index
         self.norm1 = norm_layer(dim)
-        self.attn = Attention(dim, num_heads=num_heads, qkv_bias=qkv_bias, qk_norm=qk_norm_layer is not None,
-                              norm_layer=qk_norm_layer, attn_drop=attn_drop, proj_drop=proj_drop)
+        self.attn = self.attention_cls(dim, num_heads=num_heads, qkv_bias=qkv_bias, qk_norm=qk_norm_layer is not None,
+                                       norm_layer=qk_norm_layer, attn_drop=attn_drop, proj_drop=proj_drop,
+                                       **(attn_kwargs or {}))
         self.ls1 = gate_layer(dim)
         self.drop_path1 = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
         self.norm2 = norm_layer(dim)

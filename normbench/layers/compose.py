@@ -8,8 +8,9 @@ fill its slots (`hc+layerscale`: LayerScale's diag(λ) on each branch's output b
 
 Refused, with one line naming the fix (LayerError, exit 2): two of a kind, a modifier twice or alone, an entry with one
 it `refuses` (e.g. a gate on `peri_ln`, whose output norm already scales each branch), two init rules (the later would
-overwrite the weights the earlier set), two different modules before the MLP's fc2, a family with a placement (each
-brings the block), and a family's `block_kwargs` it cannot take (`check_block_kwargs`).
+overwrite the weights the earlier set), two different modules before the MLP's fc2, two entries giving the attention
+one argument differently (`attn_kwargs`), a family with a placement (each brings the block), and a family's
+`block_kwargs` it cannot take (`check_block_kwargs`).
 """
 
 from __future__ import annotations
@@ -88,6 +89,12 @@ class LayerPlan:
         return self.norm.cls if declared == "norm" else declared  # type: ignore[return-value]
 
     @property
+    def attn_kwargs(self) -> dict[str, Any]:
+        """What the combination's entries add to every block's attention (`gated_attn`: `{"gated": True}`), merged;
+        `resolve_layer` refuses entries that disagree on a key."""
+        return {k: v for s in self.specs for k, v in (s.attn_kwargs or {}).items()}
+
+    @property
     def qk_norm_layer(self) -> type[nn.Module] | None:
         """The class normalizing each head's q and k, or None: the combination's norm class when it normalizes
         (`rmsnorm+qk_norm` -> RMSNorm, `dyt+qk_norm` -> DyT), else the modifier's own (`rezero+qk_norm` ->
@@ -135,6 +142,11 @@ def resolve_layer(layer: str) -> LayerPlan:
     if len(with_rules) > 1:
         raise LayerError(f"layer `{layer}` combines {' and '.join(f'`{n}`' for n in with_rules)}, whose init rules "
                          "each set the block's weights (the later would overwrite the earlier); use one of them")
+    for key in {k for s in plan.specs for k in (s.attn_kwargs or {})}:
+        values = {s.name: s.attn_kwargs[key] for s in plan.specs if s.attn_kwargs and key in s.attn_kwargs}
+        if len(set(map(repr, values.values()))) > 1:
+            raise LayerError(f"layer `{layer}` combines {' and '.join(f'`{n}`' for n in values)}, which set the "
+                             f"attention's `{key}` differently; use one of them")
     mlp_norms = {s.name: s.mlp_norm for s in plan.specs if s.mlp_norm is not None}
     if len(set(mlp_norms.values())) > 1:
         raise LayerError(f"layer `{layer}` combines {' and '.join(f'`{n}`' for n in mlp_norms)}, which each "

@@ -37,7 +37,7 @@ from torch import nn
 from normbench.layers._util import no_decay
 from normbench.layers.blocks import PreNormBlock
 from normbench.layers.norms import LayerNorm
-from normbench.layers.registry import Family, LayerError, register_layer
+from normbench.layers.registry import Family, LayerError, Tunable, register_layer
 
 DEFAULT_EXPANSION_RATE = 4  # the paper's n (its best trade-off, Sec. 4; DeepSeek's mHC uses the same)
 DYNAMIC_SCALE_INIT = 0.01  # s_α, s_β (Algorithm 2: `torch.ones(1) * 0.01`)
@@ -174,7 +174,13 @@ _SOURCE = ("Zhu et al. 2025, Hyper-Connections (ICLR), Algorithm 2 (App. J) and 
            "HyperConnections.width_connection/depth_connection; streams summed before the final norm")
 
 
-@register_layer("hc", kind="family", partner="layernorm", family=HC_FAMILY,
+# the rates the paper's ablation trains (Sec. 4.1, 1B models: n = 1, 2, 4, 8; its vision runs use 2)
+EXPANSION_RATES = Tunable("expansion_rate", "block_kwargs.expansion_rate", choices=(1, 2, 4, 8),
+                          default=lambda depth: DEFAULT_EXPANSION_RATE,
+                          source="Zhu et al. 2024, Hyper-Connections, Sec. 4.1 ablation of the expansion rate n")
+
+
+@register_layer("hc", kind="family", partner="layernorm", family=HC_FAMILY, tunables=(EXPANSION_RATES,),
                 formula="n streams H (block_kwargs.expansion_rate, default 4): h₀ = A_mᵀH, H ← A_rᵀH + Bᵀ F(norm(h₀)); "
                         "init A_m = e_(k mod n), A_r = I, B = 1 (a pre-norm residual at step 0); H⁰ = n copies, "
                         "summed before the final norm",
@@ -183,7 +189,7 @@ class StaticHyperConnectionBlock(HyperConnectionBlock):
     """Static hyper-connections (SHC): α and β are parameters."""
 
 
-@register_layer("hc_dynamic", kind="family", partner="layernorm", family=HC_FAMILY,
+@register_layer("hc_dynamic", kind="family", partner="layernorm", family=HC_FAMILY, tunables=(EXPANSION_RATES,),
                 formula="hc with token-wise terms: α = 0.01·tanh(LN(H) W_α) + α_static, β = 0.01·tanh(LN(H) W_β) + "
                         "β_static; W_α, W_β = 0 at init",
                 source=_SOURCE.replace("Algorithm 2", "Algorithm 2 (dynamic), Eq. 10-13"))

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from normbench.layers._util import no_decay
-from normbench.layers.registry import register_layer
+from normbench.layers.registry import Tunable, register_layer
 
 
 def cait_init_values(depth: int) -> float:
@@ -22,7 +22,11 @@ def cait_init_values(depth: int) -> float:
     return 1e-6
 
 
-@register_layer("layerscale", kind="gate", partner="layernorm",
+CAIT_EPSILON = Tunable("init_values", "init_values", low=1e-6, high=0.1, log=True, default=cait_init_values,
+                       source="CaiT Sec. 2: ε = 0.1 up to depth 18, 1e-5 at depth 24, 1e-6 deeper")
+
+
+@register_layer("layerscale", kind="gate", partner="layernorm", tunables=(CAIT_EPSILON,),
                 formula="x + diag(λ) F(norm(x)); λ = ε: 0.1 (depth ≤ 18), 1e-5 (24), 1e-6 (deeper)",
                 source="Touvron et al. 2021, Going deeper with Image Transformers (CaiT), Sec. 2; "
                        "facebookresearch/deit cait_models.py")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import fnmatch
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -61,6 +61,36 @@ class Family:
 
 
 @dataclass(frozen=True)
+class Tunable:
+    """A hyper-parameter of a layer that `normbench tune` may search, within the range its source used.
+
+    Attributes:
+        name: the suite's key under `tune.space`, `layer.<name>` (e.g. `layer.init_values`).
+        target: where a sampled value goes in the cell's recipe: a ModelConfig field (`init_values`) or a key of
+            one of its dicts (`block_kwargs.expansion_rate`, `norm_kwargs.alpha_init`).
+        low, high, log: a float range (log scale when `log`); or `choices`, the values the source tried.
+        source: where the range comes from (the paper's table or rule).
+        default: the value the entry takes at a model depth when the recipe sets none (CaiT's ε rule), so a tuned
+            value's distance from it can be said.
+    """
+
+    name: str
+    target: str
+    source: str
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+    default: Callable[[int], Any] | None = None  # the entry's own value at a depth, when the suite sets none
+
+    def space(self) -> dict[str, Any]:
+        """The range as a `tune.space` entry."""
+        if self.choices:
+            return {"choices": list(self.choices)}
+        return {"low": self.low, "high": self.high, "log": self.log}
+
+
+@dataclass(frozen=True)
 class LayerSpec:
     """One registered method.
 
@@ -95,6 +125,11 @@ class LayerSpec:
         refuses: kinds or names this entry does not combine with; `refuses_why` says why (one clause). A refused
             `norm` refuses only a norm the combination names, not the entry's own partner.
         family: for kind `family`, its expand/merge/head/after-step parts (`Family`); None otherwise.
+        tunables: the hyper-parameters `normbench tune` may search for this entry (`Tunable`), each within its
+            source's range; searched only where a suite's `tune.space` asks (`layer.<name>`).
+        attn_kwargs: keyword arguments this entry adds to the attention every block builds (timm's `Attention`, or
+            the block's own `attention_cls`): `{"gated": True}` for gated attention's sigmoid gate on the heads'
+            output. Entries of one combination may not disagree on a key.
     """
 
     name: str
@@ -111,6 +146,8 @@ class LayerSpec:
     refuses: tuple[str, ...] = ()
     refuses_why: str = ""
     family: Family | None = None
+    attn_kwargs: Mapping[str, Any] | None = None
+    tunables: tuple[Tunable, ...] = ()
 
 
 _REGISTRY: dict[str, LayerSpec] = {}
@@ -132,6 +169,8 @@ def register_layer(
     refuses: tuple[str, ...] = (),
     refuses_why: str = "",
     family: Family | None = None,
+    attn_kwargs: Mapping[str, Any] | None = None,
+    tunables: tuple[Tunable, ...] = (),
 ) -> Callable[[type[nn.Module]], type[nn.Module]]:
     """Class decorator: register `cls` under `name`. Re-registering a name warns and replaces it."""
     if kind not in KINDS:
@@ -148,7 +187,9 @@ def register_layer(
                           stacklevel=2)
         _REGISTRY[name] = LayerSpec(name, kind, cls, formula, source, partner=partner, init_rule=init_rule,
                                     mlp_norm=mlp_norm, origin=origin, data_init=data_init, qk_norm=qk_norm,
-                                    refuses=refuses, refuses_why=refuses_why, family=family)
+                                    refuses=refuses, refuses_why=refuses_why, family=family,
+                                    attn_kwargs=dict(attn_kwargs) if attn_kwargs else None,
+                                    tunables=tuple(tunables))
         return cls
 
     return decorator

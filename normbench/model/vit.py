@@ -120,6 +120,8 @@ class NormbenchViT(nn.Module):
         for key, cls in (("mlp_norm_layer", self.plan.mlp_norm_layer), ("qk_norm_layer", self.plan.qk_norm_layer)):
             if cls is not None:
                 block_extras[key] = norm_layer if cls is self.plan.norm.cls else cls
+        if self.plan.attn_kwargs:  # what the entries add to the attention (gated attention's gate)
+            block_extras["attn_kwargs"] = self.plan.attn_kwargs
         block_cls = self.plan.block_cls
         # the block's place in the stack, for placements whose constants depend on it (LNS, Mix-LN)
         takes_index = issubclass(block_cls, PreNormBlock) or family is not None  # families take it too

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from normbench.contracts.bracketing import DEFAULT_LR_BOUNDS, RowBracket, bracket_row
+from normbench.contracts.devices import device_class, known_classes
 from normbench.contracts.selection import BUDGETS, ROLE, SELECT
 from normbench.report.budget import BUDGET_AXIS
 from normbench.report.convergence import budget_rows, convergence_rows, loss_floor, loss_threshold
 from normbench.report.learning_speed import add_steps_to_targets, speed_rows
-from normbench.report.stats import lr_sensitivity, per_lr, select_lr, selected_cells, separation
+from normbench.report.stats import lr_sensitivity, per_lr, select_lr, selected_cells, selecting, separation
 
 MATRIX_AXES = ("depth", "layer", "lr", "seed")
 
@@ -95,17 +96,41 @@ def analyse(cells: pd.DataFrame, history: pd.DataFrame, *, matrix_axes: list[str
     checked = budget_rows(at_selected, budget, keys, value=SELECT)
     if not checked.empty:  # the 2x check decides where it ran; the loss/val-slope rule only where it did not
         converged = converged.merge(checked, on=keys, how="left", suffixes=("_rule", ""))
-        ran = converged["converged"].notna()
+        ran = converged["reason"].notna()  # the check ran: its verdict, or why its cells compare with nothing
         converged["converged"] = converged["converged"].where(ran, converged["converged_rule"])
         converged["reason"] = converged["reason"].where(ran, converged["reason_rule"])
         converged = converged.drop(columns=["converged_rule", "reason_rule"])
     sensitivity = lr_sensitivity(cells, keys, table_keys)
     selected = (selected.merge(converged, on=keys, how="left")
                 .merge(sensitivity[[*keys, "sensitivity", "common_lrs"]], on=keys, how="left"))
+    if (devices := row_devices(cells, at_selected, keys)) is not None:
+        selected = selected.merge(devices, on=keys, how="left")
     return Analysis(cells=cells, history=history, row_keys=row_keys, table_keys=table_keys, targets=targets,
                     regime=regime, selected=selected, speed=speed_rows(at_selected, keys, targets),
                     separation=separation(cells, selected, keys, table_keys), budget=checked,
                     budget_cells=budget)
+
+
+def row_devices(cells: pd.DataFrame, at_selected: pd.DataFrame, keys: list[str]) -> pd.DataFrame | None:
+    """Where a folder's cells trained on more than one device class (contracts/devices.py): per row, the classes of
+    the selection cells that chose its lr and of the cells that score it ('selection 8 GPU + 8 CPU; score CPU');
+    None where every cell trained on one class, as the table then needs no column."""
+    if "device" not in cells or len(known_classes(cells["device"])) < 2:
+        return None
+
+    def classes(group: pd.DataFrame) -> str:
+        counts = group["device"].map(device_class).value_counts().sort_index()
+        return " + ".join(f"{n} {c}" for c, n in counts.items()) if len(counts) > 1 else str(counts.index[0])
+
+    rows = []
+    chosen = selecting(cells)
+    for key, row in chosen.groupby(keys, dropna=False, sort=True):
+        where = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        scored = at_selected
+        for k, v in where.items():
+            scored = scored[scored[k] == v]
+        rows.append({**where, "devices": f"selection {classes(row)}; score {classes(scored) if len(scored) else '—'}"})
+    return pd.DataFrame(rows)
 
 
 def with_edge_reasons(selected: pd.DataFrame, cells: pd.DataFrame, keys: list[str], lr_grid: list[float] | None,

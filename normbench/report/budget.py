@@ -49,6 +49,7 @@ def check_agreement(checked: pd.DataFrame, row_keys: list[str], table_keys: list
     """Per table of the 2x convergence check (convergence.budget_rows): rho and permutation p of the rows' val at
     1x against 2x, and the pairs that swap. Formatted: one text column each."""
     rows = []
+    checked = checked[checked["val_2x"].notna()]  # a row whose 2x cells ran on another device compares nothing
     groups = checked.groupby(table_keys, dropna=False, sort=True) if table_keys else [((), checked)]
     for key, group in groups:
         where = dict(zip(table_keys, key if isinstance(key, tuple) else (key,), strict=True))

@@ -17,9 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from normbench.contracts.devices import comparable, known_classes
+
 LOSS_TOLERANCE = 0.1  # of the gap between chance's loss (ln K) and the floor
 RISE_SHARE = 0.2      # the last 20% of the epochs...
 RISE_POINTS = 1.0     # ...may gain at most this many val points (a least-squares fit over them)
+NOT_COMPARABLE = "not comparable"  # the 2x check's reason where its cells and the 1x cells ran on different devices
 
 
 def loss_floor(num_classes: int, smoothing: float) -> float:
@@ -114,10 +117,17 @@ def budget_rows(at_selected: pd.DataFrame, budget: pd.DataFrame, keys: list[str]
         # only the 2x cells at the lr selected now: those of an lr the row chose before more seeds moved it stay
         # results (results.csv) but check nothing
         twice = twice[np.isclose(twice["lr"].to_numpy()[:, None], once["lr"].unique()[None, :], rtol=1e-9).any(1)]
-        once = once.set_index("seed")[value]
-        paired = twice[twice["seed"].isin(once.index)]
+        paired = twice[twice["seed"].isin(once["seed"])]
         if paired.empty:
             continue
+        same = _same_device(once, paired)  # a 1x and a 2x cell on different devices differ like seeds do, or more
+        if not same.any():
+            rows.append({**where, "seeds": 0, "val_1x": math.nan, "val_2x": math.nan, "change": math.nan,
+                         "converged": math.nan, "reason": f"{NOT_COMPARABLE}: 2x on {_classes(paired)}, 1x on "
+                                                          f"{_classes(once[once['seed'].isin(paired['seed'])])}"})
+            continue
+        paired = paired[same]
+        once = once.set_index("seed")[value]
         val_1x, val_2x = float(once[paired["seed"]].mean()), float(paired[value].mean())
         change = val_2x - val_1x
         converged = abs(change) < BUDGET_POINTS
@@ -126,3 +136,15 @@ def budget_rows(at_selected: pd.DataFrame, budget: pd.DataFrame, keys: list[str]
         rows.append({**where, "seeds": len(paired), "val_1x": val_1x, "val_2x": val_2x, "change": change,
                      "converged": converged, "reason": reason})
     return pd.DataFrame(rows, columns=[*keys, "seeds", "val_1x", "val_2x", "change", "converged", "reason"])
+
+
+def _same_device(once: pd.DataFrame, twice: pd.DataFrame) -> np.ndarray:
+    """Per 2x cell: did its seed's 1x cell train on the same device class? (All True for frames without devices.)"""
+    if "device" not in once or "device" not in twice:
+        return np.ones(len(twice), dtype=bool)
+    first = once.set_index("seed")["device"]
+    return np.array([comparable(d, first[s]) for d, s in zip(twice["device"], twice["seed"], strict=True)], dtype=bool)
+
+
+def _classes(cells: pd.DataFrame) -> str:
+    return " and ".join(sorted(known_classes(cells["device"]))) if "device" in cells else "?"

@@ -15,6 +15,7 @@ from normbench.errors import NormbenchError
 from normbench.report.analysis import Analysis
 from normbench.report.frames import cells_frame
 from normbench.report.leaderboard import _analyse, _with_recipe_columns
+from normbench.report.tune_frame import tune_cells, with_tuned_values
 from normbench.store.ledger import Ledger
 
 
@@ -24,6 +25,7 @@ class FolderRead:
     suite: Suite
     cells: pd.DataFrame
     analysis: Analysis
+    tuned: bool = False  # `normbench tune` wrote it: its scores are each row's tuned configuration's
 
 
 def read_folder(out_dir: Path, *, storage: str | None = None) -> FolderRead:
@@ -39,7 +41,13 @@ def read_folder(out_dir: Path, *, storage: str | None = None) -> FolderRead:
                              "--storage if it ran on a shared database")
     suite = load_suite(folder.suite)
     ledger = Ledger(storage, folder.path)
-    cells = _with_recipe_columns(cells_frame(ledger, StudyNames(suite.name), scope=MatrixScope(suite)), suite)
+    names = StudyNames(suite.name)
+    cells = _with_recipe_columns(cells_frame(ledger, names, scope=MatrixScope(suite)), suite)
+    tuned = False
+    if cells.empty and suite.tune is not None:  # a folder `normbench tune` wrote: its searches and re-runs
+        reruns = with_tuned_values(cells_frame(ledger, names, tuned=True))
+        if not reruns.empty:
+            cells, tuned = _with_recipe_columns(tune_cells(ledger, names, suite, reruns), suite), True
     if cells.empty:
         raise NormbenchError(f"{out_dir}: no finished cells yet; run (or resume) `normbench run {suite.path}` first")
-    return FolderRead(folder.path, suite, cells, _analyse(cells, suite))
+    return FolderRead(folder.path, suite, cells, _analyse(cells, suite), tuned)

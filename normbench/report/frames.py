@@ -31,7 +31,7 @@ def studies_of(ledger: Ledger, names: StudyNames, *, tuned: bool = False) -> lis
     else:
         studies = [(names.run, 0, SELECTS),
                    *((n, names.bracket_round(n) or 0, SELECTS) for n in names.bracket_rounds(present)),
-                   (names.report, 0, REPORTS), (names.budget, 0, BUDGETS)]
+                   (names.report, 0, REPORTS), (names.claims, 0, REPORTS), (names.budget, 0, BUDGETS)]
     return [s for s in studies if s[0] in present]
 
 

@@ -1,9 +1,11 @@
 """The leaderboard's header: the suite and recipe, the splits and seeds, the training regime in words, the data's
-ceiling, the machine and how every number below is defined. A reader learns here in which regime a number holds.
+ceiling, the devices that trained, the ledger's newest record and how every number below is defined. A reader learns
+here in which regime a number holds.
 """
 
 from __future__ import annotations
 
+import datetime
 import math
 from dataclasses import asdict
 from typing import Any
@@ -18,7 +20,6 @@ from normbench.data.config import DATASET_ONLY_KEYS
 from normbench.report.analysis import Analysis
 from normbench.report.convergence import BUDGET_POINTS, LOSS_TOLERANCE, RISE_POINTS, RISE_SHARE
 from normbench.report.frames import LEFT_OUT
-from normbench.report.machine import machine_line
 from normbench.report.stats import ALPHA
 from normbench.report.style import lr_text
 
@@ -121,7 +122,7 @@ def budget_text(analysis: Analysis, where: dict[str, Any] | None = None) -> str:
 
 def converged_counts(selected: pd.DataFrame) -> tuple[int, int]:
     """(rows converged, those of them only the final-loss rule calls so: no 2x check ran for them)."""
-    converged = selected["converged"].fillna(False).astype(bool)
+    converged = selected["converged"].eq(True)  # NaN: unknown (no check, or its cells on another device)
     by_rule = selected["change"].isna() if "change" in selected else pd.Series(True, index=selected.index)
     return int(converged.sum()), int((converged & by_rule).sum())
 
@@ -139,14 +140,18 @@ def regime_line(analysis: Analysis) -> str:
         rule = "mixup/cutmix train on soft targets without a constant loss floor: only"
     else:
         rule = "no loss floor known (number of classes not recorded): only"
-    checked = len(analysis.budget)
+    checked = int((analysis.budget["seeds"] > 0).sum()) if len(analysis.budget) else 0
+    apart = len(analysis.budget) - checked  # 2x cells on another device than the 1x cells: compared with nothing
     if checked:  # protocol v2's check, which can fail: doubling the budget must not move the row
         rule_text = (f"{checked} of them checked by training the selected lr on {BUDGET_SEEDS} report seeds at "
                      f"{BUDGET_FACTOR}x the epochs (schedule stretched): converged when that changes the seed-mean "
                      f"val top-1 by less than {BUDGET_POINTS:g} point, {BUDGET_POINTS:g} point being 3.6 of 360 "
                      "digits val images, about half a converged row's seed-to-seed spread"
-                     + ("" if checked == rows else f"; the other {rows - checked}: {rule} the seed-mean val curve "
-                        f"gaining at most {RISE_POINTS:g} point over the last {RISE_SHARE:.0%} of epochs"))
+                     + (f"; {apart} not comparable (their 2x and 1x cells trained on different devices)"
+                        if apart else "")
+                     + ("" if checked + apart == rows else f"; the other {rows - checked - apart}: {rule} the "
+                        f"seed-mean val curve gaining at most {RISE_POINTS:g} point over the last {RISE_SHARE:.0%} "
+                        "of epochs"))
     else:
         rule_text = (f"{rule} the seed-mean val curve gaining at most {RISE_POINTS:g} point over the last "
                      f"{RISE_SHARE:.0%} of epochs; no 2x budget check ran, and under a cosine schedule this rule "
@@ -159,7 +164,19 @@ def ceiling_text(ceiling: str | None) -> list[str]:
     return [f"- {ceiling}"] if ceiling else []
 
 
-def header(suite: Suite | None, cells: pd.DataFrame, analysis: Analysis | None, ceiling: str | None) -> list[str]:
+def ledger_line(newest: datetime.datetime | None) -> str:
+    """`- ledger: newest trial record 2026-11-29 13:13 UTC; ...`: what dates the numbers. Only what the ledger holds:
+    the writer's machine, versions and clock would make a published folder differ each time it is regenerated
+    (the trained-on line names the devices and torch versions that trained)."""
+    if newest is None:
+        return "- ledger: no trial recorded yet"
+    return (f"- ledger: newest trial record {newest:%Y-%m-%d %H:%M} UTC (every number here is computed from it and "
+            "the folder's inputs: regenerated anywhere, this file is the same byte for byte)")
+
+
+def header(suite: Suite | None, cells: pd.DataFrame, analysis: Analysis | None, ceiling: str | None,
+           newest: datetime.datetime | None = None) -> list[str]:
+    """The header's lines; `newest`: the ledger's newest trial record, in UTC (leaderboard.py `newest_record`)."""
     lines = [f"# normbench leaderboard: {suite.name if suite else '?'}", ""]
     if suite is not None:
         lines += [f"- suite: `{suite.path}`" + (f" — {suite.description}" if suite.description else "")]
@@ -173,7 +190,7 @@ def header(suite: Suite | None, cells: pd.DataFrame, analysis: Analysis | None, 
     if analysis is not None:
         lines.append(regime_line(analysis))
     lines += ceiling_text(ceiling)
-    lines += [*trained_on(cells), f"- {machine_line()}", f"- {len(cells)} cells; {SCORE_DEFINITION}"]
+    lines += [*trained_on(cells), ledger_line(newest), f"- {len(cells)} cells; {SCORE_DEFINITION}"]
     if left_out := cells.attrs.get(LEFT_OUT):
         lines.append(f"- {left_out} finished cell{'s' if left_out != 1 else ''} of the ledger left out: {WHY} "
                      "(put the values back in the matrix to count them again)")
@@ -185,8 +202,8 @@ def header(suite: Suite | None, cells: pd.DataFrame, analysis: Analysis | None, 
 
 def trained_on(cells: pd.DataFrame) -> list[str]:
     """`- trained on: CPU (x86_64, 2 cores) (36 cells, torch 2.14.1, 1-2 threads)`: where the cells ran, from their
-    results (the machine line says where the leaderboard was written). None for cells recorded before results named
-    a device; threads only where the cells recorded them (a CPU cell's numbers depend on them)."""
+    results (the leaderboard names no machine of its own: ledger_line). None for cells recorded before results named a
+    device; threads only where the cells recorded them (a CPU cell's numbers depend on them)."""
     if cells.empty or "device" not in cells:
         return []
     known = cells[cells["device"].fillna("").astype(str) != ""]

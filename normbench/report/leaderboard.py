@@ -9,23 +9,25 @@ module reads the ledger and writes the files.
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
 from normbench.contracts.bracketing import DEFAULT_LR_BOUNDS
 from normbench.contracts.matrix_scope import MatrixScope
-from normbench.contracts.names import OutputFolder, StudyNames, suites_in
+from normbench.contracts.names import OutputFolder, StudyNames, study_suite, suites_in
 from normbench.contracts.selection import add_scores
 from normbench.contracts.suite import DEFAULT_TARGETS, Suite
 from normbench.errors import NormbenchError
 from normbench.report.analysis import Analysis, analyse
 from normbench.report.ceiling import ceiling_line, read_or_compute_ceiling
-from normbench.report.frames import cells_frame, history_frame
+from normbench.report.frames import FAILED, cells_frame, history_frame
 from normbench.report.header import header
-from normbench.report.sections import run_sections
+from normbench.report.sections import failed_section, run_sections
 from normbench.report.tables import markdown_table, rankings_table, transfer_table, tuned_table
 from normbench.report.telemetry_figures import telemetry_section
 from normbench.report.transfer import RESAMPLES, ranking_transfer
@@ -61,9 +63,9 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
         analysis.all_cells.drop(columns=UNWRITTEN, errors="ignore").to_csv(folder.results, index=False)
         analysis.history.to_csv(folder.history, index=False)
     ceiling = _ceiling(folder, suite)
-    lines = header(suite, cells, analysis, ceiling)
-    if analysis is None:
-        lines.append("No finished cells yet.")
+    lines = header(suite, cells, analysis, ceiling, newest_record(ledger, names))
+    if analysis is None:  # the cells failed for good all the same: the run's exit line sends the user here
+        lines += [*failed_section(cells.attrs.get(FAILED, [])), "No finished cells yet."]
     else:
         lines += run_sections(analysis, suite, out_dir)
         reference = reference if reference is not None else suite.reference if suite else None
@@ -71,13 +73,47 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
             lines += transfer_section(analysis.cells, Path(reference), out_dir)
     if not tuned.empty:
         lines += ["## tuned (equal Optuna budget per layer and depth, chosen on val, re-run on seeds the search "
-                  "did not train on)", "", markdown_table(tuned_table(tuned)), ""]
+                  "did not train on)", "", markdown_table(tuned_table(tuned, suite)), ""]
     lines += tuning_budget_section(ledger, names)
+    lines += importance_section(ledger, names)
     # further sections (e.g. telemetry figures) append to `lines` here, before it is written
     lines += telemetry_section(cells, out_dir, order=suite.layers() if suite else None)
     path = folder.leaderboard
     path.write_text("\n".join(lines))
     return path
+
+
+FIGURES = (".png", ".svg")
+
+
+def folder_files(out_dir: Path) -> dict[str, int]:
+    """{file name: mtime in ns} of the folder's files: taken before `write_leaderboard`, `written_line` says after
+    what it wrote (a file rewritten has a new mtime even when its bytes are the same)."""
+    return {p.name: p.stat().st_mtime_ns for p in Path(out_dir).iterdir() if p.is_file()}
+
+
+def written_line(out_dir: Path, before: dict[str, int]) -> str:
+    """`wrote into results/smoke/: leaderboard.md, results.csv, history.csv and 34 figure files (.png, .svg)`."""
+    written = sorted(name for name, mtime in folder_files(out_dir).items() if before.get(name) != mtime)
+    first = [OutputFolder.LEADERBOARD] if OutputFolder.LEADERBOARD in written else []
+    named = [*first, *(n for n in written if n not in first and not n.endswith(FIGURES))]
+    figures = len(written) - len(first) - len(named[len(first):])
+    if figures:
+        named.append(f"{figures} figure file{'s' if figures != 1 else ''} ({', '.join(FIGURES)})")
+    listed = ", ".join(named[:-1]) + f" and {named[-1]}" if len(named) > 1 else "".join(named) or "nothing"
+    return f"wrote into {Path(out_dir)}/: {listed}"
+
+
+def newest_record(ledger: Ledger, names: StudyNames) -> datetime.datetime | None:
+    """The newest start or end of any trial of the suite's studies, in UTC (naive): the leaderboard's date, the same
+    on every machine that reads the ledger (Optuna hands a journal's UTC times back in the reader's local time)."""
+    studies = [ledger.call(optuna.load_study, study_name=name, storage=ledger.storage)  # loading writes nothing
+               for name in ledger.study_names() if study_suite(name) == names.suite]
+    times = [when for study in studies for t in ledger.trials(study)
+             for when in (t.datetime_start, t.datetime_complete) if when]
+    if not times:
+        return None
+    return max(times).astimezone(datetime.timezone.utc).replace(tzinfo=None)
 
 
 def _analyse(cells: pd.DataFrame, suite: Suite | None) -> Analysis:
@@ -163,6 +199,31 @@ def tuning_budget_section(ledger: Ledger, names: StudyNames) -> list[str]:
     if not rows:
         return []
     return ["## tuning budget (trials per study)", "", markdown_table(pd.DataFrame(rows)), ""]
+
+
+def importance_section(ledger: Ledger, names: StudyNames) -> list[str]:
+    """Per search, how much each searched value mattered to the final val: Optuna's own fANOVA importances
+    (`optuna.importance.get_param_importances`, seeded so a regenerated leaderboard reads the same), as
+    optuna-dashboard shows them; a search of one value, or with fewer than two finished trials, has none."""
+    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+
+    rows = []
+    for name in sorted(n for n in ledger.study_names() if names.tune_point(n) is not None):
+        study = ledger.study(name)
+        complete = ledger.trials(study, (TrialState.COMPLETE,))
+        searched = {k for t in complete for k in t.params}
+        if len(complete) < 2 or len(searched) < 2:
+            continue
+        try:
+            importances = get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=0))
+        except (RuntimeError, ValueError):  # every trial alike (no variance to apportion)
+            continue
+        rows.append({"study": names.tune_point(name),
+                     **{k: f"{v:.2f}" for k, v in sorted(importances.items())}})
+    if not rows:
+        return []
+    return ["## what mattered in each search (Optuna's fANOVA importance of each searched value for the final val "
+            "top-1; each row sums to 1)", "", markdown_table(pd.DataFrame(rows).fillna("—")), ""]
 
 
 def _with_recipe_columns(cells: pd.DataFrame, suite: Suite | None) -> pd.DataFrame:

@@ -11,21 +11,23 @@ Formats `FolderRead`s; computes nothing the leaderboards do not.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from normbench.contracts.suite import claim_rival
 from normbench.errors import NormbenchError
-from normbench.report.budget import BUDGET_AXIS, budget_agreement
+from normbench.report.budget import BUDGET_AXIS, MIN_LAYERS, budget_agreement, budget_verdict
+from normbench.report.claims import OPEN, check_claims
 from normbench.report.folder import FolderRead
 from normbench.report.header import budget_text, converged_counts, regime_word, seeds_line
+from normbench.report.rank_agreement import permutation_p, spearman, swapped_pairs
 from normbench.report.stats import (
     ALPHA,
     REPORTS,
     UNDERPOWERED,
-    check_claims,
     fell_back,
     reading,
     versus_baseline,
@@ -38,7 +40,16 @@ from normbench.report.tables import (
     markdown_table,
     p_text,
 )
-from normbench.report.width import epochs_of, finished, regime_rows, side, width_of, width_rows
+from normbench.report.width import (
+    epochs_of,
+    finished,
+    optimizer_of,
+    recipe_of,
+    regime_rows,
+    side,
+    width_of,
+    width_rows,
+)
 
 DIGITS = 1  # the comparison's tables: one decimal, rounded once from the full-precision means
 
@@ -171,7 +182,7 @@ def claim_line(c: pd.Series, regime: str, axis: str = "budget") -> dict[str, str
     """One claim read in one regime, with the effect its test could detect at 80% power (as the leaderboard)."""
     return {"claim": claim_text(c), axis: regime,
             "difference [95% CI]": difference_text(c["mean"], c["low"], c["high"]),
-            "p (Holm)": p_text(c["p_holm"]),
+            "p (sequential, Holm)": p_text(c["p_holm"]),
             "detectable at 80% power (points)": detectable_text(c["detectable"], c["alpha"], c["n"], c["reference"]),
             "verdict": c["verdict"]}
 
@@ -184,14 +195,14 @@ def claim_across(verdicts: Sequence[str], regimes: Sequence[str], unfinished: bo
         return f"{regimes[0]} only"
     if unfinished:
         return "cannot tell (unfinished)"
-    decided = set(verdicts) - {UNDERPOWERED}
+    decided = set(verdicts) - {UNDERPOWERED, OPEN}
     if not decided:
-        return "undecided (underpowered in each)"
+        return "undecided (open or underpowered in each)"
     if len(set(verdicts)) == 1:
         return "holds"
     if len(decided) > 1:
         return "changes"
-    return f"decided in {sum(v != UNDERPOWERED for v in verdicts)} of {len(verdicts)}"
+    return f"decided in {sum(v not in (UNDERPOWERED, OPEN) for v in verdicts)} of {len(verdicts)}"
 
 
 def paired_seeds(claim: pd.Series, selected: pd.DataFrame) -> str:
@@ -205,14 +216,16 @@ def paired_seeds(claim: pd.Series, selected: pd.DataFrame) -> str:
     return "report seeds" if on_report else "selection seeds"
 
 
-def claims_rows(reads: Sequence[FolderRead], axis: str = "budget") -> pd.DataFrame:
+def claims_rows(reads: Sequence[FolderRead], axis: str = "budget",
+                regime_of: Callable[[FolderRead], str] | None = None) -> pd.DataFrame:
     rows, unfinished = [], set()
     for r in reads:
         if not r.suite.claims:
             continue
-        claims = check_claims(r.analysis.cells, r.analysis.selected, r.analysis.keys, r.suite.claims)
+        claims = check_claims(r.analysis.cells, r.analysis.selected, r.analysis.keys, r.suite.claims,
+                              r.suite.sequential, len(r.suite.report_seeds))
         done = finished(r.analysis.selected)
-        regime = label(r) if axis == "budget" else f"{axis} {width_of(r)}"
+        regime = label(r) if axis == "budget" else regime_of(r) if regime_of else f"{axis} {width_of(r)}"
         lines = [claim_line(c, regime if done or axis == "budget" else
                             f"{regime} (unfinished: {c['n']} {paired_seeds(c, r.analysis.selected)})", axis)
                  for _, c in claims.iterrows()]
@@ -227,44 +240,91 @@ def claims_rows(reads: Sequence[FolderRead], axis: str = "budget") -> pd.DataFra
     return frame
 
 
-def compare_widths(reads: Sequence[FolderRead]) -> list[str]:
-    """Two folders of one grid at different model widths (same epochs): each row's rank and gap to the baseline at
-    the narrowest and the widest (report/width.py), each folder's regime, and the claims in each."""
-    reads = sorted(reads, key=width_of)
-    if len({width_of(r) for r in reads}) != len(reads):
-        raise NormbenchError(f"two folders share a model width ({[width_of(r) for r in reads]}); compare folders "
-                             "that differ in one thing: epochs or embed_dim")
+# what two folders of one grid and one budget may differ in, each read as a side of the comparison: its name, the
+# label a folder's side gets, and the order the sides are shown in (the reference first)
+FACTORS: dict[str, tuple[Callable[[FolderRead], str], Callable[[FolderRead], Any]]] = {
+    "width": (lambda r: f"width {width_of(r)}", width_of),
+    "optimizer": (optimizer_of, lambda r: (optimizer_of(r) != "adamw", optimizer_of(r))),
+    "recipe": (recipe_of, lambda r: r.tuned),
+}
+
+
+def differing(reads: Sequence[FolderRead]) -> list[str]:
+    """The factors whose labels differ across `reads` (FACTORS' order)."""
+    return [name for name, (label_of, _) in FACTORS.items() if len({label_of(r) for r in reads}) > 1]
+
+
+def compare_sides(reads: Sequence[FolderRead], factor: str = "width") -> list[str]:
+    """Two folders of one grid and one budget that differ in one `factor` (model width, optimizer, or grid against
+    tuned recipes): each row's rank and gap to the baseline on either side (report/width.py), each folder's regime,
+    and the claims in each."""
+    label_of, order = FACTORS[factor]
+    reads = sorted(reads, key=order)
+    labels = [label_of(r) for r in reads]
+    if len(set(labels)) != len(reads):
+        raise NormbenchError(f"two folders share a {factor} ({labels}); compare folders that differ in one thing: "
+                             "epochs, embed_dim, the optimizer, or grid against tuned")
     baseline = reads[-1].suite.baseline or "layernorm"
-    table, quantity = width_rows(side(reads[0], baseline), side(reads[-1], baseline), baseline)
-    names = " vs ".join(f"width {width_of(r)}" for r in reads)
+    table, quantity = width_rows(side(reads[0], baseline, labels[0]), side(reads[-1], baseline, labels[-1]),
+                                 baseline, factor)
+    names = " vs ".join(labels)
+    what = {"width": "model widths", "optimizer": "optimizers", "recipe": "recipes: a grid over the lr against an "
+            "equal Optuna budget per row over the whole recipe"}[factor]
     lines = [f"# normbench regimes: {names}", "",
-             "One grid at different model widths, each folder under its own protocol. Regenerate with "
+             f"One grid at different {what}, each folder under its own protocol. Regenerate with "
              "`normbench compare " + " ".join(shown_path(r.path) for r in reads) + "`.", "",
              markdown_table(regime_rows(list(reads))), ""]
     if table.empty:
         lines += [f"No depth has {baseline} and another row in both folders: nothing to line up.", ""]
     else:
-        lines += [f"## does each row's rank and gap to {baseline} hold across width? (rank over the rows both "
-                  f"folders ran; gap in points of {quantity}; width {width_of(reads[0])} against width "
-                  f"{width_of(reads[-1])}: holds where both paired tests against {baseline} read the same "
-                  f"(Holm p < {ALPHA:g}), moves where they read opposite)", "",
-                  markdown_table(table), ""]
-    claims = claims_rows(reads, axis="width")
+        lines += [f"## does each row's rank and gap to {baseline} hold across {factor}? (rank over the rows both "
+                  f"folders ran; gap in points of {quantity}; {labels[0]} against {labels[-1]}: holds where both "
+                  f"paired tests against {baseline} read the same (Holm p < {ALPHA:g}), moves where they read "
+                  "opposite)", "", markdown_table(table), ""]
+        lines += rank_correlation_lines(reads, labels)
+    claims = claims_rows(reads, axis=factor, regime_of=label_of)
     if not claims.empty:
-        lines += ["## claims at each width (paired t test against `by`, Holm over each folder's claims)", "",
+        lines += [f"## claims at each {factor} (paired t test against `by`, Holm over each folder's claims)", "",
                   markdown_table(claims), ""]
     return lines
+
+
+def rank_correlation_lines(reads: Sequence[FolderRead], labels: list[str]) -> list[str]:
+    """Per depth, Spearman's rho of the scores of the rows both folders ran, with its one-sided exact permutation
+    p, as the leaderboard's ranking checks read it (holds: rho > 0 and p < ALPHA). Not for width, whose folders
+    state it in their own transfer section."""
+    if labels[0].startswith("width "):
+        return []
+    rows = []
+    first, last = reads[0].analysis.selected, reads[-1].analysis.selected
+    for depth in sorted(set(first["depth"]) & set(last["depth"])):
+        a, b = (f[f["depth"] == depth].set_index("layer")["mean"] for f in (first, last))
+        layers = sorted(set(a.index) & set(b.index))
+        x, y = a[layers].to_numpy(float), b[layers].to_numpy(float)
+        enough = len(layers) >= MIN_LAYERS
+        rho, p = (spearman(x, y), permutation_p(x, y)) if enough else (math.nan, math.nan)
+        rows.append({"depth": str(depth), "rows": str(len(layers)), "rho": "—" if rho != rho else f"{rho:+.2f}",
+                     "permutation p": p_text(p), "verdict": budget_verdict(rho, p),
+                     f"swapped ({labels[0]}'s order first)": ", ".join(f"{u} > {v}" for u, v in
+                                                                       swapped_pairs(layers, x, y)) or "none"})
+    if not rows:
+        return []
+    return [f"## does the ranking hold from {labels[0]} to {labels[-1]}? (Spearman's rho of the row scores; "
+            f"one-sided exact permutation p; holds: rho > 0 and p < {ALPHA:g})", "", markdown_table(pd.DataFrame(rows)),
+            ""]
 
 
 def compare_regimes(reads: Sequence[FolderRead]) -> list[str]:
     """The comparison as markdown lines."""
     if len(reads) < 2:
         raise NormbenchError("compare needs at least two output folders (the same grid at different budgets)")
-    if len({width_of(r) for r in reads}) > 1:
-        if len({epochs_of(r) for r in reads}) > 1:
-            raise NormbenchError("these folders differ in both epochs and model width; compare folders that differ "
-                                 "in one of them")
-        return compare_widths(reads)
+    factors = differing(reads)
+    if factors:
+        several = ["epochs"] * (len({epochs_of(r) for r in reads}) > 1) + factors
+        if len(several) > 1:
+            raise NormbenchError(f"these folders differ in {' and '.join(several)}; compare folders that differ in "
+                                 "one of them")
+        return compare_sides(reads, factors[0])
     reads = ordered(reads)
     names = " vs ".join(label(r) for r in reads)
     lines = [f"# normbench regimes: {names}", "",

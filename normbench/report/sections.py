@@ -17,12 +17,13 @@ from normbench.contracts.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite, claim_
 from normbench.report.analysis import Analysis
 from normbench.report.blowups import blowup_section
 from normbench.report.budget import BUDGET_AXIS, budget_agreement, check_agreement
+from normbench.report.claims import check_claims
 from normbench.report.convergence import BUDGET_POINTS
 from normbench.report.cost import cost_sections
 from normbench.report.frames import FAILED
 from normbench.report.header import budget_text
 from normbench.report.plots import write_accuracy_vs_step, write_lr_sensitivity, write_lr_vs_depth, write_plots
-from normbench.report.stats import ALPHA, POWER, check_claims, select_lr, selected_cells, selecting
+from normbench.report.stats import ALPHA, POWER, select_lr, selected_cells, selecting
 from normbench.report.tables import (
     all_depths_table,
     baseline_table,
@@ -76,7 +77,7 @@ def claim_regimes(analysis: Analysis, claims: pd.DataFrame) -> list[str]:
         where = {k: claim[k] for k in analysis.table_keys}
         rows = _rows_of(analysis.selected, where)
         rows = rows[rows["layer"].isin([claim["layer"], claim_rival(claim)[1]])]
-        open_rows = rows[~rows["converged"].fillna(False).astype(bool)]["layer"].tolist()
+        open_rows = rows[~rows["converged"].eq(True)]["layer"].tolist()
         state = "both rows converged" if not open_rows else f"unconverged: {', '.join(open_rows)}"
         texts.append(f"{budget_text(analysis, where)}; {state}")
     return texts
@@ -103,12 +104,8 @@ def comparison_sections(analysis: Analysis, suite: Suite | None) -> list[str]:
                       f"own val-selected lr; paired t test, Holm-adjusted over this table: better/worse only where "
                       f"the adjusted p < {ALPHA:g})", "", markdown_table(table), ""]
     if suite is not None and suite.claims:
-        claims = check_claims(cells, selected, keys, suite.claims)
-        lines += [f"## claims (paired t test of the difference against `by`, Holm-adjusted over the claims: "
-                  f"supported where p < {ALPHA:g} and the difference lies above `by`, contradicted where below; "
-                  f"else no effect found where the test had {POWER:.0%} power at its Holm level to detect the "
-                  "source's effect (`claimed`, else `by`), underpowered where it had not or no source's effect is "
-                  "comparable; each read in the regime it states)", "",
+        claims = check_claims(cells, selected, keys, suite.claims, suite.sequential, len(suite.report_seeds))
+        lines += [claims_heading(suite), "",
                   markdown_table(claims_table(claims, claim_regimes(a, claims))), ""]
     lines += convergence_check_section(a)
     if BUDGET_AXIS in a.table_keys:
@@ -119,6 +116,21 @@ def comparison_sections(analysis: Analysis, suite: Suite | None) -> list[str]:
                       f"largest budget's; one-sided exact permutation p; holds: rho > 0 and p < {ALPHA:g})", "",
                       markdown_table(budget_table(agreement, group_keys)), ""]
     return lines
+
+
+def claims_heading(suite: Suite) -> str:
+    """The claims table's rule in one paragraph (docs/protocol.md, "Claims that can end")."""
+    rounds = suite.sequential
+    margin = f"{rounds.margin:g} points" if rounds.margin else "none"
+    looked = (f"a claim on report seeds is looked at after each round of {len(suite.report_seeds)} (up to "
+              f"{rounds.max_seeds} seeds), its p the repeated p-value under {rounds.spending.replace('_', '-')} "
+              "alpha spending (each look against its level); " if suite.report_seeds else "")
+    return (f"## claims (paired t test of the difference against `by`: {looked}Holm-adjusted over the claims, "
+            f"supported where p < {ALPHA:g} and the difference lies above `by`, contradicted where below; else no "
+            "effect found where two one-sided tests put it within `by` ± the margin (the source's `claimed` effect, "
+            f"else the suite's: {margin}), Holm-adjusted alike; else open while another round of report seeds could "
+            f"decide it (its cap could detect, at {POWER:.0%} power, the larger of the margin and the difference "
+            "seen), else underpowered; each read in the regime it states)")
 
 
 def convergence_check_section(analysis: Analysis) -> list[str]:

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from normbench.contracts.devices import comparable, known_classes
 from normbench.contracts.selection import (
     DIVERGED,
     REPORTS,
@@ -34,7 +35,6 @@ from normbench.contracts.selection import (
     lr_signal,
     seed_mean,
 )
-from normbench.contracts.suite import claim_rival
 
 CONFIDENCE = 0.95  # every interval of the report: t intervals here, transfer's bootstrap percentiles
 ALPHA = 1 - CONFIDENCE  # a Holm-adjusted p below this separates two rows
@@ -112,6 +112,7 @@ def detectable_effect(n: int, sd: float, alpha: float, power: float = POWER) -> 
     not depend on their size).
     """
     from scipy import integrate, optimize, stats
+    from scipy.special import chdtri, ndtr  # the chi-squared quantile and the normal cdf, without stats' overhead
 
     if n < 2 or not sd > 0:
         return math.nan
@@ -122,8 +123,8 @@ def detectable_effect(n: int, sd: float, alpha: float, power: float = POWER) -> 
         shift = d * math.sqrt(n) / sd
 
         def rejects(u: float) -> float:  # P(|T| > c) given V at its u-quantile
-            scale = critical * math.sqrt(float(stats.chi2.ppf(u, df)) / df)
-            return float(stats.norm.cdf(shift - scale) + stats.norm.cdf(-shift - scale))
+            scale = critical * math.sqrt(float(chdtri(df, 1.0 - u)) / df)
+            return float(ndtr(shift - scale) + ndtr(-shift - scale))
 
         return integrate.quad(rejects, 0.0, 1.0, epsabs=1e-10, limit=200)[0] - power
 
@@ -160,16 +161,6 @@ def holm_levels(pvalues: Sequence[float]) -> list[float]:
     for i, index in enumerate(order):
         levels[index] = ALPHA / (len(order) - i)
     return levels.tolist()
-
-
-def claim_verdict(mean: float, by: float, p_holm: float, detectable: float, reference: float) -> str:
-    """supported / contradicted where the Holm-adjusted p is below ALPHA (by the side of `by` the difference lies);
-    else "no effect found" where the test could have detected an effect of the `reference` size (the source's
-    reported effect: `detectable` <= `reference`), "underpowered" where it could not, or where there is no reference
-    or no detectable effect (fewer than two pairs, or no spread) to compare."""
-    if p_holm < ALPHA:
-        return CLAIM_VERDICTS.above if mean > by else CLAIM_VERDICTS.below
-    return NO_EFFECT if detectable <= reference else UNDERPOWERED  # NaN on either side: False
 
 
 def selecting(cells: pd.DataFrame) -> pd.DataFrame:
@@ -279,19 +270,21 @@ def paired_difference(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[st
                       layer: str, other: str, by: float = 0.0) -> dict[str, float]:
     """`layer` minus `other` at their own selected lrs, over the reporting seeds both have, within the rows `where`;
     over the selection seeds both have when they share no reporting seed (a sweep whose report cells have trained
-    for one row and not yet for the other: pairing a report seed with a selection seed would find no pair).
+    for one row and not yet for the other: pairing a report seed with a selection seed would find no pair). A seed
+    whose two cells trained on different device classes is no pair (contracts/devices.py).
 
     Returns:
         {"n": matched seeds, "mean", "low", "high" (a 95% t interval of the mean paired difference, clipped to
-        [-100, 100]), "p" (two-sided paired t test against 0), "p_by" (two-sided against `by`), "on_selection_seeds"
-        (True where the fallback paired them)}.
+        [-100, 100]), "p" (two-sided paired t test against 0), "p_by" (two-sided against `by`), "differences" (in
+        seed order), "cross_device" (seeds left out for their devices), "on_selection_seeds" (True where the
+        fallback paired them)}.
     """
-    diffs = _differences(reporting(cells, keys), selected, keys, where, layer, other)
+    diffs, cross = _differences(reporting(cells, keys), selected, keys, where, layer, other)
     on_selection_seeds = False
-    if not diffs:  # one row's report seeds trained, the other's not yet
-        diffs = _differences(selecting(cells), selected, keys, where, layer, other)
+    if not diffs and not cross:  # one row's report seeds trained, the other's not yet
+        diffs, cross = _differences(selecting(cells), selected, keys, where, layer, other)
         on_selection_seeds = bool(diffs)
-    return {**_paired_summary(diffs, by), "on_selection_seeds": on_selection_seeds}
+    return {**_paired_summary(diffs, by), "cross_device": cross, "on_selection_seeds": on_selection_seeds}
 
 
 def fell_back(row: Mapping[str, object] | pd.Series) -> bool:
@@ -302,14 +295,16 @@ def fell_back(row: Mapping[str, object] | pd.Series) -> bool:
 
 
 def _differences(pool: pd.DataFrame, selected: pd.DataFrame, keys: list[str], where: dict[str, object], layer: str,
-                 other: str) -> list[float]:
-    """`layer` minus `other`, per seed both trained at their selected lrs among the `pool` cells within `where`."""
+                 other: str) -> tuple[list[float], int]:
+    """`layer` minus `other`, per seed both trained at their selected lrs among the `pool` cells within `where`, on
+    one device class; and how many shared seeds were left out for training on different classes."""
     at_best = _at_selected_lr(pool, selected, keys)
     for k, v in where.items():
         at_best = at_best[at_best[k] == v]
-    a = at_best[at_best["layer"] == layer].set_index("seed")[SCORE]
-    b = at_best[at_best["layer"] == other].set_index("seed")[SCORE]
-    return [a[s] - b[s] for s in sorted(set(a.index) & set(b.index))]
+    a, b = (at_best[at_best["layer"] == name].set_index("seed") for name in (layer, other))
+    seeds = sorted(set(a.index) & set(b.index))
+    same = [s for s in seeds if comparable(a.at[s, "device"], b.at[s, "device"])] if "device" in at_best else seeds
+    return [a.at[s, SCORE] - b.at[s, SCORE] for s in same], len(seeds) - len(same)
 
 
 def versus_baseline(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str], baseline: str) -> pd.DataFrame:
@@ -325,8 +320,8 @@ def versus_baseline(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str]
         for layer in group["layer"]:
             if layer != baseline:
                 diff = paired_difference(cells, selected, keys, where, layer, baseline)
-                rows.append({**where, "layer": layer,
-                             **{k: diff[k] for k in ("n", "mean", "low", "high", "p", "on_selection_seeds")}})
+                rows.append({**where, "layer": layer, **{k: diff[k] for k in ("n", "mean", "low", "high", "p",
+                                                                              "cross_device", "on_selection_seeds")}})
     frame = pd.DataFrame(rows)
     return frame.assign(p_holm=holm(frame["p"])) if not frame.empty else frame
 
@@ -369,49 +364,6 @@ def verdict(low: float, high: float, by: float = 0.0, words: Verdicts = CLAIM_VE
     return words.above if low > by else words.below if high < by else words.neither
 
 
-def check_claims(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str],
-                 claims: list[dict[str, object]]) -> pd.DataFrame:
-    """One row per claim (per combination of the other axes at its depth): the paired difference and a verdict.
-
-    A claim is {layer, beats, depth, by (default 0), claimed (optional)}: "`layer` beats `beats` at `depth` by more
-    than `by` points" (the source reported a gain of `claimed`); or, with `steadier_than` in place of `beats`,
-    "`layer`'s lr sensitivity is below the rival's by more than `by` points" (`sensitivity_difference`). The paired
-    t test of the difference against `by` (two-sided, so a lone claim agrees with its 95% interval, save for identical
-    differences: `paired_p`) is Holm-adjusted over the claims: supported when the adjusted p is below ALPHA and the
-    difference lies above `by`, contradicted when below. An undecided claim states what the test could have seen:
-    `detectable`, the shift from `by` it detects with POWER at `alpha` (Holm's level for the claim's rank:
-    `holm_levels`, `detectable_effect`), against `reference`, the source's reported effect (|claimed|; else |by|
-    when the suite sets a margin; else none): "no effect found" when detectable <= reference, else "underpowered"
-    (`claim_verdict`). Columns added: n, mean, low, high, sd, p, p_by, p_holm, alpha, detectable, reference, verdict.
-    """
-    group_keys = [k for k in keys if k not in ("layer", "depth")]
-    rows = []
-    for claim in claims:
-        at_depth = selected[selected["depth"] == claim["depth"]]
-        groups = at_depth.groupby(group_keys, dropna=False) if group_keys else [((), at_depth)]
-        for key, _ in groups:
-            where = {**dict(zip(group_keys, key if isinstance(key, tuple) else (key,), strict=True)),
-                     "depth": claim["depth"]}
-            by = float(claim.get("by", 0.0))  # type: ignore[arg-type]
-            kind, rival = claim_rival(claim)
-            difference = paired_difference if kind == "beats" else sensitivity_difference
-            diff = difference(cells, selected, keys, where, str(claim["layer"]), rival, by)
-            rows.append({**claim, **where, "by": by, **diff})
-    frame = pd.DataFrame(rows)
-    if frame.empty:
-        return frame
-    frame["p_holm"] = holm(frame["p_by"])
-    frame["alpha"] = holm_levels(frame["p_by"])
-    frame["detectable"] = [detectable_effect(n, sd, alpha) if alpha == alpha else math.nan
-                           for n, sd, alpha in zip(frame["n"], frame["sd"], frame["alpha"], strict=True)]
-    claimed = frame["claimed"] if "claimed" in frame else pd.Series(math.nan, index=frame.index)
-    frame["reference"] = [abs(c) if c == c else abs(by) if by else math.nan
-                          for c, by in zip(claimed, frame["by"], strict=True)]
-    frame["verdict"] = [claim_verdict(*row) for row in zip(frame["mean"], frame["by"], frame["p_holm"],
-                                                           frame["detectable"], frame["reference"], strict=True)]
-    return frame
-
-
 def lr_sensitivity(cells: pd.DataFrame, keys: list[str], group_keys: list[str]) -> pd.DataFrame:
     """Per row of `keys`: Wortsman et al. (2023)'s lr sensitivity, the mean over the lrs every row of its group
     (`group_keys`, e.g. the depth) tried of (the row's best seed-mean score over those lrs) minus (its seed-mean
@@ -446,7 +398,8 @@ def sensitivity_difference(cells: pd.DataFrame, selected: pd.DataFrame, keys: li
     over the selection seeds that trained both rows at every lr both tried. As `lr_sensitivity`: each row's best lr
     is its seed-mean best, a diverged cell counts at chance; each seed's sensitivity is its mean gap to its score at
     that lr, so the mean over seeds is the rows' sensitivity over those lrs. A row whose best seed mean is at chance
-    learnt nothing to be steady about: no pairs (n 0). Returns what `paired_difference` returns (`selected` unused)."""
+    learnt nothing to be steady about: no pairs (n 0). Returns what `paired_difference` returns (`selected` unused),
+    where `cross_device` counts the paired seeds whose cells span device classes (kept, and said: `mixed_devices`)."""
     chosen = _at_chance_when_diverged(_matching(selecting(cells), where))
     rows = {name: chosen[chosen["layer"] == name] for name in (layer, rival)}
     common = sorted(set(rows[layer]["lr"]) & set(rows[rival]["lr"]))
@@ -463,13 +416,17 @@ def sensitivity_difference(cells: pd.DataFrame, selected: pd.DataFrame, keys: li
     mine, theirs = per_seed(rows[layer]), per_seed(rows[rival])
     seeds = sorted(set(mine.index) & set(theirs.index))
     diffs = [theirs[s] - mine[s] for s in seeds]
-    return _paired_summary(diffs, by)
+    # each seed's sensitivity spans the lrs its row tried: said, not left out, where they trained on different devices
+    both = chosen[chosen["layer"].isin([layer, rival]) & chosen["seed"].isin(seeds) & chosen["lr"].isin(common)]
+    devices = both["device"] if "device" in both else pd.Series(None, index=both.index, dtype=object)
+    mixed = sum(len(known_classes(group)) > 1 for _, group in devices.groupby(both["seed"])) if len(both) else 0
+    return {**_paired_summary(diffs, by), "cross_device": mixed, "mixed_devices": True}
 
 
 def _paired_summary(diffs: list[float], by: float) -> dict[str, float]:
     mean, low, high = t_interval(diffs, bounds=DIFFERENCE)
     return {"n": len(diffs), "mean": mean, "low": low, "high": high, "sd": _spread(diffs), "p": paired_p(diffs),
-            "p_by": paired_p(diffs, by)}
+            "p_by": paired_p(diffs, by), "differences": [float(d) for d in diffs]}
 
 
 def _spread(differences: Sequence[float]) -> float:

@@ -14,13 +14,16 @@ from collections.abc import Iterable, Sequence
 CANONICAL = ("layernorm", "rmsnorm", "layerscale", "rezero", "fixup", "dyt", "deepnorm", "post_ln", "tfixup",
              "skipinit", "learnable_scaler", "learnable_scaler_ones", "rezero_per_branch", "fixup_official",
              "fixup_bias", "none", "qk_norm", "res_post_norm", "res_post_norm_olmo2", "derf", "peri_ln", "lns",
-             "mix_ln", "admin", "depth_mup", "scaled_init", "normformer", "hc", "hc_dynamic", "mhc", "ngpt")
+             "mix_ln", "admin", "depth_mup", "scaled_init", "normformer", "hc", "hc_dynamic", "mhc", "ngpt",
+             "peri_ln_out_gamma", "normformer_out_gamma", "derf_alpha03", "seednorm", "hybridnorm", "hybridnorm_star",
+             "gated_attn", "gpas", "value_residual", "frac_connections", "attn_res", "completep")
 TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
          "#17becf")
 # one per CANONICAL layer; after the first 16, tab20b's and tab20c's shades that EXTRA_COLOURS does not use
 COLOURS = (*TAB10, "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#000000",
            "#6b6ecf", "#b5cf6b", "#e7ba52", "#d6616b", "#ce6dbd", "#3182bd", "#e6550d", "#31a354", "#756bb1",
-           "#636363", "#9c9ede", "#fd8d3c", "#fdae6b", "#6baed6", "#9e9ac8")
+           "#636363", "#9c9ede", "#fd8d3c", "#fdae6b", "#6baed6", "#9e9ac8", "#9ecae1", "#74c476", "#969696",
+           "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666", "#e31a1c")  # Dark2
 # Combinations (`a+b`) and plugins: a stable hash picks from these (tab20's light shades and tab20b)
 EXTRA_COLOURS = ("#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d",
                  "#9edae5", "#5254a3", "#8ca252", "#bd9e39", "#ad494a", "#a55194")

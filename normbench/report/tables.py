@@ -9,6 +9,7 @@ import pandas as pd
 
 from normbench.contracts.selection import AT_CHANCE, FLAT, add_scores
 from normbench.contracts.suite import claim_rival
+from normbench.report.convergence import NOT_COMPARABLE
 from normbench.report.learning_speed import NEVER
 from normbench.report.stats import ACCURACY, Verdicts, fell_back, reading, t_interval, versus_baseline
 from normbench.report.style import lr_text, window_text
@@ -49,7 +50,8 @@ def converged_text(row: pd.Series) -> str:
     'no (reason)', or its 'yes' marked unconfirmed: where both ran at 640 steps, the 2x check found 32 of the 35 rows
     the rule called converged still improving by 1.1-6.5 points (docs/protocol.md)."""
     if "converged" not in row or row["converged"] != row["converged"]:
-        return "?"
+        reason = row.get("reason")  # the 2x check's cells ran on another device than the 1x cells: nothing checked
+        return str(reason) if isinstance(reason, str) and reason.startswith(NOT_COMPARABLE) else "?"
     change = row.get("change")
     if change is not None and change == change:
         return f"yes (2x: {change:+.1f})" if row["converged"] else str(row["reason"])
@@ -87,6 +89,7 @@ def layer_table(selected: pd.DataFrame, row_keys: list[str], params: dict[Any, f
                      "lr window": window_text(r["window_low"], r["window_high"]),
                      "lr sensitivity (points)": _text(r.get("sensitivity")),
                      "failed": f"{r['diverged']}/{r['cells']} ({100 * r['diverged'] / max(1, r['cells']):.0f}%)",
+                     **({"devices": r["devices"]} if "devices" in r else {}),
                      **({"params (M)": f"{params[key] / 1e6:.3f}"} if params and key in params else {})})
     return pd.DataFrame(rows)
 
@@ -154,9 +157,16 @@ def baseline_table(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str],
 
 
 def paired_text(row: Any) -> str:
-    """The paired seeds' count, and which seeds they are where the comparison fell back to the selection seeds (one
-    row has its report seeds, the other not yet: stats.paired_difference)."""
-    return f"{row['n']} (selection seeds)" if fell_back(row) else str(row["n"])
+    """The paired seeds' count, which seeds they are where the comparison fell back to the selection seeds (one
+    row has its report seeds, the other not yet: stats.paired_difference), and the seeds left out because their two
+    cells trained on different devices (or, for a steadiness claim, kept though their cells span devices)."""
+    notes = ["selection seeds"] if fell_back(row) else []
+    cross = row.get("cross_device")
+    if cross == cross and cross:
+        mixed = row.get("mixed_devices")
+        notes.append(f"{int(cross)} span CPU and GPU" if mixed == mixed and mixed
+                     else f"{int(cross)} left out: CPU vs GPU")
+    return f"{row['n']} ({'; '.join(notes)})" if notes else str(row["n"])
 
 
 def effect_text(mean: float, low: float, high: float, claimed: float | None) -> str:
@@ -189,23 +199,42 @@ def detectable_text(detectable: float, alpha: float, n: int, reference: float) -
 
 
 def claims_table(claims: pd.DataFrame, regimes: list[str] | None = None) -> pd.DataFrame:
-    """One line per claim: the paired difference, its interval and Holm-adjusted p against `by`, the effect the test
-    could detect at 80% power (stats.detectable_effect) beside the source's, the verdict, the effect against the
-    claimed one, and (`regimes`, one per claim row) the regime it was read in."""
+    """One line per claim (report/claims.py): the paired difference, its interval, the seeds and looks it was read
+    on, the difference test's Holm-adjusted repeated p and the nominal level its last look had to beat, the no-effect
+    test (TOST at the margin), the effect the test could detect at 80% power beside the source's, the verdict, the
+    effect against the claimed one, and (`regimes`, one per claim row) the regime it was read in."""
     rows = []
     for i, (_, c) in enumerate(claims.iterrows()):
         claimed = c.get("claimed")
         claimed = claimed if claimed is not None and claimed == claimed else (c["by"] or None)
         rows.append({"claim": claim_text(c),
                      "difference (points)": "—" if math.isnan(c["mean"]) else f"{c['mean']:+.2f}",
-                     "95% CI": ci_text(c["low"], c["high"]), "n (paired seeds)": paired_text(c),
-                     "p (Holm)": p_text(c["p_holm"]),
+                     "95% CI": ci_text(c["low"], c["high"]), "n (paired seeds)": looks_text(c),
+                     "p (sequential, Holm)": p_text(c["p_holm"]),
+                     "look's level": "—" if c["boundary"] != c["boundary"] else f"{c['boundary']:.3g}",
+                     "no effect (TOST, Holm)": no_effect_text(c["margin"], c["p_equiv_holm"]),
                      "detectable at 80% power (points)": detectable_text(c["detectable"], c["alpha"], c["n"],
                                                                           c["reference"]),
                      "verdict": c["verdict"],
                      "effect vs claimed": effect_text(c["mean"], c["low"], c["high"], claimed),
                      **({"regime": regimes[i]} if regimes is not None else {})})
     return pd.DataFrame(rows)
+
+
+def looks_text(claim: Any) -> str:
+    """The paired seeds, and for a sequential claim the looks it had ('8 (looks at 4, 8)'; report/claims.py)."""
+    looks = claim.get("looks")
+    if not claim.get("sequential") or not isinstance(looks, list) or len(looks) < 2:
+        return paired_text(claim)
+    return f"{claim['n']} (looks at {', '.join(map(str, looks))})"
+
+
+def no_effect_text(margin: float, p_holm: float) -> str:
+    """'±0.30: p 0.812' (TOST within the margin, Holm-adjusted), '— (no margin)' where neither the source nor the
+    suite gives one."""
+    if margin != margin:
+        return "— (no margin)"
+    return f"±{margin:.2f}: p {p_text(p_holm)}"
 
 
 def lr_depth_table(selected: pd.DataFrame, tried: pd.DataFrame, row_keys: list[str]) -> pd.DataFrame:
@@ -227,10 +256,16 @@ def budget_check_table(checked: pd.DataFrame, row_keys: list[str], table_keys: l
     """The 2x convergence check per row: val at 1x and 2x on the same seeds, the change, the verdict."""
     table = checked.sort_values([*table_keys, "val_1x"], ascending=[True] * len(table_keys) + [False], kind="stable")
     return pd.DataFrame([{**{k: str(r[k]) for k in [*table_keys, *row_keys]}, "seeds": str(r["seeds"]),
-                          "val 1x": f"{r['val_1x']:.2f}", "val 2x": f"{r['val_2x']:.2f}",
-                          "change": f"{r['change']:+.2f}",
-                          "verdict": "converged" if r["converged"] else r["reason"]}
+                          "val 1x": _points(r["val_1x"]), "val 2x": _points(r["val_2x"]),
+                          "change": _points(r["change"], "+"),
+                          "verdict": "converged" if r["converged"] == r["converged"] and r["converged"]
+                          else r["reason"]}
                          for _, r in table.iterrows()])
+
+
+def _points(value: float, sign: str = "") -> str:
+    """'84.44' ('+8.33' with sign '+'); '—' where the check compared nothing (its cells on another device)."""
+    return "—" if value != value else f"{value:{sign}.2f}"
 
 
 def budget_table(agreement: pd.DataFrame, group_keys: list[str]) -> pd.DataFrame:
@@ -243,33 +278,52 @@ def budget_table(agreement: pd.DataFrame, group_keys: list[str]) -> pd.DataFrame
                          for _, r in agreement.iterrows()])
 
 
-def tuned_table(tuned: pd.DataFrame) -> pd.DataFrame:
-    """The tuned configs re-run over seeds: test score with CI and n, sorted by score."""
+def tuned_table(tuned: pd.DataFrame, suite: Any = None) -> pd.DataFrame:
+    """The tuned configs re-run over seeds: test score with CI and n, the winning configuration, and (with the
+    `suite`) how far each tuned value moved from what the grid's recipe trains (contracts/tuning.py
+    `recipe_value`): a ratio for positive values (an lr or an init lives on a log scale), else the difference.
+    Sorted by score."""
+    from normbench.contracts.layer_tunables import distance_text
+    from normbench.contracts.tuning import recipe_value
+
     tuned = add_scores(tuned)
     keys = [c for c in ("layer", "depth") if c in tuned]
     rows = []
     for key, group in tuned.groupby(keys, sort=True):
-        config = group.iloc[0].get("tuned_params", {})
+        where = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        config = group.iloc[0].get("tuned_params", {}) or {}
         mean, low, high = t_interval(group["score"], bounds=ACCURACY)
-        rows.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True)), "_mean": mean,
+        moved = {}
+        if suite is not None:
+            cell = suite.cell({k: v for k, v in where.items() if k in ("layer", "depth")})
+            moved = {k: distance_text(v, recipe_value(cell, k)) for k, v in config.items()}
+        rows.append({**where, "_mean": mean,
                      "test top-1 (%)": f"{mean:.2f}", "95% CI": ci_text(low, high), "n": str(len(group)),
                      "val top-1 (%)": f"{group['select'].mean():.2f}",
                      "diverged": f"{int((group['status'] == 'diverged').sum())}/{len(group)}",
                      "best config (val)": ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                                                    for k, v in (config or {}).items())})
+                                                    for k, v in config.items()),
+                     **({"moved from the grid's recipe": ", ".join(f"{k} {d}" for k, d in moved.items())}
+                        if suite is not None else {})})
     # sort on the number: as text "9.5" > "85.1"
     return pd.DataFrame(rows).sort_values("_mean", ascending=False, kind="stable").drop(columns="_mean")
 
 
 def throughput_table(cells: pd.DataFrame, row_keys: list[str]) -> pd.DataFrame:
     """Median training images/s over each row's cells, rows x depths; x devices too when the cells name several (a
-    GPU cell's speed says nothing of a CPU cell's: never pooled; cells that name none are "?" there)."""
+    GPU cell's speed says nothing of a CPU cell's: never pooled; cells that name none are "?" there); and fused
+    cells (trained K at a time as one model, `fused_group` > 1: each at the rate its group trained) apart from
+    unfused ones, when the folder has any."""
     devices = cells["device"].fillna("").astype(str) if "device" in cells else pd.Series("", index=cells.index)
+    fused = (pd.to_numeric(cells["fused_group"], errors="coerce").fillna(1) > 1 if "fused_group" in cells
+             else pd.Series(False, index=cells.index))
     columns = ["depth", "_device"] if devices[devices != ""].nunique() > 1 else ["depth"]
+    columns += ["_fused"] if fused.any() else []
     devices = devices.replace("", "?")
-    pivot = cells.assign(_device=devices).pivot_table(index=row_keys, columns=columns, values="images_per_sec",
-                                                      aggfunc="median")
-    pivot.columns = [f"depth {c[0]}, {c[1]}" if isinstance(c, tuple) else f"depth {c}" for c in pivot.columns]
+    pivot = cells.assign(_device=devices, _fused=fused.map({True: "fused", False: "unfused"})).pivot_table(
+        index=row_keys, columns=columns, values="images_per_sec", aggfunc="median")
+    pivot.columns = [", ".join([f"depth {c[0]}", *map(str, c[1:])]) if isinstance(c, tuple) else f"depth {c}"
+                     for c in pivot.columns]
     return pivot.map(lambda v: "" if pd.isna(v) else f"{v:.0f}").reset_index()
 
 

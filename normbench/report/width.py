@@ -22,8 +22,15 @@ from normbench.report.stats import REPORTS, reading, versus_baseline
 from normbench.report.style import lr_text
 from normbench.report.tables import BASELINE_VERDICTS
 
-HOLDS, MOVES = "ranking holds across width", "moves"
+MOVES = "moves"
 NOISE, UNFINISHED = "cannot tell (within noise)", "cannot tell (unfinished)"
+
+
+def holds(factor: str) -> str:
+    return f"ranking holds across {factor}"
+
+
+HOLDS = holds("width")
 TEST, VAL = "test top-1, report seeds", "selection val top-1 (unfinished: the seeds that chose the lr; optimistic)"
 
 
@@ -33,6 +40,15 @@ def width_of(read: FolderRead) -> int:
 
 def epochs_of(read: FolderRead) -> int:
     return int(read.suite.cell({}).config.train.epochs)
+
+
+def optimizer_of(read: FolderRead) -> str:
+    return str(read.suite.cell({}).config.train.optimizer)
+
+
+def recipe_of(read: FolderRead) -> str:
+    """"tuned" for a folder `normbench tune` wrote (each row's recipe searched), "grid" for `normbench run`'s."""
+    return "tuned" if read.tuned else "grid"
 
 
 def finished(selected: pd.DataFrame) -> bool:
@@ -51,23 +67,25 @@ class Side:
     versus: pd.DataFrame
 
 
-def side(read: FolderRead, baseline: str) -> Side:
+def side(read: FolderRead, baseline: str, label: str | None = None) -> Side:
     a = read.analysis
-    return Side(f"width {width_of(read)}", a.selected, versus_baseline(a.cells, a.selected, a.keys, baseline))
+    return Side(label or f"width {width_of(read)}", a.selected, versus_baseline(a.cells, a.selected, a.keys,
+                                                                                baseline))
 
 
-def row_verdict(before: str, after: str, labels: tuple[str, str] = ("narrow", "wide")) -> str:
-    """`before` and `after`: the row's reading against the baseline at the narrow and the wide width (`labels`)."""
+def row_verdict(before: str, after: str, labels: tuple[str, str] = ("narrow", "wide"), factor: str = "width") -> str:
+    """`before` and `after`: the row's reading against the baseline at the narrow and the wide width (`labels`), or
+    on the two sides of another `factor` (optimizer, recipe)."""
     decided = {BASELINE_VERDICTS.above, BASELINE_VERDICTS.below}
     if before in decided and after in decided:
-        return HOLDS if before == after else MOVES
+        return holds(factor) if before == after else MOVES
     one = [(word, label) for word, label in zip((before, after), labels, strict=True) if word in decided]
     return f"{one[0][0]} at {one[0][1]} only" if one else NOISE
 
 
-def width_rows(narrow: Side, wide: Side, baseline: str) -> tuple[pd.DataFrame, str]:
+def width_rows(narrow: Side, wide: Side, baseline: str, factor: str = "width") -> tuple[pd.DataFrame, str]:
     """Per (depth, row both ran): its selected lr (e: at an edge of the lrs tried), rank and gap to `baseline` in
-    each folder and the verdict; and the quantity read."""
+    each folder and the verdict across the `factor` the two folders differ in; and the quantity read."""
     both = finished(narrow.selected) and finished(wide.selected)
     column = "mean" if both else "select_mean"
     rows = []
@@ -92,9 +110,9 @@ def width_rows(narrow: Side, wide: Side, baseline: str) -> tuple[pd.DataFrame, s
                          f"{s.label}: rank": f"{r[layer]} of {len(common)}",
                          f"{s.label}: gap to {baseline}": "—" if layer == baseline or math.isnan(gap)
                          else f"{gap:+.1f}" + (f" ({word})" if both else "")}
-            line["across width"] = ("baseline" if layer == baseline
-                                    else row_verdict(*words, labels=(narrow.label, wide.label)) if both
-                                    else UNFINISHED)
+            line[f"across {factor}"] = ("baseline" if layer == baseline
+                                        else row_verdict(*words, labels=(narrow.label, wide.label), factor=factor)
+                                        if both else UNFINISHED)
             rows.append(line)
     return pd.DataFrame(rows), TEST if both else VAL
 
@@ -108,9 +126,11 @@ def regime_rows(reads: list[FolderRead]) -> pd.DataFrame:
         selecting = a.cells[a.cells["role"] == "select"] if "role" in a.cells else a.cells
         report = sorted(int(s) for s in a.cells[a.cells["role"] == REPORTS]["seed"].unique()) \
             if "role" in a.cells else []
-        converged = int(a.selected["converged"].fillna(False).astype(bool).sum())
+        converged = int(a.selected["converged"].eq(True).sum())
         check = "2x check" if not a.budget.empty else "final-loss rule, unconfirmed: no 2x cells"
         rows.append({"folder": f"`{r.path.name}`", "width": str(width_of(r)),
+                     **({"optimizer": optimizer_of(r)} if len({optimizer_of(x) for x in reads}) > 1 else {}),
+                     **({"recipe": recipe_of(r)} if len({recipe_of(x) for x in reads}) > 1 else {}),
                      "depth": ", ".join(str(d) for d in sorted(a.selected["depth"].unique())),
                      "epochs": str(epochs_of(r)),
                      "selection seeds": str(sorted(int(s) for s in selecting["seed"].unique())),

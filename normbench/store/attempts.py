@@ -3,8 +3,12 @@
 A dead worker (its OS lock free on a journal, its heartbeat silent past the grace on a database) has its trial failed
 and re-queued (store/ledger.py `requeue`), up to NORMBENCH_MAX_ATTEMPTS (default 3) lost attempts in a row, then
 failed for good, so a cell that kills every worker (OOM, segfault) cannot walk the fleet; `normbench run
---retry-failed` gives it another round. A local worker's parent notes how it died (`note_worker_exit`), and each
-attempt's record carries that death once someone counts it.
+--retry-failed` gives it another round. An attempt lost after its checkpoint moved past where it started was
+preempted while progressing (a spot instance, SLURM): kept apart (PREEMPTED), not counted, and it ends the row, so a
+long cell preempted any number of times keeps resuming; a cell that dies at the same point every time writes no newer
+checkpoint, and each of its attempts counts. Progress is bounded (a cell has so many steps), so every round ends. A
+local worker's parent notes how it died (`note_worker_exit`), and each attempt's record carries that death once
+someone counts it.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from normbench.contracts.names import OutputFolder
+from normbench.contracts.names import CHECKPOINT_ATTR, OutputFolder
 from normbench.store.journal import lock_lost
 from normbench.store.ledger import FAILED_FOR_GOOD, Ledger, ended_cells, worker_host
 from normbench.store.locks import holder_dead
@@ -26,6 +30,7 @@ from normbench.store.locks import holder_dead
 ATTEMPTS = "attempts"  # user attr: this round's attempts that lost their worker (who, where, why), oldest first
 WORKER_EXIT = "worker_exit:"  # study user attr `worker_exit:<host>:<pid>`: how a local worker died, as its parent saw
 RETRY_ROUND = "retry_round"  # user attr: how many times `--retry-failed` gave the cell another round
+PREEMPTED = "preempted"  # user attr: this round's lost attempts that moved the checkpoint on: not counted
 
 
 def reclaim(ledger: Ledger, study: optuna.Study) -> list[FrozenTrial]:
@@ -82,11 +87,17 @@ def _beats_may_be_missing(ledger: Ledger) -> bool:
 
 def _count_lost_attempt(ledger: Ledger, study: optuna.Study, lost: FrozenTrial, verdict: str) -> None:
     """Record a lost attempt on the cell's next trial: a WAITING copy or, after `max_attempts` in a row, a FAIL record
-    never queued again. An unsigned claim is re-queued uncounted: its cell never ran, so killed nothing."""
+    never queued again. An unsigned claim is re-queued uncounted: its cell never ran, so killed nothing. One whose
+    checkpoint moved on is re-queued uncounted too (PREEMPTED), and the row starts again: it was progressing."""
     if "worker_pid" not in lost.user_attrs:
         ledger.requeue(study, lost)
         return
     exits = ledger.call(worker_exits, study)
+    if (moved := checkpoint_moved(lost, _started_from(ledger, study, lost))) is not None:
+        record = attempt_record(lost, f"{verdict}; its checkpoint moved on ({moved}): preempted while progressing, "
+                                "not counted", exits)
+        ledger.requeue(study, lost, {PREEMPTED: [*lost.user_attrs.get(PREEMPTED, []), record]}, drop=(ATTEMPTS,))
+        return
     attempts = [*lost.user_attrs.get(ATTEMPTS, []), attempt_record(lost, verdict, exits)]
     if len(attempts) < ledger.max_attempts:
         ledger.requeue(study, lost, {ATTEMPTS: attempts})
@@ -101,11 +112,36 @@ def retry_failed(ledger: Ledger, study: optuna.Study) -> list[str]:
         retried = []
         for record in ended_cells(study):
             ledger.requeue(study, record, {RETRY_ROUND: record.user_attrs.get(RETRY_ROUND, 0) + 1},
-                           drop=(ATTEMPTS, FAILED_FOR_GOOD))
+                           drop=(ATTEMPTS, PREEMPTED, FAILED_FOR_GOOD))
             retried.append(record.user_attrs.get("cell_id", f"trial {record.number}"))
         return retried
 
     return ledger.call(retry)
+
+
+def checkpoint_moved(lost: FrozenTrial, started: FrozenTrial | None) -> str | None:
+    """'epoch 3 to epoch 6' when the lost attempt's checkpoint record (CHECKPOINT_ATTR, sweep/checkpoints.py) stands
+    past the one it started from (that of `started`, the trial it was queued from; none: from scratch), by optimizer
+    step; else None: no checkpoint written, or none past the start (a cell that dies at the same point, one whose
+    checkpoint was set aside and that started over, or one stopped before its first step)."""
+    end = lost.user_attrs.get(CHECKPOINT_ATTR) or {}
+    start = (started.user_attrs.get(CHECKPOINT_ATTR) or {}) if started is not None else {}
+    if end.get("step") is None or end["step"] <= (start.get("step") or 0):
+        return None
+    return f"{_checkpoint_at(start) if start else 'the start'} to {_checkpoint_at(end)}"
+
+
+def _checkpoint_at(record: dict[str, Any]) -> str:
+    return f"epoch {record.get('epoch')}" + (f", batch {record['batch']}" if record.get("batch") else "")
+
+
+def _started_from(ledger: Ledger, study: optuna.Study, lost: FrozenTrial) -> FrozenTrial | None:
+    """The trial `lost` was queued as a copy of (store/ledger.py `requeue`: its checkpoint record is where `lost`
+    started), or None: the cell's first trial, or queued afresh (`enqueue`)."""
+    history = lost.system_attrs.get("retry_history") or []
+    if not history:
+        return None
+    return ledger.call(ledger.storage.get_trial, ledger.call(ledger.ids.of, study, history[-1]))
 
 
 def attempt_record(lost: FrozenTrial, verdict: str, exits: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:

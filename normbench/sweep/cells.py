@@ -1,5 +1,5 @@
 """What run and tune share about a suite's cells: the recipe guard on their studies (another recipe's cells would mix
-recipes in one leaderboard, so are refused before any write) and the params MLflow logs."""
+recipes in one leaderboard, so are refused before any write) and the MLflow run a claimed cell starts."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 
 import optuna
 
-from normbench.contracts.recipe import CellConfig
 from normbench.contracts.suite import Suite
 from normbench.errors import SuiteError
+from normbench.store.claim import Claim
 from normbench.store.ledger import Ledger
-from normbench.tracking.run_record import run_params
+from normbench.tracking.run_record import TrialRun, trial_run
 
 
 def open_study_of_recipe(ledger: Ledger, suite: Suite, name: str, **study_kwargs: Any) -> optuna.Study:
@@ -33,8 +33,8 @@ def check_recipe(ledger: Ledger, suite: Suite, study: optuna.Study) -> None:
                          "--storage), or delete the old results. Changing only the matrix is fine.")
 
 
-def cell_params(axes: dict[str, Any], config: CellConfig, role: str | None = None) -> dict[str, str]:
-    """What MLflow logs for a cell (tracking/run_record.py `run_params`), with the data set's true split sizes."""
-    from normbench.data import split_sizes
-
-    return run_params(axes, config, split_sizes(config.data), role)
+def cell_run(suite: Suite, claim: Claim) -> TrialRun:
+    """The claimed cell's MLflow run as it starts: tracking/run_record.py `trial_run` of the trial as the ledger holds
+    it now (read after the job wrote what names it: a search trial's sampled values and label), the description sync
+    writes too, so a store rebuilt from the ledger equals the live one."""
+    return trial_run(claim.study.study_name, claim.frozen(), suite)

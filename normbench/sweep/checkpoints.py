@@ -18,14 +18,13 @@ from typing import Any
 
 import optuna
 
-from normbench.contracts.names import WEIGHTS_ATTR, OutputFolder
+from normbench.contracts.names import CHECKPOINT_ATTR, WEIGHTS_ATTR, OutputFolder
 from normbench.contracts.recipe import CellConfig
 from normbench.store.claim import Claim
 from normbench.store.ledger import worker_host
 from normbench.sweep.progress import duration
 from normbench.train.checkpoint import CheckpointUnusable, Keeper, read, recipe_of, where
 
-CHECKPOINT_ATTR = "checkpoint"  # trial user attr: the cell's last checkpoint, as `Keeper.saved` reports it
 CHECKPOINT_FILE = "checkpoint.pt"
 WEIGHTS_FILE = "weights.safetensors"
 SET_ASIDE = ".set-aside"

@@ -130,7 +130,7 @@ def withdrawn_cells(suite: Suite, ledger: Any) -> dict[str, str]:
 
     statuses = {}
     names = StudyNames(suite.name)
-    later = [n for n in (names.report, names.budget) if n in ledger.study_names()]
+    later = [n for n in (names.report, names.claims, names.budget) if n in ledger.study_names()]
     rounds = [ledger.study(name) for name in (*bracket_study_names(ledger, suite), *later)]
     live = {trial_cell_id(t) for study in rounds for t in ledger.trials(study, LIVE)}  # queued again since
     for study in rounds:
@@ -165,6 +165,8 @@ def stage_words(suite: Suite, study_name: str) -> str:
     names = StudyNames(suite.name)
     if (round_ := names.bracket_round(study_name)) is not None:
         return f"bracket round {round_}"
+    if study_name == names.claims:
+        return "claim round: more report seeds"
     return "report seed" if study_name == names.report else "convergence check, 2x epochs"
 
 

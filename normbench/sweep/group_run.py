@@ -1,6 +1,8 @@
-"""A worker's fused turn (`--fuse K`): claim up to K queued cells of one row that differ only in lr and seed, train
-them as one model (train/fused.py), and end each one's attempt as `run_cell` ends a cell's: its own trial (claimed,
-heart-beaten, reported per epoch, finished, failed or given back alone), its own MLflow run and checkpoint.
+"""A worker's fused turn (`--fuse K`): claim up to K queued cells of one row that differ only in lr, seed, epochs and
+warmup (the row's selection cells, a bracketing round's, or its report seeds with the convergence check's 2x cells:
+from every study the worker has jobs in), train them as one model (train/fused.py), and end each one's attempt as
+`run_cell` ends a cell's: its own trial (claimed, heart-beaten, reported per epoch, finished, failed or given back
+alone), its own MLflow run, telemetry and checkpoint.
 
 A worker claims only cells whose checkpoints stand at one point, and never holds a claim it is not training: a group
 the fusion rules refuse (train/fusion_rules.py) trains its first cell alone and gives the others back to the queue at
@@ -17,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from normbench import stopping
 from normbench.contracts.recipe import CellConfig
 from normbench.contracts.results import EpochRecord
 from normbench.errors import ClaimLostError, NormbenchError
@@ -34,24 +37,25 @@ from normbench.sweep.cell_end import (
     settle,
 )
 from normbench.sweep.checkpoints import CHECKPOINT_ATTR, CellCheckpoints, CheckpointFolder
+from normbench.sweep.fuse_plan import FUSED_AXES, FusePlan, plan_for
 from normbench.sweep.progress import Progress
+from normbench.tracking.run_record import TrialRun
 from normbench.tracking.tracker import Tracker
 from normbench.train.cpu_share import CpuShare
 from normbench.train.device import resolve_device
 from normbench.train.fused import MemberOutcome, train_group
 from normbench.train.fusion_rules import FusionRefused, refusal, same_point
 
-FUSED_AXES = frozenset({"lr", "seed"})  # the axes a group's cells may differ in (train/fusion_rules.py FUSABLE_KEYS)
-
 
 def auto_group_size(device: str) -> int:
-    """`--fuse auto`: 16 on CUDA, where a small cell's step is launch-bound; 1 (unfused) on a CPU, where fusing
-    measured 1.07-1.16x at best (docs/speed.md)."""
-    return 16 if resolve_device(device).type == "cuda" else 1
+    """`--fuse auto`'s largest group on `device` (sweep/fuse_plan.py: a measurement's, else its constants; 1, unfused,
+    on a CPU)."""
+    return plan_for("auto", resolve_device(device).type).k
 
 
 def row_key(axes: Mapping[str, Any]) -> str:
-    """What a cell shares with the cells it may be fused with: its axes but lr and seed."""
+    """What a cell shares with the cells it may be fused with: its axes but lr, seed, epochs and warmup (FUSED_AXES,
+    train/fusion_rules.py FUSABLE_KEYS)."""
     return json.dumps({k: v for k, v in axes.items() if k not in FUSED_AXES}, sort_keys=True, default=str)
 
 
@@ -61,26 +65,57 @@ def checkpoint_point(trial: Any) -> tuple[Any, ...] | None:
     return tuple(record.get(k) for k in ("step", "epoch", "batch")) if record else None
 
 
-def claim_group(ledger: Ledger, job: Any, first: Claim, size: int) -> list[Claim]:
-    """`first` and up to `size - 1` more queued cells of its row (the suite's own, as `job.listed` says) whose
-    recorded checkpoints stand where first's does (fresh with fresh): only those can train as one, and a claim held
-    but not trained would wait without a heartbeat."""
+def claim_group(ledger: Ledger, job: Any, first: Claim, size: int, jobs: list[Any] | None = None,
+                claims: list[Claim] | None = None) -> list[Claim]:
+    """`first` and up to `size - 1` more queued cells of its row, from `job`'s study and the other `jobs`' (a stage's
+    studies: the report seeds and the convergence check's 2x cells), each the suite's own (as its job's `listed`
+    says), whose recorded checkpoints stand where first's does (fresh with fresh): only those can train as one, and
+    a claim held but not trained would wait without a heartbeat. `claims`: a group being filled (adds to it)."""
     key, point = row_key(first.trial.user_attrs.get("axes", {})), checkpoint_point(first.trial)
-    claims = [first]
-    while len(claims) < size:
-        more = ledger.claim(job.study, lambda t: job.listed(t) and row_key(t.user_attrs.get("axes", {})) == key
-                            and checkpoint_point(t) == point)
-        if more is None:
-            break
-        claims.append(more)
+    claims = claims or [first]
+    for other in [job, *(j for j in jobs or [] if j is not job)]:
+        while len(claims) < size:
+            more = ledger.claim(other.study, lambda t, o=other: o.listed(t) and checkpoint_point(t) == point
+                                and row_key(t.user_attrs.get("axes", {})) == key)
+            if more is None:
+                break
+            claims.append(more)
     return claims
+
+
+def fill_group(ledger: Ledger, job: Any, first: Claim, fuse: FusePlan, jobs: list[Any], wait: bool) -> list[Claim]:
+    """`first` and the cells of its row to fuse with it (`claim_group`, from every job's study); at a stage's start
+    (`wait`), up to `fuse.wait_s` more for the group to fill while peers queue the stage. A group under `fuse.min_k`
+    is not worth fusing (the fuse bench measured it slower than its cells alone): the others go back to the queue at
+    once and `first` trains alone."""
+    claims = claim_group(ledger, job, first, fuse.k, jobs)
+    deadline = time.monotonic() + (fuse.wait_s if wait else 0.0)
+    try:
+        while len(claims) < fuse.k and time.monotonic() < deadline:
+            stopping.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+            claims = claim_group(ledger, job, first, fuse.k, jobs, claims)
+    except BaseException:  # a stop (SIGTERM, Ctrl-C) while waiting: no claim stays RUNNING untrained
+        for claim in claims:
+            give_back(claim)
+        raise
+    if 1 < len(claims) < fuse.min_k:
+        for claim in claims[1:]:
+            give_back(claim)
+        claims = [first]
+    return claims
+
+
+def job_of(claim: Claim, job: Any, jobs: list[Any] | None) -> Any:
+    """The job whose study `claim` was drawn from (`job` unless `jobs` holds another)."""
+    return next((j for j in jobs or [] if j.study.study_name == claim.study.study_name), job)
 
 
 @dataclass
 class _Member:
+    job: Any  # the job of its study (sweep/plan.py Job): its cell_for, listed and pruning
     claim: Claim
     cell_id: str
-    params: dict[str, Any]
+    run: TrialRun  # its MLflow run as it starts (sweep/cells.py cell_run)
     config: CellConfig
     kept: CellCheckpoints | None
     resume: dict[str, Any] | None = None
@@ -103,13 +138,17 @@ class GroupTurn:
 
 
 def run_group(job: Any, claims: list[Claim], *, tracker: Tracker, device: str, progress: Progress, suite_name: str,
-              checkpoints: CheckpointFolder | None = None, share: CpuShare | None = None) -> GroupTurn:
-    """Train `claims` (one row's cells) as one fused model; see the module docstring."""
+              checkpoints: CheckpointFolder | None = None, share: CpuShare | None = None,
+              jobs: list[Any] | None = None, compile: bool | None = None, graphs: bool = False) -> GroupTurn:
+    """Train `claims` (one row's cells, from `job`'s study or the other `jobs`') as one fused model; see the module
+    docstring. `compile`, `graphs`: the fused step's (train/fused.py `train_group`)."""
     members = []
     for claim in claims:
-        cell_id, params, config = job.cell_for(claim)
-        kept = CellCheckpoints(checkpoints, job.study.study_name, cell_id, config) if checkpoints is not None else None
-        members.append(_Member(claim, cell_id, params, config, kept))
+        owner = job_of(claim, job, jobs)
+        cell_id, run, config = owner.cell_for(claim)
+        kept = (CellCheckpoints(checkpoints, owner.study.study_name, cell_id, config) if checkpoints is not None
+                else None)
+        members.append(_Member(owner, claim, cell_id, run, config, kept))
     dev = resolve_device(device)
     if (reason := refusal([m.config for m in members], dev, [None] * len(members))) is not None:  # the row's recipe
         _give_back(members[1:], tracker)
@@ -125,12 +164,12 @@ def run_group(job: Any, claims: list[Claim], *, tracker: Tracker, device: str, p
         return GroupTurn([], members[0].claim if members else None, refused="their checkpoints stand at different "
                          "points", given_back=len(apart))
     _give_back(apart, tracker)
-    return _train(job, members, tracker=tracker, device=device, progress=progress, suite_name=suite_name,
-                  share=share, given_back=len(apart))
+    return _train(members, tracker=tracker, device=device, progress=progress, share=share, given_back=len(apart),
+                  compile=compile, graphs=graphs)
 
 
-def _train(job: Any, members: list[_Member], *, tracker: Tracker, device: str, progress: Progress, suite_name: str,
-           share: CpuShare | None, given_back: int) -> GroupTurn:
+def _train(members: list[_Member], *, tracker: Tracker, device: str, progress: Progress, share: CpuShare | None,
+           given_back: int, compile: bool | None = None, graphs: bool = False) -> GroupTurn:
     """Start each member's run, train them fused, record each as it ends; every claim not recorded is settled on
     the way out (Ctrl-C, SIGTERM, a full disk) or failed (a crash), never left RUNNING."""
     shown: list[_Member] = []  # the member the progress line and the CPU share follow: the first still training
@@ -148,7 +187,7 @@ def _train(job: Any, members: list[_Member], *, tracker: Tracker, device: str, p
             if shown[0] is m:
                 progress.epoch(record)
             m.claim.report(record["val_top1"], record["step"])
-            prune = job.report and m.claim.should_prune()
+            prune = m.job.report and m.claim.should_prune()
             between_epochs += time.perf_counter() - started
             return prune
         return on_epoch
@@ -162,12 +201,8 @@ def _train(job: Any, members: list[_Member], *, tracker: Tracker, device: str, p
 
     live: list[_Member] = []
     try:
-        for m in members:
-            frozen = m.claim.frozen()
-            m.run_id = tracker.start(m.cell_id, m.params, tags={
-                "suite": suite_name, "study": job.study.study_name, "trial": str(m.claim.trial.number),
-                "attempt": str(1 + len(frozen.system_attrs.get("retry_history", []))),
-                "fused_group": str(len(members))})
+        for m in members:  # the result tags each run with its fused group (run_record.result_tags), as sync does
+            m.run_id = tracker.start(m.run)
             if not m.claim.held(ask=True):
                 m.outcome = lost_claim(m.cell_id, m.run_id, tracker, progress)
         live = [m for m in members if not m.outcome]
@@ -184,7 +219,8 @@ def _train(job: Any, members: list[_Member], *, tracker: Tracker, device: str, p
                 beats.enter_context(m.claim.heartbeat())
             ends = train_group([m.config for m in live], device, on_epoch=[on_epoch_of(m) for m in live],
                                keepers=[m.kept.keeper(m.claim) if m.kept is not None else None for m in live],
-                               resumes=[m.resume for m in live], on_end=[on_end_of(m) for m in live])
+                               resumes=[m.resume for m in live], on_end=[on_end_of(m) for m in live],
+                               compile=compile, graphs=graphs)
             trained = time.perf_counter() - train_started - between_epochs
             for m, end in zip(live, ends, strict=True):
                 if not m.outcome:
@@ -238,6 +274,7 @@ def _finish(m: _Member, result: Any, tracker: Tracker, progress: Progress) -> st
     try:
         if not m.claim.held(ask=True):
             raise ClaimLostError(f"trial {m.claim.trial.number} was taken over")
+        tracker.log_telemetry(m.run_id, result.telemetry)  # per member, through vmap's outputs (train/fused.py)
         tracker.summarize(m.run_id, result)
         if m.kept is not None and (weights := m.kept.before_finish(m.claim)) is not None:
             tracker.log_artifact(m.run_id, weights)

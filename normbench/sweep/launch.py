@@ -77,7 +77,8 @@ def start_workers(suite: Suite, out_dir: Path, *, storage: str | None, device: s
 
 def stop_workers(procs: list[subprocess.Popen], stop: KeyboardInterrupt) -> None:
     """Ctrl-C reaches every worker (they give their cells back): wait for them a moment. SIGTERM (SLURM,
-    Kubernetes) reaches only this process: pass it on at once; each worker gives its cell back on SIGTERM too."""
+    Kubernetes) reaches only this process: pass it on at once; each worker gives its cell back on SIGTERM too (and on
+    SIGHUP, a hang-up that reached the process group, which ends here the same way)."""
     deadline = time.monotonic() + (0.0 if isinstance(stop, Terminated) else 5.0)
     for p in procs:
         try:

@@ -55,7 +55,7 @@ class Pace:
             seconds, epochs = result.get("seconds"), result.get("epochs_run")
             if not seconds or not epochs:  # no time recorded, or stopped before an epoch
                 continue
-            seconds /= max(1, int(result.get("fused_group") or 1))  # K members shared those seconds (train/fused.py)
+            # a fused member's `seconds` are its share of its group's already (train/fused.py): not divided again
             by_shape.setdefault(shape_of(axes), []).append(seconds / epochs)
             per_depth.append(seconds / epochs / depth_of(axes))
         return cls({shape: statistics.median(v) for shape, v in by_shape.items()},

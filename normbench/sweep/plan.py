@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial
@@ -14,6 +13,7 @@ from optuna.trial import FrozenTrial
 from normbench.contracts.recipe import CellConfig
 from normbench.store.claim import Claim
 from normbench.sweep.pace import Pace
+from normbench.tracking.run_record import TrialRun
 
 
 @dataclass
@@ -21,7 +21,7 @@ class Job:
     """One study's cells and how to turn a claimed trial into a recipe."""
 
     study: optuna.Study
-    cell_for: Callable[[Claim], tuple[str, dict[str, Any], CellConfig]]  # -> cell_id, params, recipe
+    cell_for: Callable[[Claim], tuple[str, TrialRun, CellConfig]]  # -> cell_id, its MLflow run (cells.py), recipe
     report: bool = False  # feed per-epoch val accuracy to the study's pruner
     listed: Callable[[FrozenTrial], bool] = lambda trial: True  # the suite's own (contracts/matrix_scope.py)
 

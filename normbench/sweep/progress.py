@@ -167,6 +167,9 @@ def note_new_cells(progress: Progress, suite: Suite, study_name: str, cells: dic
                       f"{suite.report_seeds})")
     elif study_name == names.budget:
         progress.note(f"convergence check: {len(cells)} cells (each row's chosen lr at twice the epochs)")
+    elif study_name == names.claims:
+        progress.note(f"claim round: {len(cells)} cells (more report seeds for the rows of the claims still open: "
+                      f"{sorted({axes.get('layer') for axes in cells.values()})})")
     else:
         progress.note(f"bracket round {study_name.rsplit(':', 1)[-1]}: {len(cells)} cells (lrs beyond those a row "
                       "tried, or selection seeds an earlier round lacked)")

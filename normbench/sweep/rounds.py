@@ -86,12 +86,13 @@ def unasked_cells(suite: Suite, ledger: Ledger, run_study: optuna.Study) -> list
 
 def stale_stage_cells(suite: Suite, ledger: Ledger,
                       selection: list[optuna.Study]) -> list[tuple[optuna.Study, FrozenTrial]]:
-    """The report stage's waiting cells (report seeds, 2x check) that today's selection does not ask for. The stage
+    """The report stage's waiting cells (report seeds, 2x check, claim rounds) that today's selection does not ask for
+    (a claim round's: those off a row's chosen lr; its seeds were asked for by the claims then). The stage
     was queued when selection was over; where it reopened since (more seeds, an edited matrix, `--retry-failed`),
     every waiting one, since the lr they would train may move; once it is over again, those off a row's chosen lr or
     seeds. The stage queues what is asked for again once selection is over (sweep/run.py `queue_next_stage`)."""
     names = StudyNames(suite.name)
-    stages = [ledger.study(n) for n in (names.report, names.budget) if n in ledger.study_names()]
+    stages = [ledger.study(n) for n in (names.report, names.budget, names.claims) if n in ledger.study_names()]
     waiting = [(s, t) for s in stages for t in ledger.trials(s, (TrialState.WAITING,))
                if listed_in(suite, s.study_name)(t)]  # the edited-matrix rule leaves the others where they are
     if not waiting:
@@ -101,7 +102,14 @@ def stale_stage_cells(suite: Suite, ledger: Ledger,
     if so_far is not None and not next_bracket_round(suite, *so_far):
         finished = so_far[0]
         asked = {suite.cell(axes).cell_id for axes in (*report_axes(suite, finished), *budget_axes(suite, finished))}
+        rounds = {suite.cell(without_seed(axes)).cell_id for axes in report_axes(suite, finished)}
+        asked |= {trial_cell_id(t) for s, t in waiting if s.study_name == names.claims  # a claim round asked for
+                  and suite.cell(without_seed(trial_axes(t))).cell_id in rounds}      # it at a chosen lr: it stands
     return [(s, t) for s, t in waiting if trial_cell_id(t) not in asked]
+
+
+def without_seed(axes: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in axes.items() if k != "seed"}
 
 
 def withdraw_unasked(suite: Suite, ledger: Ledger, run_study: optuna.Study) -> list[dict[str, Any]]:

@@ -14,13 +14,13 @@ from optuna.trial import TrialState
 
 from normbench.contracts.matrix_scope import MatrixScope
 from normbench.contracts.names import OutputFolder, StudyNames
-from normbench.contracts.selection import BUDGETS, REPORTS, SELECTS
 from normbench.contracts.suite import Suite
 from normbench.store import attempts
 from normbench.store.claim import Claim
-from normbench.store.ledger import LIVE, Ledger, failed_to_retry, worker_host
+from normbench.store.ledger import LIVE, UNFINISHED, Ledger, failed_to_retry, worker_host
 from normbench.store.migrations import trial_axes, trial_cell_id
-from normbench.sweep.cells import cell_params, open_study_of_recipe
+from normbench.sweep.cells import cell_run, open_study_of_recipe
+from normbench.sweep.claim_rounds import claim_round_axes
 from normbench.sweep.pace import Pace, cell_costs
 from normbench.sweep.plan import Job, Plan
 from normbench.sweep.progress import Progress, note_new_cells
@@ -35,6 +35,7 @@ from normbench.sweep.rounds import (
     selection_so_far,
     withdraw_unasked,
 )
+from normbench.tracking.run_record import TrialRun
 from normbench.train.device import device_name
 
 
@@ -44,14 +45,12 @@ def open_run_study(ledger: Ledger, suite: Suite) -> optuna.Study:
 
 
 def run_job(suite: Suite, study: optuna.Study) -> Job:
-    names = StudyNames(suite.name)
-    role = {names.report: REPORTS, names.budget: BUDGETS}.get(study.study_name, SELECTS)
-
-    def cell_for(claim: Claim) -> tuple[str, dict[str, Any], Any]:
+    def cell_for(claim: Claim) -> tuple[str, TrialRun, Any]:
         # The axes come from the trial's user attrs; its params show them in optuna-dashboard (store/trial_params.py).
+        # The run's role (select, report) is its study's kind's (tracking/run_record.py KINDS), as sync reads it.
         axes = dict(claim.trial.user_attrs["axes"])
         cell = suite.cell(axes)
-        return cell.cell_id, cell_params(axes, cell.config, role), cell.config
+        return cell.cell_id, cell_run(suite, claim), cell.config
 
     return Job(study=study, cell_for=cell_for, listed=listed_in(suite, study.study_name))
 
@@ -60,7 +59,7 @@ def stage_study_names(ledger: Ledger, suite: Suite) -> list[str]:
     """The studies queued after the matrix: bracketing rounds in order, then the report stage, those present."""
     names = StudyNames(suite.name)
     present = ledger.study_names()
-    return [*names.bracket_rounds(present), *(n for n in (names.report, names.budget) if n in present)]
+    return [*names.bracket_rounds(present), *(n for n in (names.report, names.budget, names.claims) if n in present)]
 
 
 def queued_cells(ledger: Ledger, study_name: str) -> dict[str, dict[str, Any]]:
@@ -130,6 +129,27 @@ def queue_next_stage(suite: Suite, study: optuna.Study, ledger: Ledger, progress
         for name, stage in ((names.report, report_axes), (names.budget, budget_axes)):
             if cells := {suite.cell(axes).cell_id: axes for axes in stage(suite, finished)}:
                 _queue(ledger, ledger.study(name), cells, suite, progress)
+        if suite.claims and reports_done(ledger, suite):
+            if cells := {suite.cell(axes).cell_id: axes for axes in next_claim_round(suite, ledger)}:
+                _queue(ledger, ledger.study(names.claims), cells, suite, progress)
+
+
+def reports_done(ledger: Ledger, suite: Suite) -> bool:
+    """Is every report seed and claim round queued so far trained (or failed for good)? The claims are read only
+    then: a round is asked for on the whole of the round before it."""
+    names = StudyNames(suite.name)
+    present = ledger.study_names()
+    return not any(listed_in(suite, n)(t) for n in (names.report, names.claims) if n in present
+                   for t in ledger.trials(ledger.study(n), UNFINISHED))
+
+
+def next_claim_round(suite: Suite, ledger: Ledger) -> list[dict[str, Any]]:
+    """The claim round's cells (sweep/claim_rounds.py) read from the suite's finished cells in the ledger."""
+    from normbench.contracts.matrix_scope import MatrixScope
+    from normbench.report.frames import cells_frame
+
+    cells = cells_frame(ledger, StudyNames(suite.name), scope=MatrixScope(suite))
+    return claim_round_axes(suite, cells)
 
 
 def _queue(ledger: Ledger, study: optuna.Study, cells: dict[str, dict[str, Any]], suite: Suite,

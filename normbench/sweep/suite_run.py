@@ -22,14 +22,14 @@ from normbench.store.journal import ledger_identity, repair_tail
 from normbench.store.ledger import Ledger, max_attempts_from_env
 from normbench.store.locks import journal_lock_grace
 from normbench.sweep.checkpoints import CheckpointFolder
-from normbench.sweep.launch import default_workers, start_workers, worker_command
+from normbench.sweep.launch import start_workers, worker_command
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import open_run
 from normbench.sweep.suite_snapshot import changed_since, take_snapshot
 from normbench.sweep.time_limit import TimeLimit
 from normbench.sweep.tune import open_tune
 from normbench.sweep.watch import WorkerWatch, wait_for_workers
-from normbench.sweep.worker import WorkSummary, work
+from normbench.sweep.worker import WorkSummary, local_workers, work
 from normbench.tracking.tracker import Tracker
 from normbench.train.distributed import Dist
 
@@ -77,7 +77,7 @@ class SuiteRun:
 
     def work(self, device: str, workers: int | None = None, dist: Dist | None = None) -> WorkSummary:
         """Run cells in `workers` local processes (if > 1), then here: all when alone, else what a dead worker left."""
-        workers = workers or default_workers(device)
+        workers = workers or local_workers(device, self.fuse)  # --fuse auto on CUDA: its fused workers per GPU
         summary = WorkSummary()
         try:
             return self._work(device, workers, dist, summary)
@@ -120,7 +120,9 @@ class SuiteRun:
         """Write the leaderboard, bring MLflow up to date from the ledger, and say where they are."""
         from normbench.report.leaderboard import write_leaderboard
 
-        write_leaderboard(self.folder.path, suite=self.suite, storage=self.storage)
+        # the header names the folder's own copy of the suite, as `normbench leaderboard` reads it: one file either way
+        suite = dataclasses.replace(self.suite, path=self.folder.suite)
+        write_leaderboard(self.folder.path, suite=suite, storage=self.storage)
         synced(self.folder.path, self.storage, self.tracker.uri, self.progress)
         if summary.bookkeeping():
             self.progress.note(summary.bookkeeping())
@@ -145,7 +147,7 @@ def run_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | 
     """`normbench run` (mode "run") or `normbench tune` ("tune"): train every unfinished cell (those that fit before
     `time_limit`), write the leaderboard."""
     device = preflight(suite, device)
-    if (workers or default_workers(device)) > 1:  # a layer no worker could import is refused before any file exists
+    if (workers or local_workers(device, fuse)) > 1:  # a layer no worker could import is refused before any file exists
         worker_command(suite, out_dir, storage=storage, device=device, mode=mode)
     suite_run = SuiteRun(suite, out_dir, storage=storage, mode=mode, quiet=quiet, checkpoint_dir=checkpoint_dir,
                          fuse=fuse, time_limit=time_limit)

@@ -16,14 +16,25 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from normbench.contracts.layer_tunables import space_for
 from normbench.contracts.names import StudyNames
 from normbench.contracts.selection import choose_lr, seed_mean
-from normbench.contracts.suite import Suite, TuneConfig, cell_id, with_overrides
-from normbench.contracts.tuning import LABEL, search_keys, search_seed, seeds
-from normbench.errors import ClaimLostError, SuiteError
+from normbench.contracts.suite import Suite, TuneConfig, cell_id
+from normbench.contracts.tuning import (
+    LABEL,
+    SEARCH_TRIAL,
+    apply_sampled,
+    confirm_seed,
+    recipe_axes,
+    search_keys,
+    search_seed,
+    seeds,
+    tune_section,
+)
+from normbench.errors import ClaimLostError
 from normbench.store.claim import Claim
 from normbench.store.ledger import UNFINISHED, Ledger
-from normbench.sweep.cells import cell_params, check_recipe, open_study_of_recipe
+from normbench.sweep.cells import cell_run, check_recipe, open_study_of_recipe
 from normbench.sweep.plan import Job, Plan
 from normbench.sweep.progress import Progress
 
@@ -39,7 +50,9 @@ def suggest(trial: optuna.Trial, key: str, dist: dict[str, Any]) -> Any:
         return trial.suggest_categorical(key, dist["choices"])
     if isinstance(dist["low"], int) and isinstance(dist["high"], int) and not dist.get("log"):
         return trial.suggest_int(key, dist["low"], dist["high"], step=dist.get("step", 1))
-    return trial.suggest_float(key, dist["low"], dist["high"], log=bool(dist.get("log", False)))
+    # a float range with a step (drop_path_rate 0 to 0.3 by 0.1) is a grid of floats, as Optuna samples it
+    return trial.suggest_float(key, dist["low"], dist["high"], log=bool(dist.get("log", False)),
+                               step=dist.get("step"))
 
 
 def _sampler_and_pruner(tune: TuneConfig) -> dict[str, Any]:
@@ -53,16 +66,13 @@ def _sampler_and_pruner(tune: TuneConfig) -> dict[str, Any]:
 def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
               quiet: bool = False) -> tuple[Plan, list[str], Progress]:
     """Check every study's recipe and queue each search's budget; returns (jobs, studies to watch, progress)."""
-    if suite.tune is None:
-        raise SuiteError(f"{suite.path}: has no `tune:` section; add one with `trials:` and `space:` "
-                         "(see suites/smoke.yaml)")
-    tune = suite.tune
+    tune = tune_section(suite)
     names = StudyNames(suite.name)
     keys = search_keys(suite)
     searches = {cell_id(key): names.tune(cell_id(key)) for key in keys}
     existing = set(ledger.study_names())
-    for name in [*searches.values(), names.tuned]:  # every check before any write: a refused tune changes nothing
-        if name in existing:
+    for name in [*searches.values(), names.confirm, names.tuned]:  # every check before any write: a refused tune
+        if name in existing:                                         # changes nothing
             check_recipe(ledger, suite, ledger.study(name))
     studies = []
     for key in keys:
@@ -71,55 +81,108 @@ def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
         studies.append((key, study))
 
     def search_job(key: dict[str, Any], study: optuna.Study) -> Job:
+        space = space_for(tune.space, str(key.get("layer", suite.model.get("layer", "layernorm"))))
+
         def cell_for(claim: Claim) -> tuple[str, dict[str, Any], Any]:
             axes = {**key, "seed": search_seed(suite)}
-            sampled = ledger.call(lambda: {k: suggest(claim.trial, k, d) for k, d in tune.space.items()})
-            config = with_overrides(suite.cell(axes), sampled)
+            sampled = ledger.call(lambda: {k: suggest(claim.trial, k, d) for k, d in space.items()})
+            config = apply_sampled(suite.cell(axes), sampled)
             label = trial_label(key, sampled, claim.number)
             with contextlib.suppress(ClaimLostError):  # a lost claim: run_cell notices it
                 claim.set_attr(LABEL, label)  # for the parent of local workers, which prints it
-            return label, cell_params(axes, config), config
+            return label, cell_run(suite, claim), config
 
         return Job(study=study, cell_for=cell_for, report=True)
 
-    def rerun_job(study: optuna.Study) -> Job:
+    def overrides_job(study: optuna.Study) -> Job:
+        """The confirmations and the re-runs: a cell at its axes with a search trial's sampled values."""
         def cell_for(claim: Claim) -> tuple[str, dict[str, Any], Any]:
             axes, overrides = claim.trial.user_attrs["axes"], claim.trial.user_attrs["overrides"]
-            config = with_overrides(suite.cell(axes), overrides)
-            return cell_id(axes), cell_params(axes, config), config
+            config = apply_sampled(suite.cell(recipe_axes(axes)), overrides)
+            return cell_id(axes), cell_run(suite, claim), config
 
         return Job(study=study, cell_for=cell_for)
 
     def jobs() -> list[Job]:
         current = [search_job(key, study) for key, study in studies]
-        return [*current, rerun_job(ledger.study(names.tuned))] if names.tuned in ledger.study_names() else current
+        later = [overrides_job(ledger.study(n)) for n in (names.confirm, names.tuned) if n in ledger.study_names()]
+        return [*current, *later]
 
     def queue_next() -> None:
-        """Once every search is over, queue each one's best configuration on the matrix's seeds."""
+        """Once every search is over, queue each one's best trials on the confirmation seed (`confirm_top`); once
+        those are over too (or with none), each search's winner on the re-run seeds."""
         if any(ledger.trials(study, UNFINISHED) for _, study in studies):
             return
+        if tune.confirm_top and not _confirmations_queued(ledger, names.confirm, studies, tune.confirm_top, suite):
+            return
+        if names.confirm in ledger.study_names() and ledger.trials(ledger.study(names.confirm), UNFINISHED):
+            return
+        confirmed = confirmation_values(ledger, names.confirm)
         tuned = open_study_of_recipe(ledger, suite, names.tuned)
         items, extra = {}, {}
         for key, study in studies:
             complete = ledger.trials(study, (TrialState.COMPLETE,))
             if not complete:
                 continue  # every trial pruned: nothing to re-run
-            best = best_trial(complete)
+            best = best_trial(complete, confirmed.get(cell_id(key), {}) if tune.confirm_top else None)
             for seed in seeds(suite):
                 axes = {**key, "seed": seed}
-                items[cell_id(axes)], extra[cell_id(axes)] = axes, {"overrides": best.params}
+                items[cell_id(axes)], extra[cell_id(axes)] = axes, {"overrides": best.params,
+                                                                    SEARCH_TRIAL: best.number}
         ledger.enqueue(tuned, items, extra)
 
-    progress = Progress(total=len(keys) * (tune.trials + len(seeds(suite))), quiet=quiet)
-    progress.note(f"tune {suite.name}: {len(keys)} studies x {tune.trials} trials on seed {search_seed(suite)}, "
-                  f"then the best of each over seed(s) {seeds(suite)}; output in {out_dir}")
-    return Plan(jobs=jobs, queue_next=queue_next), [*searches.values(), names.tuned], progress
+    confirm = tune.confirm_top * len(keys)
+    progress = Progress(total=len(keys) * (tune.trials + len(seeds(suite))) + confirm, quiet=quiet)
+    progress.note(f"tune {suite.name}: {len(keys)} studies x {tune.trials} trials on seed {search_seed(suite)}"
+                  + (f", the best {tune.confirm_top} of each again on seed {confirm_seed(suite)}" if confirm else "")
+                  + f", then the best of each over seed(s) {seeds(suite)}; output in {out_dir}")
+    studies_watched = [*searches.values(), *([names.confirm] if confirm else []), names.tuned]
+    return Plan(jobs=jobs, queue_next=queue_next), studies_watched, progress
 
 
-def best_trial(complete: list[FrozenTrial]) -> FrozenTrial:
-    """A search's winner by the selection rule (contracts/selection.py `choose_lr`, as report/tune_frame.py reads the
-    search back): the lr with the best mean final-epoch val (a trial without one counts as none), ties to the smaller
-    lr; among that lr's trials the best val, ties to the earlier trial."""
+def _confirmations_queued(ledger: Ledger, name: str, studies: list[tuple[dict[str, Any], optuna.Study]],
+                          top: int, suite: Suite) -> bool:
+    """Queue each search's `top` best trials on the confirmation seed (once: queued cells are not queued again);
+    True once they are queued (then the caller waits for them to finish)."""
+    confirm = open_study_of_recipe(ledger, suite, name)
+    items, extra = {}, {}
+    for key, study in studies:
+        ranked = sorted(ledger.trials(study, (TrialState.COMPLETE,)),
+                        key=lambda t: (-_value(t), t.number))[:top]  # the best val first, ties to the earlier
+        for t in ranked:
+            axes = {**key, "seed": confirm_seed(suite), SEARCH_TRIAL: t.number}
+            items[cell_id(axes)], extra[cell_id(axes)] = axes, {"overrides": t.params}
+    ledger.enqueue(confirm, items, extra)
+    return True
+
+
+def confirmation_values(ledger: Ledger, name: str) -> dict[str, dict[int, float]]:
+    """`{search point id: {search trial number: its val on the confirmation seed}}` of the finished confirmations."""
+    if name not in ledger.study_names():
+        return {}
+    values: dict[str, dict[int, float]] = {}
+    for t in ledger.trials(ledger.study(name), (TrialState.COMPLETE, TrialState.PRUNED)):
+        axes = t.user_attrs["axes"]
+        point = {k: v for k, v in axes.items() if k not in ("seed", SEARCH_TRIAL)}
+        values.setdefault(cell_id(point), {})[int(axes[SEARCH_TRIAL])] = _value(t)
+    return values
+
+
+def _value(trial: FrozenTrial) -> float:
+    """A trial's final-epoch val top-1; a trial without one (diverged, pruned early) ranks last."""
+    return -math.inf if trial.value is None or math.isnan(trial.value) else float(trial.value)
+
+
+def best_trial(complete: list[FrozenTrial], confirmed: dict[int, float] | None = None) -> FrozenTrial:
+    """A search's winner. Without confirmations (`confirmed` None): by the selection rule (contracts/selection.py
+    `choose_lr`, as report/tune_frame.py reads the search back), the lr with the best mean final-epoch val (a trial
+    without one counts as none), ties to the smaller lr; among that lr's trials the best val, ties to the earlier
+    trial. With them: among the confirmed trials, the best mean of the search's and the confirmation's val (a lucky
+    search draw alone does not win), ties to the earlier trial."""
+    if confirmed:
+        candidates = [t for t in complete if t.number in confirmed]
+        return max(candidates, key=lambda t: ((_value(t) + confirmed[t.number]) / 2, -t.number))
+
     def value(trial: FrozenTrial) -> float:
         return math.nan if trial.value is None else trial.value
 

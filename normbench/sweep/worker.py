@@ -3,7 +3,8 @@
 The ledger is the truth: a cell counts once COMPLETE there; a crash before that re-runs it. MLflow is a view (rebuilt
 by tracking/sync.py), so live logging is queued and never waits (tracking/tracker.py); the next `normbench sync`
 settles runs left RUNNING. A worker whose claim was taken over (stalled past the heartbeat grace) stops that cell and
-closes its run KILLED. A cell that kills its worker NORMBENCH_MAX_ATTEMPTS times is failed for good."""
+closes its run KILLED. A cell that kills its worker NORMBENCH_MAX_ATTEMPTS times in a row, its checkpoint never moving
+on, is failed for good (store/attempts.py: an attempt preempted while progressing is not counted)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,20 @@ from normbench.errors import ClaimLostError, NormbenchError
 from normbench.store.attempts import ATTEMPTS, failed_for_good, reclaim
 from normbench.store.claim import Claim
 from normbench.store.ledger import UNFINISHED, Ledger
-from normbench.sweep.cell_end import DISK_FULL, FAILED, LOST, TRAINED, ledger_state, lost_claim, release, replay, settle
+from normbench.sweep.cell_end import (
+    DISK_FULL,
+    FAILED,
+    LOST,
+    TRAINED,
+    ledger_state,
+    lost_claim,
+    release,
+    replay,
+    settle,
+)
 from normbench.sweep.checkpoints import CellCheckpoints, CheckpointFolder
-from normbench.sweep.group_run import auto_group_size, claim_group, row_key, run_group
+from normbench.sweep.fuse_plan import FusePlan, plan_for, slug_of
+from normbench.sweep.group_run import fill_group, row_key, run_group
 from normbench.sweep.plan import Job, Plan
 from normbench.sweep.progress import Progress
 from normbench.sweep.time_limit import TimeLimit, leave_queued, turn_seconds
@@ -29,6 +41,8 @@ from normbench.train.cpu_share import CpuShare
 from normbench.train.device import resolve_device
 from normbench.train.distributed import Dist, broadcast
 from normbench.train.loop import CellAbandoned, train_cell
+
+UNFUSED = FusePlan()  # --fuse 1
 
 
 def poll_seconds() -> float:
@@ -73,9 +87,9 @@ class WorkSummary:
         named = "; ".join(cells[:5]) + (f"; and {len(cells) - 5} more" if len(cells) > 5 else "")
         tries = sorted(set(self.failed_for_good.values()))
         return (f"{len(cells)} cell(s) failed for good, each killed its worker on {' or '.join(map(str, tries))} "
-                f"attempts in a row (OOM kill, segfault, watchdog?): {named}. The leaderboard's 'failed for good' "
-                "section lists each attempt's host, pid and verdict; fix the cause, then run the same command with "
-                "--retry-failed to give them another round")
+                f"attempts in a row, none moving its checkpoint on (OOM kill, segfault, watchdog?): {named}. The "
+                "leaderboard's 'failed for good' section lists each attempt's host, pid and verdict; fix the cause, "
+                "then run the same command with --retry-failed to give them another round")
 
     def bookkeeping(self) -> str:
         """'ledger + MLflow: 1.2 s of 80.0 s (1.5%)', or '' when this process ran no cell."""
@@ -87,11 +101,12 @@ class WorkSummary:
 
 def work(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
          suite_name: str, time_limit: TimeLimit | None = None, dist: Dist | None = None,
-         checkpoints: CheckpointFolder | None = None, fuse: int | str = 1) -> WorkSummary:
+         checkpoints: CheckpointFolder | None = None, fuse: int | str | FusePlan = 1) -> WorkSummary:
     """Run cells until every study of `plan` (the next stage queued when they run dry) is finished, or the next would
     not end before `time_limit` (sweep/time_limit.py); under torchrun, as rank 0. `fuse`: up to that many cells of a
-    row that differ only in lr and seed train as one fused model (sweep/group_run.py); "auto" fuses on CUDA only."""
-    fuse = auto_group_size(device) if fuse == "auto" else int(fuse)
+    row that differ only in lr, seed, epochs and warmup train as one fused model (sweep/group_run.py); "auto" as
+    the device's fuse bench says, else sweep/fuse_plan.py's constants (on CUDA only); or a FusePlan."""
+    fuse = fuse if isinstance(fuse, FusePlan) else fuse_plan(fuse, device)
     try:
         summary = _work(plan, ledger, tracker, device, progress, suite_name, time_limit, dist, checkpoints, fuse)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the cell was given back and its ranks told; let them return
@@ -116,9 +131,30 @@ def follow(device: str, dist: Dist) -> int:
     return cells
 
 
+def fuse_plan(fuse: int | str, device: str) -> FusePlan:
+    """`--fuse` for this worker's device (sweep/fuse_plan.py), from the fuse bench of this GPU when there is one."""
+    dev = resolve_device(device)
+    if fuse != "auto" or dev.type != "cuda":
+        return plan_for(fuse, dev.type)
+    from normbench.train.device import device_name
+
+    return plan_for(fuse, dev.type, slug_of(device_name(dev)))
+
+
+def local_workers(device: str, fuse: int | str | FusePlan) -> int:
+    """`--workers` left out: one per GPU (sweep/launch.py), times the fused workers per GPU that `--fuse auto`'s plan
+    names on CUDA; 1 on a CPU."""
+    from normbench.sweep.launch import default_workers
+
+    gpus = default_workers(device)
+    if fuse != "auto" or resolve_device(device).type != "cuda":
+        return gpus
+    return gpus * fuse_plan(fuse, device).workers
+
+
 def _work(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
           suite_name: str, time_limit: TimeLimit | None, dist: Dist | None,
-          checkpoints: CheckpointFolder | None = None, fuse: int = 1) -> WorkSummary:
+          checkpoints: CheckpointFolder | None = None, fuse: FusePlan = UNFUSED) -> WorkSummary:
     share = CpuShare.sign_in() if dist is None and resolve_device(device).type == "cpu" else None
     try:
         return _work_loop(plan, ledger, tracker, device, progress, suite_name, time_limit, dist, checkpoints, share,
@@ -130,11 +166,12 @@ def _work(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progress: P
 
 def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progress: Progress,
                suite_name: str, time_limit: TimeLimit | None, dist: Dist | None,
-               checkpoints: CheckpointFolder | None, share: CpuShare | None, fuse: int = 1) -> WorkSummary:
+               checkpoints: CheckpointFolder | None, share: CpuShare | None, fuse: FusePlan = UNFUSED) -> WorkSummary:
     summary = WorkSummary()
     unfusable: set[str] = set()  # rows whose first fused step failed here: trained one by one from then on
     poll = poll_seconds()  # a bad setting is refused before the first claim, not when the queue runs dry
     current = plan.jobs()
+    stage_start = True  # the first group of a stage may wait a moment to fill (its peers may be queueing it)
     while True:
         stopping.check()  # between cells
         turn_started = time.perf_counter()
@@ -146,15 +183,17 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
                 share.apply()  # the cores' share as of now: another run may have started or ended since the last cell
             job, first = claimed
             claims = [first]
-            if fuse > 1 and dist is None and row_key(first.trial.user_attrs.get("axes", {})) not in unfusable:
-                claims = claim_group(ledger, job, first, fuse)
+            if fuse.k > 1 and dist is None and row_key(first.trial.user_attrs.get("axes", {})) not in unfusable:
+                claims = fill_group(ledger, job, first, fuse, current, wait=stage_start)
+                stage_start = False
             estimate = turn_seconds(plan.pace(), job, claims, checkpoints) if time_limit is not None else None
             if time_limit is not None and (why := time_limit.refusal(estimate)):
                 summary.time_limited = leave_queued(job, claims, why, progress)
                 return summary
             if len(claims) > 1:
                 turn = run_group(job, claims, tracker=tracker, device=device, progress=progress,
-                                 suite_name=suite_name, checkpoints=checkpoints, share=share)
+                                 suite_name=suite_name, checkpoints=checkpoints, share=share, jobs=current,
+                                 compile=fuse.compile, graphs=fuse.graphs)
                 if turn.unfusable:
                     unfusable.add(row_key(first.trial.user_attrs.get("axes", {})))
                 if turn.alone is not None:  # not fused: it trains alone below; the others went back to the queue
@@ -177,6 +216,7 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
             continue
         plan.queue_next()
         current = plan.jobs()
+        stage_start = True
         # the next stage's cells, in a new study or in one already here (a report stage queued again): judged by
         # its cells, not its study names, or the worker that queued them would leave the rest to its peers
         if not unfinished(current, ledger):
@@ -202,11 +242,8 @@ def run_cell(job: Job, claim: Claim, *, ledger: Ledger, tracker: Tracker, device
     """Train one claimed cell. Returns its outcome, TRAINED, FAILED (it raised: a failed trial, retried next run) or
     LOST (another worker took the claim over), and the seconds spent training (not the between-epoch logging)."""
     trial = claim.trial
-    cell_id, params, config = job.cell_for(claim)
-    frozen = claim.frozen()  # its attempt (a re-queued copy's run is named `#2`)
-    run_id = tracker.start(cell_id, params, tags={  # queued: never waits for MLflow
-        "suite": suite_name, "study": job.study.study_name, "trial": str(trial.number),
-        "attempt": str(1 + len(frozen.system_attrs.get("retry_history", [])))})
+    cell_id, run, config = job.cell_for(claim)
+    run_id = tracker.start(run)  # queued: never waits for MLflow
     if not claim.held(ask=True):  # stalled between the claim and here: another worker's cell now
         return lost_claim(cell_id, run_id, tracker, progress), 0.0
     progress.start_cell(cell_id, config.train.epochs)

@@ -24,7 +24,7 @@ from normbench.store.ledger import UNFINISHED, Ledger, worker_host
 STDERR_LINES = 20  # kept per worker: enough for a CUDA or OOM message, short enough for the ledger
 LINE_CHARS = 500
 PUMP_SECONDS = 0.5
-GRACEFUL = (130, 143)  # Ctrl-C, SIGTERM: the worker gave its cell back
+GRACEFUL = (130, 143)  # Ctrl-C, SIGTERM or SIGHUP: the worker gave its cell back
 
 
 class WorkerProcess(subprocess.Popen):

@@ -18,6 +18,7 @@ from normbench.store.locks import folder_lock
 from normbench.store.retry import causes
 
 PARENT_RUN = "leaderboard"  # the suite's parent run: holds the leaderboard files; every cell is nested under it
+ARTIFACTS = ("leaderboard.md", "*.csv", "*.png", "*.svg")  # the parent run's files, from the output folder
 KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"  # MLflow 3: a model-training experiment
 _UNSYNCED: set[Path] = set()  # SQLite files whose connections skip the fsync
 

@@ -1,9 +1,13 @@
-"""A ledger trial as an MLflow run, defined once so runs logged live (tracker.py) and rebuilt (sync.py) are the same.
+"""A ledger trial as an MLflow run, defined once so runs logged live (tracker.py) and rebuilt (sync.py) are the same:
+`trial_run` describes a trial from the ledger's record and the folder's suite alone, and both paths write what it says
+(live: at the claim, then `result_tags`, `result_params` and the metrics as the cell trains; sync: all at once), so a
+store synced from the ledger equals the one logged live, params, tags, metrics and name
+(tests/tracking/test_live_equals_synced.py).
 - key: tags `study` and `trial` (its number) under the folder's parent run: one run per cell attempt, live or synced.
 - `ledger_state`: the trial state (COMPLETE, PRUNED, FAIL) the run fully mirrors; written last, once every earlier
   write landed. A run without it (logging cut off, worker killed) is completed by sync.
-- `layout`: this module's version; sync replaces runs of an older layout (2: scores rounded to 2 decimals; 1: epochs
-  at step = epoch).
+- `layout`: this module's version; sync replaces runs of an older layout (3: a synced search trial's params were its
+  sampled values bare, without its seed and recipe; 2: scores rounded to 2 decimals; 1: epochs at step = epoch).
 - name: like a table row (`d36 layerscale lr3e-3 s0`), so the pinned Run Name column shows the axes.
 - per-epoch metrics at step = optimizer steps; `scheduled_lr` is the schedule's lr (`lr`, a param, is the cell's peak).
 - telemetry of the first, middle and last block (as the leaderboard's table) under `telemetry/<position>/` (own chart
@@ -15,15 +19,34 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from normbench.contracts.names import BRACKET, BUDGET, REPORT, RUN, TUNE, TUNED, study_kind, study_suite
+from normbench.contracts.names import (
+    BRACKET,
+    BUDGET,
+    CLAIMS,
+    CONFIRM,
+    REPORT,
+    RUN,
+    TUNE,
+    TUNED,
+    StudyNames,
+    study_kind,
+    study_suite,
+)
 from normbench.contracts.recipe import CellConfig
 from normbench.contracts.selection import BUDGETS, DIVERGED, REPORTS, ROLE, SCORE, SELECT, SELECTS, cell_scores
 from normbench.tracking.mlflow_store import Point
 
-LAYOUT = "3"
+if TYPE_CHECKING:  # optuna and the suite are imported where a trial is read: `normbench ui` reads none of them
+    from optuna.trial import FrozenTrial
+
+    from normbench.contracts.suite import Suite
+
+LAYOUT = "4"
 LAYOUT_TAG, STATE_TAG = "layout", "ledger_state"
 TUNE_LABEL = "label"  # a search trial's user attr naming it (sweep/tune.py LABEL; its cell_id is a budget slot)
 EPOCH_METRICS = {"val_top1": "val_top1", "train_loss": "train_loss", "lr": "scheduled_lr", "grad_norm": "grad_norm",
@@ -31,7 +54,9 @@ EPOCH_METRICS = {"val_top1": "val_top1", "train_loss": "train_loss", "lr": "sche
 FINAL_NAMES = {SCORE: "test_top1", SELECT: "val_top1_final"}  # spec.selection's score/select, named for what they are
 # a study's kind (its name's prefix: tags.kind) and the role its cells play in the leaderboard (tags.role)
 KINDS = {RUN: (SELECTS, SELECTS), BRACKET: (BRACKET, SELECTS), REPORT: (REPORT, REPORTS), BUDGET: (BUDGET, BUDGETS),
-         TUNE: (TUNE, TUNE), TUNED: (TUNED, REPORTS)}
+         CLAIMS: (CLAIMS, REPORTS), TUNE: (TUNE, TUNE), CONFIRM: (CONFIRM, TUNE), TUNED: (TUNED, REPORTS)}
+RESULT_TAGS = ("device", "torch_version", "timm_version", "normbench_version", "torch_threads")  # where and with what
+SIZES = ("train_size", "val_size", "test_size")  # the data set's true split sizes, params `data.<size>`
 
 # Run names: an axis shown as prefix + value; `layer` shows as its bare value; any other axis as `key=value`.
 SHORT = {"depth": "d", "lr": "lr", "seed": "s", "trial": "trial", "epochs": "ep", "batch_size": "bs",
@@ -39,6 +64,120 @@ SHORT = {"depth": "d", "lr": "lr", "seed": "s", "trial": "trial", "epochs": "ep"
 FIRST, LAST = ("depth", "layer"), ("seed", "trial")  # the rest in between, by name (as in the cell id)
 TELEMETRY_PREFIX = "telemetry/"
 POSITIONS = ("first", "middle", "last")
+
+
+@dataclass
+class TrialRun:
+    """A trial as an MLflow run: everything a run of it holds but its status (`run_status`) and ids."""
+
+    cell_id: str
+    name: str
+    tags: dict[str, str]
+    params: dict[str, str]
+    points: list[Point] = field(default_factory=list)
+    start: int = 0  # ms since the epoch
+    end: int = 0
+
+
+def trial_run(study: str, trial: FrozenTrial, suite: Suite | None) -> TrialRun:
+    """The run of `trial` of `study`, from the ledger's record and the folder's `suite` (None: a suite file this
+    normbench cannot read; the axes alone then): the one description of a trial as a run. Live logging starts its
+    run with this trial's name, tags and params as the claim reads it (sweep/cells.py `cell_run`; no metrics yet);
+    sync writes the finished trial's whole run (tracking/sync.py)."""
+    from normbench.store.migrations import trial_cell_id
+
+    kind, role = kind_and_role(study)
+    attrs = trial.user_attrs
+    axes, config = trial_cell(study, trial, suite)
+    cell_id = attrs.get(TUNE_LABEL) or trial_cell_id(trial) or f"trial {trial.number}"
+    attempt = 1 + len(trial.system_attrs.get("retry_history", []))
+    result = attrs.get("result") if trial.state.name != "FAIL" else None
+    tags = run_tags(cell_id, axes, study, trial.number, attempt)
+    if attrs.get("worker_host"):
+        tags["host"] = str(attrs["worker_host"])
+    params = run_params(axes, config, role=role if kind not in (TUNE, CONFIRM, TUNED) else None)  # tuning: no role
+    start = _ms(trial.datetime_start) or _ms(trial.datetime_complete) or int(time.time() * 1000)
+    end = max(start, _ms(trial.datetime_complete) or start)
+    run = TrialRun(cell_id, run_name(cell_id, attempt), tags, params, start=start, end=end)
+    if trial.state.name in ("RUNNING", "WAITING"):  # a claimed cell: its run as it starts
+        return run
+    history = attrs.get("history") or []
+    run.points = [p for i, record in enumerate(history)
+                  for p in epoch_points(record, start + (end - start) * (i + 1) // len(history))]
+    if not history:  # a FAIL trial: its epochs' val top-1, as it reported them (step = optimizer steps)
+        run.points = [("val_top1", float(v), end, int(step)) for step, v in sorted(trial.intermediate_values.items())
+                      if v is not None and math.isfinite(v)]
+    if result:
+        run.points += telemetry_points(result.get("telemetry") or [], end) + final_points(result, end)
+        run.params.update(result_params(result))
+    run.tags.update(result_tags(result) if result else {"status": "failed"})  # an attempt that did not finish
+    if attrs.get("error"):
+        run.tags["error"] = str(attrs["error"])[:5000]
+    return run
+
+
+def trial_cell(study: str, trial: FrozenTrial, suite: Suite | None) -> tuple[dict[str, Any], CellConfig | None]:
+    """The cell a trial trains: its axes and recipe, as the sweep's jobs build them (sweep/run.py, sweep/tune.py): a
+    search trial is its study's point on the search seed with the values Optuna sampled; a tuned re-run, its axes
+    with the search's best values; any other, its axes."""
+    from normbench.store.migrations import trial_axes
+
+    if study_kind(study) == TUNE:
+        point = point_axes(study)
+        if suite is None:  # no suite to say the search seed or the recipe: the sampled values as axes
+            return {**point, **trial.params}, None
+        from normbench.contracts.tuning import search_seed
+
+        axes = {**point, "seed": search_seed(suite)}
+        return axes, _recipe(suite, axes, trial.params)
+    axes = trial_axes(trial)
+    return axes, _recipe(suite, axes, trial.user_attrs.get("overrides"))
+
+
+def _recipe(suite: Suite | None, axes: dict[str, Any], overrides: dict[str, Any] | None) -> CellConfig | None:
+    if suite is None:
+        return None
+    from normbench.contracts.tuning import apply_sampled, recipe_axes
+
+    try:
+        cell = suite.cell(recipe_axes(axes))
+        return apply_sampled(cell, overrides) if overrides else cell.config  # a layer's tunables too
+    except Exception:  # axes the suite no longer has (a renamed layer, a removed key): the axes still say the cell
+        return None
+
+
+def point_axes(study: str) -> dict[str, Any]:
+    """`tune:<suite>:depth=12,layer=x` -> {depth: 12, layer: x} (numbers as numbers)."""
+    point = StudyNames(study_suite(study) or "").tune_point(study) or ""
+    pairs = (p.split("=", 1) for p in point.split(",") if "=" in p)
+    return {k: _number(v) for k, v in pairs}
+
+
+def _number(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _ms(when: Any) -> int:
+    return int(when.timestamp() * 1000) if when is not None else 0
+
+
+def result_tags(summary: Mapping[str, Any]) -> dict[str, str]:
+    """What a cell's result (CellResult.summary()) tags its run with: its status (ok, diverged, pruned), where and
+    with which versions it trained, and how many cells trained fused with it (when more than one)."""
+    fused = int(summary.get("fused_group") or 1)
+    return {"status": str(summary.get("status", "ok")),
+            **{k: str(summary[k]) for k in RESULT_TAGS if summary.get(k)},
+            **({"fused_group": str(fused)} if fused > 1 else {})}
+
+
+def result_params(summary: Mapping[str, Any]) -> dict[str, str]:
+    """The data set's true split sizes from a cell's result, as params `data.train_size`, ..."""
+    return {f"data.{k}": str(summary[k]) for k in SIZES if summary.get(k)}
 
 
 def kind_and_role(study: str) -> tuple[str, str]:
@@ -59,10 +198,10 @@ def run_tags(cell_id: str, axes: Mapping[str, Any], study: str, trial: int, atte
 
 def run_params(axes: Mapping[str, Any], config: CellConfig | None = None, sizes: Mapping[str, int] | None = None,
                role: str | None = None) -> dict[str, str]:
-    """A run's params, for live runs (sweep/cells.py) and synced ones (sync.py) alike: the cell's axes bare (`layer`,
-    the only params without a section: `axes_of`), its recipe (`config`) as `section.key` less another data set's
-    knobs and the keys an axis already shows (`model.layer`), the data set's true split sizes (`data.train_size`),
-    and its `role` (none for tune's cells); values cut to MLflow's 6000 characters."""
+    """A run's params (trial_run's): the cell's axes bare (`layer`, the only params without a section: `axes_of`),
+    its recipe (`config`) as `section.key` less another data set's knobs and the keys an axis already shows
+    (`model.layer`), the data set's true split sizes (`data.train_size`; result_params once a result has them), and
+    its `role` (none for tune's cells); values cut to MLflow's 6000 characters."""
     from normbench.data.config import DATASET_ONLY_KEYS
 
     recipe: dict[str, Any] = {}

@@ -6,7 +6,6 @@ runs cut short are completed in place, older layouts replaced. Deleting the stor
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -16,31 +15,18 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from normbench.contracts.names import TUNE, TUNED, WEIGHTS_ATTR, OutputFolder, StudyNames, study_suite
-from normbench.contracts.recipe import CellConfig
+from normbench.contracts.names import WEIGHTS_ATTR, OutputFolder, study_suite
 from normbench.errors import NormbenchError
 from normbench.store.journal import ledger_identity
 from normbench.store.ledger import Ledger
-from normbench.store.migrations import trial_axes, trial_cell_id
+from normbench.store.migrations import trial_axes
 from normbench.store.retry import redact
 from normbench.tracking import mlflow_store
-from normbench.tracking.run_record import (
-    LAYOUT,
-    LAYOUT_TAG,
-    STATE_TAG,
-    TUNE_LABEL,
-    epoch_points,
-    final_points,
-    kind_and_role,
-    run_name,
-    run_params,
-    run_tags,
-    telemetry_points,
-)
+from normbench.tracking.run_record import LAYOUT, LAYOUT_TAG, STATE_TAG, TrialRun, kind_and_role, trial_run
+from normbench.tracking.selected_lr import AT_SELECTED_TAG, at_selected_lr
 
 SYNCED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 RUN_STATUS = {TrialState.COMPLETE: "FINISHED", TrialState.PRUNED: "FINISHED", TrialState.FAIL: "FAILED"}
-ARTIFACTS = ("leaderboard.md", "*.csv", "*.png", "*.svg")  # the parent run's files, from the output folder
 
 
 @dataclass
@@ -59,21 +45,8 @@ class SyncSummary:
                 f"already there{replaced}; {self.artifacts} leaderboard files ({self.seconds:.1f} s)")
 
 
-@dataclass
-class RunContent:
-    """A trial as a run: everything sync writes."""
-
-    name: str
-    tags: dict[str, str]
-    params: dict[str, str]
-    points: list[mlflow_store.Point]
-    status: str
-    start: int
-    end: int
-
-
 class RecipeParams:
-    """A synced run's recipe, from suite.yaml, for its params as the live run logs them (run_record.run_params)."""
+    """The folder's suite, from suite.yaml, for the runs' recipes as the live runs log them (run_record.trial_run)."""
 
     def __init__(self, folder: OutputFolder) -> None:
         self.folder = folder
@@ -81,24 +54,12 @@ class RecipeParams:
         self.suite_name = str(name) if name else None
 
     @cached_property
-    def _suite(self) -> Any:
+    def suite(self) -> Any:
         from normbench.contracts.suite import load_suite
 
         try:
             return load_suite(self.folder.suite) if self.suite_name else None
         except Exception:  # a suite file this normbench no longer reads: the axes still say what the cell was
-            return None
-
-    def config(self, axes: dict[str, Any], overrides: dict[str, Any] | None = None) -> CellConfig | None:
-        """The recipe of the cell of `axes` (with a tuned re-run's `overrides`); None without a suite."""
-        if self._suite is None:
-            return None
-        from normbench.contracts.suite import with_overrides
-
-        try:
-            cell = self._suite.cell(axes)
-            return with_overrides(cell, overrides) if overrides else cell.config
-        except Exception:  # axes the suite no longer has (a renamed layer, a removed key)
             return None
 
 
@@ -163,8 +124,12 @@ def _sync_suite(client: Any, uri: str, ledger: Ledger, recipes: RecipeParams, su
             client.delete_run(run.info.run_id)  # an older layout; in the folder's own store, a replaced ledger's too
             summary.replaced += 1
     trials = [(name, trial) for name, study in studies.items() for trial in ledger.trials(study, SYNCED)]
+    selected = at_selected_lr(((name, t.number), name, kind_and_role(name)[1], trial_axes(t),
+                               t.user_attrs.get("result") if t.state != TrialState.FAIL else None)
+                              for name, t in trials)
     for name, trial in progress_bar(trials, suite):
         run = existing.get((name, trial.number))
+        at_selected = selected.get((name, trial.number))
         # a FAIL gets a run if it trained or crashed, not a bookkeeping one (duplicate claim, cell failed for good)
         if run is None and trial.state == TrialState.FAIL and not trial.intermediate_values \
                 and "error" not in trial.user_attrs:
@@ -172,20 +137,24 @@ def _sync_suite(client: Any, uri: str, ledger: Ledger, recipes: RecipeParams, su
         if run is not None and run.data.tags.get(STATE_TAG) == trial.state.name \
                 and run.info.status == RUN_STATUS[trial.state]:
             summary.present += 1
+            if at_selected is not None and run.data.tags.get(AT_SELECTED_TAG) != at_selected:  # a row's lr moved
+                client.set_tag(run.info.run_id, AT_SELECTED_TAG, at_selected)
             continue
-        content = trial_run(name, trial, recipes)
+        content = synced_run(name, trial, recipes)
+        if at_selected is not None:
+            content.tags[AT_SELECTED_TAG] = at_selected
         if run is None:
             run_id = client.create_run(experiment, start_time=content.start, run_name=content.name,
                                        tags={**content.tags, "mlflow.parentRunId": parent}).info.run_id
             mlflow_store.log_batches(client, run_id, content.params, content.points)
-            client.set_terminated(run_id, content.status, end_time=content.end)
+            client.set_terminated(run_id, RUN_STATUS[trial.state], end_time=content.end)
             summary.added += 1
         else:
             run_id = run.info.run_id
-            _complete(client, run, content)
+            _complete(client, run, content, RUN_STATUS[trial.state])
             summary.completed += 1
         _attach_weights(client, run_id, folder, trial)
-    files = sorted({p for pattern in ARTIFACTS for p in folder.path.glob(pattern) if p.is_file()})
+    files = sorted({p for pattern in mlflow_store.ARTIFACTS for p in folder.path.glob(pattern) if p.is_file()})
     for path in files:  # logged again each time: a regenerated leaderboard replaces them
         client.log_artifact(parent, str(path))
     summary.artifacts = len(files)
@@ -209,57 +178,12 @@ def _all_runs(client: Any, experiment: str) -> Iterator[Any]:
             return
 
 
-def trial_run(study: str, trial: FrozenTrial, recipes: RecipeParams) -> RunContent:
-    """A trial of `study` as an MLflow run (see tracking/run_record.py)."""
-    kind, role = kind_and_role(study)
-    attrs = trial.user_attrs
-    axes = trial_axes(trial) if kind != TUNE else {**_point_axes(study), **trial.params}
-    cell_id = attrs.get(TUNE_LABEL) or trial_cell_id(trial) or f"trial {trial.number}"
-    attempt = 1 + len(trial.system_attrs.get("retry_history", []))
-    result = attrs.get("result") if trial.state != TrialState.FAIL else None
-    start = _ms(trial.datetime_start) or _ms(trial.datetime_complete) or int(time.time() * 1000)
-    end = max(start, _ms(trial.datetime_complete) or start)
-    history = attrs.get("history") or []
-    points = [p for i, record in enumerate(history)
-              for p in epoch_points(record, start + (end - start) * (i + 1) // len(history))]
-    if not history:  # a FAIL trial: its epochs' val top-1, as it reported them (step = optimizer steps)
-        points = [("val_top1", float(v), end, int(step)) for step, v in sorted(trial.intermediate_values.items())
-                  if v is not None and math.isfinite(v)]
-    if result:
-        points += telemetry_points(result.get("telemetry") or [], end) + final_points(result, end)
-    sizes = {k: result[k] for k in ("train_size", "val_size", "test_size") if result and result.get(k)}
-    params = run_params(axes, recipes.config(axes, attrs.get("overrides")) if kind != TUNE else None, sizes,
-                        role if kind not in (TUNE, TUNED) else None)  # a tuning study's cells take no `role`
-    # the `status` tag: the cell's (ok, diverged, pruned), or `failed` for an attempt that did not finish
-    tags = {**run_tags(cell_id, axes, study, trial.number, attempt),
-            "status": str(result.get("status", "ok")) if result else "failed", STATE_TAG: trial.state.name}
-    if attrs.get("worker_host"):
-        tags["host"] = str(attrs["worker_host"])
-    tags.update({k: str(result[k]) for k in ("device", "torch_version", "torch_threads") if result and result.get(k)})
-    if attrs.get("error"):
-        tags["error"] = str(attrs["error"])[:5000]
-    return RunContent(run_name(cell_id, attempt), tags, params, points, RUN_STATUS[trial.state],
-                      start, end)
-
-
-def _point_axes(study: str) -> dict[str, Any]:
-    """`tune:<suite>:depth=12,layer=x` -> {depth: 12, layer: x} (numbers as numbers)."""
-    point = StudyNames(study_suite(study) or "").tune_point(study) or ""
-    pairs = (p.split("=", 1) for p in point.split(",") if "=" in p)
-    return {k: _number(v) for k, v in pairs}
-
-
-def _number(text: str) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _ms(when: Any) -> int:
-    return int(when.timestamp() * 1000) if when is not None else 0
+def synced_run(study: str, trial: FrozenTrial, recipes: RecipeParams) -> TrialRun:
+    """A finished trial of `study` as its run (run_record.trial_run, as live logging writes it), marked as the
+    ledger's record of it (`ledger_state`)."""
+    run = trial_run(study, trial, recipes.suite)
+    run.tags[STATE_TAG] = trial.state.name
+    return run
 
 
 def _attach_weights(client: Any, run_id: str, folder: OutputFolder, trial: FrozenTrial) -> None:
@@ -271,7 +195,7 @@ def _attach_weights(client: Any, run_id: str, folder: OutputFolder, trial: Froze
         client.log_artifact(run_id, str(path))
 
 
-def _complete(client: Any, run: Any, content: RunContent) -> None:
+def _complete(client: Any, run: Any, content: TrialRun, status: str) -> None:
     """Add what a live run lacks: new params (MLflow refuses changes), missing metric steps, tags, final status."""
     run_id, data = run.info.run_id, run.data
     have = {key: {m.step for m in client.get_metric_history(run_id, key)}
@@ -280,4 +204,4 @@ def _complete(client: Any, run: Any, content: RunContent) -> None:
                              [p for p in content.points if p[3] not in have.get(p[0], ())],
                              {k: v for k, v in content.tags.items() if k != STATE_TAG})
     mlflow_store.log_batches(client, run_id, tags={STATE_TAG: content.tags[STATE_TAG]})  # last: the run is complete
-    client.set_terminated(run_id, content.status, end_time=content.end)
+    client.set_terminated(run_id, status, end_time=content.end)

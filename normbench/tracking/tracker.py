@@ -6,7 +6,6 @@ are skipped (no `ledger_state` tag) for `normbench sync` to complete (every `nor
 from __future__ import annotations
 
 import queue
-import socket
 import sys
 import threading
 import time
@@ -40,10 +39,11 @@ class Tracker:
 
     # ------------------------------------------------------------------------- the training thread's calls
 
-    def start(self, cell_id: str, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
-        """Open a run for a cell attempt (`tags`: suite, study, trial, attempt); returns its handle at once."""
+    def start(self, run: run_record.TrialRun) -> str:
+        """Open the run of a claimed cell attempt (run_record.trial_run: its name, tags and params, as sync writes
+        them); returns its handle at once."""
         handle = uuid.uuid4().hex
-        self._put(handle, self._create, cell_id, dict(params), dict(tags), _now())
+        self._put(handle, self._create, run.name, dict(run.params), dict(run.tags), _now())
         return handle
 
     def log_epoch(self, handle: str, record: Mapping[str, Any]) -> None:
@@ -54,9 +54,11 @@ class Tracker:
             self._put(handle, self._log, run_record.telemetry_points(records, _now()), {})
 
     def summarize(self, handle: str, result: CellResult) -> None:
-        """The cell's final metrics and its status tag (before the ledger records it; `close` after)."""
+        """The cell's final metrics, and the tags and params its result gives (run_record.result_tags, result_params),
+        before the ledger records it; `close` after."""
         summary = result.summary()
-        self._put(handle, self._log, run_record.final_points(summary, _now()), {"status": str(summary["status"])})
+        self._put(handle, self._log, run_record.final_points(summary, _now()), run_record.result_tags(summary), "",
+                  run_record.result_params(summary))
 
     def log_artifact(self, handle: str, path: Path) -> None:
         """A file of the cell's (its kept weights) copied into the run's artifacts."""
@@ -117,21 +119,17 @@ class Tracker:
             self._opened = client, experiment, mlflow_store.parent_run(client, experiment, self.parent_tags)
         return self._opened
 
-    def _create(self, handle: str, cell_id: str, params: dict[str, Any], tags: dict[str, str], started: int) -> None:
+    def _create(self, handle: str, name: str, params: dict[str, str], tags: dict[str, str], started: int) -> None:
         client, experiment, parent = self._open()
-        attempt = int(tags.get("attempt", 1))
-        trial = int(tags["trial"]) if str(tags.get("trial", "")).isdigit() else -1
-        axes = run_record.axes_of(params)
-        all_tags = {**default_tags(), **tags, "mlflow.parentRunId": parent,
-                    **run_record.run_tags(cell_id, axes, tags.get("study", ""), trial, attempt)}
-        run = client.create_run(experiment, start_time=started, tags=all_tags,
-                                run_name=run_record.run_name(cell_id, attempt))
+        run = client.create_run(experiment, start_time=started, tags={**tags, "mlflow.parentRunId": parent},
+                                run_name=name)
         self._run_ids[handle] = run.info.run_id
         mlflow_store.log_batches(client, run.info.run_id, params)
 
-    def _log(self, handle: str, points: list[mlflow_store.Point], tags: dict[str, str], end: str = "") -> None:
+    def _log(self, handle: str, points: list[mlflow_store.Point], tags: dict[str, str], end: str = "",
+             params: dict[str, str] | None = None) -> None:
         client = self._open()[0]
-        mlflow_store.log_batches(client, self._run_ids[handle], points=points, tags=tags)
+        mlflow_store.log_batches(client, self._run_ids[handle], params, points=points, tags=tags)
         if end:
             client.set_terminated(self._run_ids[handle], end)
 
@@ -149,15 +147,3 @@ class Tracker:
 
 def _now() -> int:
     return int(time.time() * 1000)
-
-
-def default_tags() -> dict[str, str]:
-    """Versions, device, host, tagged at the live run's start (device named as the result names it: sync keeps it)."""
-    import timm
-    import torch
-
-    import normbench
-    from normbench.train.device import device_name
-
-    return {"normbench_version": normbench.__version__, "torch_version": torch.__version__,
-            "timm_version": timm.__version__, "device": device_name(), "host": socket.gethostname()}

@@ -1,7 +1,11 @@
-"""`normbench ui`: MLflow's UI on the suite's comparison (view_state.py) in seconds; the CLI syncs first, so any folder
+"""`normbench ui`: MLflow's UI on the suite's comparison (view_state.py) in seconds; it syncs first, so any folder
 opens. MLflow 3 shows an experiment as GenAI unless its kind tag and URL (`workflowType=machine_learning`) say model
 training. The server is one uvicorn process serving ui_app.py, set up as `mlflow server` sets up its workers minus the
 GenAI job runner: ~5 CPU-seconds to answer vs ~27 for `mlflow ui`'s 15 processes. Log: `<out>/mlflow-ui.log`.
+Where the time goes (a copy of the modern folder, 473 runs, on a loaded 2-core machine): MLflow's server importing
+its app, the sync (the ledger's replay, MLflow's import, one search) and the view's preparation (another search),
+once each in turn. So the server starts first when the store exists (its start overlaps the rest), and a folder whose
+ledger and files have not changed since the last `ui` skips the sync and the preparation (view_cache.py).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -22,11 +27,13 @@ from normbench.contracts.names import OutputFolder
 from normbench.errors import NormbenchError
 from normbench.tracking.mlflow_store import KIND, KIND_TAG, open_client
 from normbench.tracking.run_record import axes_of
+from normbench.tracking.view_cache import SQLITE, PreparedView, cached_view, fingerprint, remember
 from normbench.tracking.view_state import SHARE_KEY, group_colours, share_key, view_state
 
 UI_LOG = "mlflow-ui.log"
 APP = "normbench.tracking.ui_app:app"  # MLflow's app, its page given the groups' colours
 COLOURS_ENV = "_NORMBENCH_UI_GROUP_COLOURS"  # JSON {group id: colour} for the app (internal to the server)
+COLOURS_FILE_ENV = "_NORMBENCH_UI_GROUP_COLOURS_FILE"  # or a file of it: a server started before they are known
 # What `mlflow server` puts in its workers' env (mlflow/server/__init__.py); tests/tracking/test_ui_server.py checks it.
 BACKEND_STORE_ENV, ARTIFACT_ROOT_ENV = "_MLFLOW_SERVER_FILE_STORE", "_MLFLOW_SERVER_ARTIFACT_ROOT"
 NO_JOBS_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
@@ -115,44 +122,87 @@ def check_port(host: str, port: int) -> None:
                                  f"`normbench ui ... --port {port + 1}`") from None
 
 
-def server_command(uri: str, out: Path, host: str, port: int,
-                   colours: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
-    """The UI server's command and env: one uvicorn process serving ui_app.py on `uri`, no job runner, no access log."""
+def server_command(uri: str, out: Path, host: str, port: int, colours: dict[str, str] | None = None,
+                   colours_file: Path | None = None) -> tuple[list[str], dict[str, str]]:
+    """The UI server's command and env: one uvicorn process serving ui_app.py on `uri`, no job runner, no access log;
+    the groups' colours as JSON, or in `colours_file` (read at each page load)."""
     cmd = [sys.executable, "-m", "uvicorn", APP, "--host", host, "--port", str(port), "--workers", "1",
            "--no-access-log", "--timeout-graceful-shutdown", "3"]
     env = {**os.environ, BACKEND_STORE_ENV: uri,
            ARTIFACT_ROOT_ENV: OutputFolder(Path(out).resolve()).mlflow_artifacts.as_uri(),
            NO_JOBS_ENV: "false", "_MLFLOW_SGI_NAME": "uvicorn", "_MLFLOW_IN_JOB_EXECUTOR": "false",
-           "_MLFLOW_SERVER_BOOT_ID": uuid.uuid4().hex, COLOURS_ENV: json.dumps(colours or {})}
+           "_MLFLOW_SERVER_BOOT_ID": uuid.uuid4().hex, COLOURS_ENV: json.dumps(colours or {}),
+           **({COLOURS_FILE_ENV: str(colours_file)} if colours_file else {})}
     env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     return cmd, env
 
 
-def run_ui(uri: str, out: Path, host: str, port: int, open_browser: bool) -> int:
-    """Tag the experiment, start the server, print the URLs once it answers; wait until it exits or Ctrl-C/SIGTERM."""
-    log_path = OutputFolder(out) / UI_LOG
-    experiment_id, colours, depths = prepare_experiment(uri, out)
-    cmd, env = server_command(uri, out, host, port, colours)
-    with open(log_path, "w") as log:
-        server = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        if not _wait_until_up(f"http://{_reachable(host)}:{port}/health", server):
-            raise NormbenchError(f"the MLflow UI server exited with code {server.returncode} before answering; "
-                                 f"its log, {log_path}, ends with:\n{_tail(log_path)}")
-        url = ui_url(host, port, experiment_id)
-        shown = f" (depth {depths[0]}; the others below)" if len(depths) > 1 else ""
-        print("\n".join([f"MLflow UI: {url}  (Ctrl-C stops it){shown}",
-                         f"  charts: {ui_url(host, port, experiment_id, charts=True)}",
-                         *depth_urls(host, port, experiment_id, depths), f"  server log: {log_path}"]), flush=True)
-        if open_browser:
-            import webbrowser
+def open_view(uri: str, out: Path, storage: str | None = None) -> PreparedView:
+    """The store brought up to date from the ledger and the suite's view tagged on its experiment; or, when nothing
+    they read changed since the last `ui` (view_cache.py), what that one prepared, without opening MLflow."""
+    key = fingerprint(out) if storage is None else None  # before the sync reads the ledger: a later write is new
+    if (cached := cached_view(uri, out, key)) is not None:
+        print(f"MLflow {uri}: as the last `normbench ui` left it (the ledger, suite.yaml and leaderboard files are "
+              "unchanged): nothing to sync", file=sys.stderr)
+        return cached
+    from normbench.tracking.sync import sync
 
-            webbrowser.open(url)
-        while server.poll() is None:  # until the server exits, Ctrl-C or SIGTERM
-            stopping.wait(0.5)
-        return server.returncode
+    print(sync(out, storage, uri).line(), file=sys.stderr)
+    view = PreparedView(*prepare_experiment(uri, out))
+    remember(open_client(uri, out), view, key)
+    return view
+
+
+def run_ui(uri: str, out: Path, host: str, port: int, open_browser: bool, storage: str | None = None) -> int:
+    """Sync and tag the experiment (open_view) while the server starts, print the URLs once it answers; wait until it
+    exits or Ctrl-C/SIGTERM. The server starts first when the store exists (MLflow's import overlaps the sync); a
+    new store is made by the sync before a server opens it (two processes creating MLflow's tables would race)."""
+    log_path = OutputFolder(out) / UI_LOG
+    colours_file = Path(tempfile.mkdtemp(prefix="normbench-ui-")) / "colours.json"
+    colours_file.write_text("{}")
+    server = _start(uri, out, host, port, colours_file, log_path) if _store_exists(uri) else None
+    try:
+        view = open_view(uri, out, storage)
+        colours_file.write_text(json.dumps(view.colours))
+        if server is None:
+            server = _start(uri, out, host, port, colours_file, log_path)
+        return serve(server, view, host, port, log_path, open_browser)
     finally:
-        _stop(server)
+        if server is not None:
+            _stop(server)
+        colours_file.unlink(missing_ok=True)
+        colours_file.parent.rmdir()
+
+
+def serve(server: subprocess.Popen, view: PreparedView, host: str, port: int, log_path: Path,
+          open_browser: bool) -> int:
+    """Print the URLs once the server answers, then wait until it exits or Ctrl-C/SIGTERM."""
+    if not _wait_until_up(f"http://{_reachable(host)}:{port}/health", server):
+        raise NormbenchError(f"the MLflow UI server exited with code {server.returncode} before answering; "
+                             f"its log, {log_path}, ends with:\n{_tail(log_path)}")
+    experiment_id, depths = view.experiment_id, view.depths
+    url = ui_url(host, port, experiment_id)
+    shown = f" (depth {depths[0]}; the others below)" if len(depths) > 1 else ""
+    print("\n".join([f"MLflow UI: {url}  (Ctrl-C stops it){shown}",
+                     f"  charts: {ui_url(host, port, experiment_id, charts=True)}",
+                     *depth_urls(host, port, experiment_id, depths), f"  server log: {log_path}"]), flush=True)
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(url)
+    while server.poll() is None:  # until the server exits, Ctrl-C or SIGTERM
+        stopping.wait(0.5)
+    return server.returncode
+
+
+def _store_exists(uri: str) -> bool:
+    return uri.startswith(SQLITE) and Path(uri[len(SQLITE):]).is_file()
+
+
+def _start(uri: str, out: Path, host: str, port: int, colours_file: Path, log_path: Path) -> subprocess.Popen:
+    cmd, env = server_command(uri, out, host, port, colours_file=colours_file)
+    with open(log_path, "w") as log:
+        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
 
 
 def _reachable(host: str) -> str:

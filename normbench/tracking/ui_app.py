@@ -16,7 +16,7 @@ from typing import Any
 
 from mlflow.server.fastapi_app import app as mlflow_app
 
-from normbench.tracking.ui import COLOURS_ENV
+from normbench.tracking.ui import COLOURS_ENV, COLOURS_FILE_ENV
 
 STORAGE_KEY = "experimentRunColors"  # MLflow UI's localStorage entry of run and group colours
 ASSISTANT_SEEN = "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1"  # set: MLflow's UI does not open its assistant
@@ -54,8 +54,19 @@ def colour_script(colours: dict[str, str]) -> bytes:
             f"{LEGEND_STYLE}").encode()
 
 
+def group_colours() -> dict[str, str]:
+    """The colours `normbench ui` gave: in its file (written once the view is prepared), else as JSON in the env."""
+    if path := os.environ.get(COLOURS_FILE_ENV):
+        try:
+            with open(path) as file:
+                return json.load(file)
+        except (OSError, ValueError):  # `normbench ui` has gone (its file with it) or is writing it
+            return {}
+    return json.loads(os.environ.get(COLOURS_ENV) or "{}")
+
+
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    colours = json.loads(os.environ.get(COLOURS_ENV) or "{}")
+    colours = group_colours()
     if scope["type"] != "http" or scope.get("path") not in ("/", "/index.html") or not colours:
         await mlflow_app(scope, receive, send)
         return

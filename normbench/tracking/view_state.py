@@ -7,7 +7,8 @@ runsPinned, runsExpanded, runsVisibilityMap (MLflow 3.17's UI bundle; tests/trac
   read as one ranking they are not.
 - its own palette (VIEW_COLOURS), not the figures': a figure tells layers apart by marker too, a chart legend and a
   table row by colour alone, so the view's rows take colours chosen to stay apart (CIE76 deltaE > 20 for 24 rows).
-- with report seeds, only report cells (scored runs at each row's chosen lr): a group's mean `test_top1` is its score.
+- with report seeds, only report cells at each row's selected lr (the scored runs): a group's mean `test_top1` is its
+  score, also where a row's lr moved after report cells trained at another.
 - sorting by a score, best first, also lists cells flat instead of nested under the `leaderboard` run.
 - no `seed` column: a group row would show the seeds' mean (101.5); each run's name ends with its seed (`s100`).
 """
@@ -18,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from normbench.tracking.run_record import POSITIONS, TELEMETRY_PREFIX
+from normbench.tracking.selected_lr import AT_SELECTED_TAG, YES
 
 SHARE_KEY = "normbench-comparison"  # the view `normbench ui` opens: the deepest depth
 SHARE_TAG = f"mlflow.sharedViewState.{SHARE_KEY}"
@@ -30,7 +32,8 @@ VIEW_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#ff88ff", "#880099"
                 "#00bbff", "#773311", "#336600", "#aa7711", "#0044dd", "#aa7766")
 SCORE_COLUMNS = ("test_top1", "val_top1_final", "diverged")  # final metrics, see run_record.py
 GROUP_AXES = ("depth", "layer")
-REPORT_FILTER = "tags.role = 'report' and attributes.status = 'FINISHED'"
+# report cells at their row's selected lr (selected_lr.py): a row's mean is then its leaderboard score
+REPORT_FILTER = f"tags.role = 'report' and tags.{AT_SELECTED_TAG} = '{YES}' and attributes.status = 'FINISHED'"
 # Model metrics' charts in order: per-epoch curves (lines), the cell's summary (step 0: bars); MLflow adds the rest
 LINES = ("val_top1", "train_loss", "scheduled_lr", "grad_norm", "images_per_sec")
 BARS = ("test_top1", "val_top1_final", "best_val_top1", "diverged", "epochs_run", "cell_seconds",

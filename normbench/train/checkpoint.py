@@ -43,9 +43,15 @@ class CheckpointUnusable(Exception):
     """A checkpoint that must not be resumed from; the message says why in a few words."""
 
 
+# recipe keys added after checkpoints were first written, at their default: left out of the fingerprint, so that a
+# checkpoint written before a key existed (which trained under its default) still resumes
+LATER_DEFAULTS = {"train.muon_momentum": None, "train.adam_beta2": None}
+
+
 def recipe_of(config: CellConfig) -> str:
     """Fingerprint of one cell's recipe (model, train and data; not RUN_KEYS): a checkpoint of another is refused."""
-    return hashlib.sha256(json.dumps(config.flat(), sort_keys=True, default=str).encode()).hexdigest()[:12]
+    recipe = {k: v for k, v in config.flat().items() if k not in LATER_DEFAULTS or v != LATER_DEFAULTS[k]}
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def _version() -> str:
@@ -87,13 +93,21 @@ def capture(fit: Fit, recipe: str, so_far: EpochSoFar | None = None) -> dict[str
         # cloned: a fused member's tensors are views of the group's stacked ones (train/stacked.py), and torch.save
         # would write each view's whole storage, every member's
         "model": {k: v.detach().clone() for k, v in fit.model.state_dict().items()},
-        "optimizer": fit.optimizer.state_dict(), "step": fit.step,
+        "optimizer": _own_storage(fit.optimizer.state_dict()), "step": fit.step,
         "rng": _rng_states(fit.dev),
         "progress": {**asdict(progress), "history": [dict(h) for h in progress.history],
                      "seconds_before": progress.seconds_before + fit.attempt_seconds()},
         "telemetry": fit.telemetry.samples(),
         "epoch": epoch,
     }
+
+
+def _own_storage(optimizer: dict[str, Any]) -> dict[str, Any]:
+    """The optimizer's state with each view cloned: a fused member's Muon momentum is its slice of the group's stacked
+    buffer (train/stacked_muon.py), and torch.save would write the whole buffer, every member's."""
+    state = {p: {k: v.clone() if isinstance(v, torch.Tensor) and v._base is not None else v for k, v in s.items()}
+             for p, s in optimizer["state"].items()}
+    return {**optimizer, "state": state}
 
 
 def restore(fit: Fit, state: dict[str, Any]) -> EpochSoFar | None:

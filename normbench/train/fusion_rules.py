@@ -1,8 +1,8 @@
 """Which cells may train as one fused model (train/fused.py), and why not when they may not.
 
-Members may differ in `train.lr` and `train.seed` only: everything else (model, data, the rest of the recipe) is the
-group's. A recipe whose randomness or hooks would be shared by the members, or escape `vmap`, is refused with the
-reason; the worker then trains those cells one by one, as always.
+Members may differ in `train.lr`, `train.seed`, `train.epochs` and `train.warmup_epochs` only: everything else
+(model, data, the rest of the recipe) is the group's. A recipe whose randomness or hooks would be shared by the
+members, or escape `vmap`, is refused with the reason; the worker then trains those cells one by one, as always.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import torch
 
 from normbench.contracts.recipe import CellConfig
 
-FUSABLE_KEYS = frozenset({"train.lr", "train.seed"})  # what members may differ in
+# what members may differ in: a row's lrs and seeds, and its convergence check's stretched schedule (2x epochs and
+# warmup), which the fused step computes per member (train/stacked_adamw.py)
+FUSABLE_KEYS = frozenset({"train.lr", "train.seed", "train.epochs", "train.warmup_epochs"})
 
 
 class FusionRefused(Exception):
@@ -29,11 +31,8 @@ def refusal(cells: Sequence[CellConfig], dev: torch.device,
     flats = [c.flat() for c in cells]
     differ = sorted({key for f in flats for key in f if f.get(key) != flats[0].get(key)} - FUSABLE_KEYS)
     if differ:
-        return f"the cells differ in {', '.join(differ)}, not only in lr and seed"
+        return f"the cells differ in {', '.join(differ)}, not only in lr, seed, epochs and warmup"
     model, tc = cells[0].model, cells[0].train
-    if tc.telemetry_every > 0:
-        return ("per-block telemetry (train.telemetry_every > 0) records through hooks that keep tensors, which "
-                "escape vmap; set train.telemetry_every: 0 to fuse")
     if tc.mixup > 0 or tc.cutmix > 0:
         return "mixup/cutmix draw from the process's global generators, which the members would share"
     if model.drop_path_rate > 0:
@@ -44,6 +43,9 @@ def refusal(cells: Sequence[CellConfig], dev: torch.device,
         return "gradient accumulation (train.grad_accum_steps > 1) is not fused yet"
     if model.grad_checkpointing:
         return "activation checkpointing (model.grad_checkpointing) is not fused"
+    if tc.optimizer.lower() == "adamuon":
+        return ("adamuon's second moment is not in the fused Muon step (train/stacked_muon.py steps muon's); "
+                "adamuon cells train one by one")
     points = {_point(r) for r in (resumes or [None] * len(cells))}
     if len(points) > 1:
         return "the members' checkpoints stand at different points (or some have none)"

@@ -7,6 +7,12 @@ Tags a layer may set on a parameter (read here, nowhere else):
     `_force_weight_decay = False` no weight decay even where the rule would apply it (`ngpt`: the paper trains without)
     `_lr_scale = s`               trains at s x the scheduled lr (`fixup_official`'s scalars: 0.1)
     `_no_warmup = True`           its group skips the lr warmup (`ngpt`), key `warmup: False` read by the loop
+    `_muon = True | False`        on Muon, or on AdamW, under `train.optimizer: muon` whatever the rule below says
+
+Under Muon (`muon=True`, train/muon.py) each group also says which optimizer trains it (`use_muon`, timm's Muon key):
+Muon takes the blocks' hidden matrices, the weights of the `nn.Linear` layers inside `model.blocks` (attn.qkv,
+attn.proj, mlp.fc1, mlp.fc2); AdamW takes the rest: the patch and position embeddings, the class token, the head,
+every norm, gain, gate and bias, and the block families' connection coefficients (docs/layers.md's table).
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from torch import nn
+
+BLOCKS = "blocks."  # NormbenchViT's blocks: the hidden layers, between the embedding and the head
 
 
 def decays(name: str, p: nn.Parameter, no_weight_decay: set[str]) -> bool:
@@ -26,8 +34,18 @@ def decays(name: str, p: nn.Parameter, no_weight_decay: set[str]) -> bool:
                 or getattr(p, "_no_weight_decay", False))
 
 
-def param_groups(model: nn.Module, lr: float, weight_decay: float) -> list[dict[str, Any]]:
-    """The trainable parameters of `model` in groups of equal (weight decay, lr multiplier).
+def hidden_matrices(model: nn.Module) -> set[str]:
+    """The names of the parameters Muon trains: each `nn.Linear` weight inside the blocks, where the token's features
+    are mapped to features (the references' hidden 2-D weights), unless a `_muon` tag says otherwise; a parameter
+    tagged `_muon = True` joins them wherever it is."""
+    linear = {f"{name}.weight" for name, module in model.named_modules()
+              if name.startswith(BLOCKS) and isinstance(module, nn.Linear)}
+    return {name for name, p in model.named_parameters()
+            if getattr(p, "_muon", name in linear and p.ndim == 2)}
+
+
+def param_groups(model: nn.Module, lr: float, weight_decay: float, muon: bool = False) -> list[dict[str, Any]]:
+    """The trainable parameters of `model` in groups of equal (weight decay, lr multiplier[, optimizer]).
 
     Each group carries `lr_scale` (timm's key for a per-group lr multiplier; the training loop sets
     `lr = scheduled lr x lr_scale`), `lr` (= `lr` x `lr_scale`) and `weight_decay` (`weight_decay` or 0). Without tags
@@ -37,17 +55,20 @@ def param_groups(model: nn.Module, lr: float, weight_decay: float) -> list[dict[
         model: the model; its `no_weight_decay()` (timm's hook), if any, names parameters without decay.
         lr: the peak learning rate.
         weight_decay: the decoupled weight decay of decayed parameters.
+        muon: split the groups by optimizer too, each with `use_muon` (True: Muon, False: AdamW).
     """
     no_wd = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
-    groups: dict[tuple[bool, float, bool], dict[str, Any]] = {}
+    on_muon = hidden_matrices(model) if muon else set()
+    groups: dict[tuple[bool, float, bool, bool], dict[str, Any]] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         decay = decays(name, p, no_wd)
         scale = float(getattr(p, "_lr_scale", 1.0))
         warmup = not getattr(p, "_no_warmup", False)
-        group = groups.setdefault((decay, scale, warmup), {"params": [], "weight_decay": weight_decay if decay else 0.0,
-                                                           "lr_scale": scale, "lr": lr * scale,
-                                                           **({} if warmup else {"warmup": False})})
+        matrix = name in on_muon
+        group = groups.setdefault((decay, scale, warmup, matrix), {
+            "params": [], "weight_decay": weight_decay if decay else 0.0, "lr_scale": scale, "lr": lr * scale,
+            **({} if warmup else {"warmup": False}), **({"use_muon": matrix} if muon else {})})
         group["params"].append(p)
     return list(groups.values())

@@ -192,15 +192,24 @@ class BlockTelemetry:
             self._grad_norms.append(_norm(grads) if grads else _nan(block))
             self._before.append([p.detach().clone() for p in _weights(block)])
 
-    @torch.no_grad()
-    def after_update(self, step: int) -> None:
-        """After the optimizer step: update ratios, then queue the step's (blocks, quantities) tensor."""
-        rows = []
+    def forward_values(self) -> list[dict[str, torch.Tensor]]:
+        """Per block, the forward quantities of the micro-batches observed so far (NaN where a block has none).
+        A fused group (train/fused_telemetry.py) returns them through vmap's outputs, one set per member."""
+        out = []
         for i, block in enumerate(self.blocks):
             sums, calls = self._sums[i] if self._sums else {}, self._calls[i] if self._calls else {}
             nan = _nan(block)
             forward = {q: sums[q] / calls[q] if q not in _MAXIMA else sums[q] for q in _FORWARD if q in sums}
-            values = {q: forward.get(q, nan) for q in _FORWARD}
+            out.append({q: forward.get(q, nan) for q in _FORWARD})
+        return out
+
+    @torch.no_grad()
+    def after_update(self, step: int) -> None:
+        """After the optimizer step: update ratios, then queue the step's (blocks, quantities) tensor."""
+        rows = []
+        for i, (block, forward) in enumerate(zip(self.blocks, self.forward_values(), strict=True)):
+            nan = _nan(block)
+            values = dict(forward)
             values["attn_ratio"] = values["attn_rms"] / values["stream_rms"]
             values["mlp_ratio"] = values["mlp_rms"] / values["stream_rms"]
             values["grad_norm"] = self._grad_norms[i]

@@ -43,6 +43,49 @@ def test_malformed_suite_exits_2_naming_file_key_value(write_suite, capsys, over
     assert "Traceback" not in err
 
 
+LR = {"low": 1e-4, "high": 1e-2}
+
+
+@pytest.mark.parametrize("space, expected", [
+    ({"lr": {"low": 0, "high": 1, "log": True}}, "tune.space.lr: log: true needs low > 0 (a log scale has no 0 or "
+                                                 "negatives), got low 0; set low to a positive value (e.g. 0.001)"),
+    ({"lr": {"low": -1e-3, "high": 1e-2, "log": True}}, "tune.space.lr: log: true needs low > 0"),
+    ({"lr": {"low": 1e-2, "high": 1e-4}}, "tune.space.lr: expected {low: a, high: b} with a < b, got low 0.01 and "
+                                          "high 0.0001; swap them"),
+    ({"lr": {"choices": []}}, "tune.space.lr.choices: expected a list of one or more values to try, got []"),
+    ({"lr": {**LR, "log": True, "step": 1e-4}}, "tune.space.lr: step and log: true do not combine"),
+    ({"lr": {**LR, "step": 0}}, "tune.space.lr.step: expected a positive number, got 0"),
+    ({"depth": {"low": 1, "high": 4, "step": 0.5}}, "tune.space.depth.step: expected a positive integer, got 0.5"),
+    ({"depth": {"low": 1, "high": 8, "log": True}}, "tune.space.depth: log: true samples floats, but depth is an "
+                                                    "integer; drop log"),
+    ({"depth": {"low": 1.5, "high": 4}}, "tune.space.depth.low: expected int, got 1.5"),
+    ({"lr": {"low": 0, "high": 1}}, "tune.space.lr: low 0 and high 1 are integers, so only whole numbers would be "
+                                    "tried; write them as floats (low: 0.0, high: 1.0)"),
+    ({"lr": {"low": "small", "high": 1e-2}}, "tune.space.lr.low: expected a number, got 'small'"),
+    ({"lr": {**LR, "log": "yes"}}, "tune.space.lr.log: expected true or false, got 'yes'"),
+    ({"lr": {"choices": [1e-3, "fast"]}}, "tune.space.lr.choices: expected float, got 'fast'"),
+    ({"layer": {"low": 1, "high": 2}}, "tune.space.layer.low: expected str, got 1"),
+    ({"lr": {**LR, "scale": "log"}}, "tune.space.lr: expected {low: a, high: b} (and optionally log: true, or step"),
+])
+@pytest.mark.parametrize("command", [["run", "--dry-run"], ["tune", "--dry-run"], ["tune"]])
+def test_a_tune_space_optuna_would_refuse_is_one_line_when_the_suite_is_read(write_suite, capsys, tmp_path,
+                                                                             monkeypatch, space, expected, command):
+    """Optuna's own ValueError came mid-tune, as a traceback (exit 1), after runs/<suite>/ held a ledger."""
+    path = write_suite(tune={"trials": 1, "space": space})
+    monkeypatch.chdir(tmp_path)
+    code, err = run_cli(capsys, command[0], str(path), *command[1:])  # the default output folder: runs/tiny
+    assert code == 2 and err.startswith(f"normbench: error: {path}: tune.space."), err
+    assert expected in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "runs").exists()  # nothing created
+
+
+def test_tune_spaces_optuna_takes_load(write_suite):
+    space = {"lr": {**LR, "log": True}, "drop_path_rate": {"low": 0.0, "high": 0.3, "step": 0.1},
+             "depth": {"low": 1, "high": 3}, "weight_decay": {"choices": [0.0, 0.05]},
+             "layer": {"choices": ["layernorm", "rezero"]}}
+    assert load_suite(write_suite(tune={"trials": 2, "space": space})).tune.space == space
+
+
 def test_invalid_yaml_and_missing_file_exit_2_without_traceback(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nmatrix: [depth: 1\n")

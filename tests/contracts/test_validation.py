@@ -17,11 +17,17 @@ TRAIN = {"epochs": 1, "batch_size": 256, "warmup_epochs": 0}  # TINY's
 
 @pytest.mark.parametrize("overrides, expected", [
     ({"matrix": {}}, ["matrix: needs at least one axis", "layer: [layernorm]"]),
+    # digits was the silent default: a suite says which data it trains on
+    ({"dataset": None}, ["dataset.name: missing; name the data the suite trains on, e.g. dataset: {name: digits}",
+                         "one of digits, mnist5k, synthetic, cifar10, cifar100, imagefolder"]),
+    ({"dataset": {"root": "~/data"}}, ["dataset.name: missing"]),
+    ({"epochs": 2}, ["unknown key `epochs` (`epochs` is a train key: write it under `train:`, e.g. train: "
+                     "{epochs: 2})"]),
     ({"matrix": None}, ["matrix: needs at least one axis"]),
     ({"train": {**TRAIN, "warmup_epochs": 1}}, ["train.warmup_epochs: 1 is not below train.epochs 1", "peak"]),
     ({"train": {"batch_size": 256, "warmup_epochs": 2},  # epochs is an axis: checked in every cell
       "matrix": {"depth": [1], "layer": ["layernorm"], "epochs": [3, 2]}},
-     ["train.warmup_epochs: 2 is not below train.epochs 2", "(cell depth=1,epochs=2,layer=layernorm)"]),
+     ["train.warmup_epochs: 2 is not below matrix.epochs 2", "(cell depth=1,epochs=2,layer=layernorm)"]),
     ({"train": {**TRAIN, "warmup_epochs": -1}}, ["train.warmup_epochs: must be 0 (off) or more", "-1"]),
     ({"train": {**TRAIN, "batch_size": 2000}}, ["train.batch_size: 2000", "1077 images of the digits train split",
                                                 "use at most 1077"]),
@@ -124,6 +130,34 @@ def test_the_known_sizes_are_the_datas():
     ({"matrix": {"depth": [1], "layer": ["layernorm"], "lr": [1e-3, -2]}}, "matrix.lr: must be positive, got -2"),
     ({"matrix": {"depth": [1], "layer": ["layernorm"], "lr": [1e-3], "weight_decay": [0.05, -1]}},
      "matrix.weight_decay: must be 0 (off) or more, got -1"),
+    ({"train": {"epochs": 1, "warmup_epochs": 0}, "matrix": {"depth": [1], "layer": ["layernorm"],
+                                                             "batch_size": [64, 5000]}},
+     "matrix.batch_size: 5000 is more than the 1077 images of the digits train split (cell batch_size=5000,depth=1,"
+     "layer=layernorm), so the batch would silently shrink to 1077; use at most 1077"),
+    ({"model": {"embed_dim": 16, "num_heads": 2},
+      "matrix": {"depth": [1], "layer": ["layernorm"], "patch_size": [2, 3]}},
+     "matrix.patch_size: 3 does not divide the 8x8 images of digits (cell depth=1,layer=layernorm,patch_size=3); use "
+     "a divisor of 8, e.g. 2 or 4"),
+    ({"model": {"embed_dim": 16, "num_heads": 2, "patch_size": 4}, "matrix": {"layer": ["layernorm"],
+                                                                              "img_size": [8, 10]}},
+     "model.patch_size: 4 does not divide matrix.img_size 10 (cell img_size=10,layer=layernorm); use a divisor of 10, "
+     "e.g. 2 or 5"),
+    ({"model": {"embed_dim": 16, "patch_size": 4}, "matrix": {"layer": ["layernorm"], "num_heads": [2, 3]}},
+     "matrix.num_heads: embed_dim 16 is not divisible by num_heads 3 (cell layer=layernorm,num_heads=3)"),
+    ({"train": {"epochs": 1, "batch_size": 256}, "matrix": {"layer": ["layernorm"], "warmup_epochs": [0, 1]}},
+     "matrix.warmup_epochs: 1 is not below train.epochs 1 (cell layer=layernorm,warmup_epochs=1), so the lr would "
+     "never reach its peak; use fewer warmup epochs or more epochs"),
+    ({"matrix": {"layer": ["layernorm"], "grad_accum_steps": [1, 8]}},
+     "matrix.grad_accum_steps: 8 batches per optimizer step, but an epoch of digits holds only 4 batches of 256 "
+     "(cell grad_accum_steps=8,layer=layernorm): no step would ever run; use at most 4 or a smaller batch_size"),
+    ({"matrix": {"layer": ["layernorm"], "optimizer": ["adamw", "adamx"]}},
+     "matrix.optimizer: unknown optimizer 'adamx' (cell layer=layernorm,optimizer=adamx) (did you mean `adamax`?)"),
+    ({"matrix": {"layer": ["layernorm"], "label_smoothing": [0.1, 1.0]}},
+     "matrix.label_smoothing: must lie in [0, 1) (0: off, 0.1 usual), got 1.0"),
+    ({"matrix": {"layer": ["layernorm"], "min_lr": [0.0, -1e-6]}}, "matrix.min_lr: must be 0 or more, got -1e-06"),
+    ({"matrix": {"layer": ["layernorm"], "checkpoint_minutes": [15.0, -1.0]}},
+     "matrix.checkpoint_minutes: expected 0 (no checkpoints) or a positive number of minutes between checkpoints at "
+     "epoch boundaries, e.g. 15 (the default), got -1.0 (cell checkpoint_minutes=-1,layer=layernorm)"),
 ])
 def test_a_mistake_is_named_at_the_key_the_user_wrote(write_suite, capsys, tmp_path, overrides, expected):
     path, out = write_suite(**overrides), tmp_path / "out"

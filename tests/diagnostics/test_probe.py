@@ -112,6 +112,17 @@ def test_cli_probe_flags_and_suite(tmp_path: Path, capsys):
     assert "- machine: " in text and "torch " in text  # a committed report says where it came from
 
 
+def test_cli_probe_without_out_writes_to_the_git_ignored_runs_folder(tmp_path: Path, monkeypatch, capsys):
+    """The README's `normbench probe --depth 6 36` once wrote its report into the repository's results/."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["probe", "--layers", "layernorm", "--depth", "1", "--dim", "16", "--batch-size", "8"]) == 0
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == [
+        f"probe-digits-dim16-depth1.{ext}" for ext in ("csv", "md", "png")]
+    assert (tmp_path / "runs" / "probe-digits-dim16-depth1.md").is_file()
+    probe_help = cli.build_parser()._subparsers._group_actions[0].choices["probe"].format_help()
+    assert "(default: runs/, not committed" in " ".join(probe_help.split())  # --help says where
+
+
 @pytest.mark.parametrize(("flag", "value", "message"), [("--depth", "0", "depths of 1 or more"),
                                                          ("--dim", "30", "multiple of 4, e.g. 28"),
                                                          ("--heads", "5", "split into 5 heads"),

@@ -65,9 +65,11 @@ def free_port() -> int:
 
 
 def as_from_a_terminal() -> None:
-    """A Popen `preexec_fn`: SIGINT back to its default. A test run started in the background (`cmd &`, nohup)
-    hands its children SIGINT ignored, and Python then keeps it ignored, so a Ctrl-C a test sends would be lost."""
+    """A Popen `preexec_fn`: SIGINT and SIGHUP back to their defaults. A test run started in the background (`cmd &`,
+    nohup) hands its children SIGINT (and, under nohup, SIGHUP) ignored, and Python then keeps them ignored, so a
+    Ctrl-C or hang-up a test sends would be lost."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def normbench(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:

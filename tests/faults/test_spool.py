@@ -15,10 +15,9 @@ from normbench.store.ledger import Ledger
 from normbench.tracking import tracker as tracker_module
 from normbench.tracking.sync import sync
 from normbench.tracking.tracker import Tracker
-from tests.tracking.ledgers import history, result, write_ledger
+from tests.tracking.ledgers import history, live_run, result, write_ledger
 
 PARAMS = {"depth": 1, "layer": "layernorm", "lr": 1e-3, "seed": 0, "role": "select"}
-TAGS = {"suite": "tiny", "study": "run:tiny", "trial": "0"}
 
 
 def _tracker(out) -> Tracker:
@@ -28,7 +27,7 @@ def _tracker(out) -> Tracker:
 def _a_cell(tracker: Tracker, cell: str) -> float:
     """What the worker sends for one cell of 3 epochs; the seconds those calls took."""
     started = time.perf_counter()
-    run = tracker.start(cell, PARAMS, TAGS)
+    run = tracker.start(live_run(cell, PARAMS))
     for record in history(3):
         tracker.log_epoch(run, record)
     tracker.summarize(run, CellResult.from_summary(result(3), history(3)))

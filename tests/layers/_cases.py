@@ -12,7 +12,8 @@ from normbench.layers import LayerError, resolve_layer
 
 COMBOS = ["learnable_scaler+layerscale", "rmsnorm+layerscale", "post_ln+layerscale", "dyt+rezero",
           "layernorm+qk_norm", "layerscale+qk_norm", "dyt+qk_norm", "rezero+qk_norm", "res_post_norm+qk_norm",
-          "rmsnorm+normformer", "derf+mix_ln", "admin+qk_norm", "hc+layerscale", "mhc+qk_norm", "hc_dynamic+rmsnorm"]
+          "rmsnorm+normformer", "derf+mix_ln", "admin+qk_norm", "hc+layerscale", "mhc+qk_norm", "hc_dynamic+rmsnorm",
+          "layerscale+gated_attn", "value_residual+gated_attn", "rmsnorm+hybridnorm", "attn_res+layerscale"]
 
 
 def _standalone(name: str) -> bool:

@@ -19,6 +19,9 @@ from normbench.layers import LayerError, resolve_layer
     ("scaled_init+fixup", "init rules each set the block's weights"),
     ("depth_mup+deepnorm", "init rules each set the block's weights"),
     ("layernorm+rmsnorm+qk_norm", "names two norms"),
+    ("hybridnorm+qk_norm", "`hybridnorm` takes no modifier (`qk_norm`)"),
+    ("gated_attn+gated_attn", "names the modifier `gated_attn` twice"),
+    ("completep+depth_mup", "names two gates"),
 ])
 def test_bad_combination_raises_one_line(layer, says):
     with pytest.raises(LayerError) as excinfo:
@@ -30,7 +33,9 @@ def test_bad_combination_raises_one_line(layer, says):
 
 @pytest.mark.parametrize("layer", ["layernorm+qk_norm", "qk_norm+rmsnorm", "layerscale+qk_norm", "dyt+qk_norm",
                                    "res_post_norm+qk_norm", "admin+qk_norm", "normformer+layerscale",
-                                   "mix_ln+layerscale", "lns+rmsnorm", "scaled_init+layerscale", "derf+depth_mup"])
+                                   "mix_ln+layerscale", "lns+rmsnorm", "scaled_init+layerscale", "derf+depth_mup",
+                                   "seednorm+layerscale", "gpas+gated_attn", "hc+gated_attn", "seednorm+completep",
+                                   "frac_connections+qk_norm", "hybridnorm_star+gated_attn"])
 def test_sensible_combinations_resolve(layer):
     resolve_layer(layer)
 

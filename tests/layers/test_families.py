@@ -18,7 +18,7 @@ from normbench.layers import LayerError, get_spec, plugins, registry, resolve_la
 from normbench.model.vit import NormbenchViT
 from tests.conftest import REPO
 
-FAMILIES = ("hc", "hc_dynamic", "mhc", "ngpt")
+FAMILIES = ("hc", "hc_dynamic", "mhc", "ngpt", "value_residual", "frac_connections", "attn_res")
 
 PLUGIN_FAMILY = '''
 import torch
@@ -86,6 +86,7 @@ def test_normbench_layers_lists_the_families_with_formula_and_source(capsys):
         assert rows[name][1] == "family"
         assert spec.formula and spec.source and spec.family is not None
     assert "Zhu et al. 2025" in out and "2512.24880" in out and "Loshchilov et al. 2025" in out
+    assert "2410.17897" in out and "2503.14125" in out and "2603.15031" in out
 
 
 def test_a_plugin_family_registers_and_trains_from_a_suite(plugin_family, write_suite, tmp_path, one_torch_thread):
@@ -110,6 +111,9 @@ def test_a_plugin_family_registers_and_trains_from_a_suite(plugin_family, write_
     ("ngpt+layernorm", "`ngpt` takes no norm (`layernorm`)"),
     ("ngpt+layerscale", "`ngpt` takes no gate (`layerscale`)"),
     ("ngpt+qk_norm", "`ngpt` takes no modifier (`qk_norm`)"),
+    ("value_residual+hc", "names two families (`value_residual` and `hc`)"),
+    ("attn_res+gpas", "`attn_res` and `gpas` each bring their own block"),
+    ("frac_connections+hybridnorm", "`frac_connections` and `hybridnorm` each bring their own block"),
 ])
 def test_a_family_with_what_it_replaces_is_refused_by_the_cli_in_one_line(layer, message, write_suite, tmp_path,
                                                                            capsys):
@@ -201,3 +205,24 @@ def test_every_family_takes_ddp_and_its_ranks_keep_identical_weights(tmp_path):
         assert ranks[0][layer]["steps"] == ranks[1][layer]["steps"] == 3  # 96 images, 32 a step, 16 per rank
         assert ranks[0][layer]["weights"] == ranks[1][layer]["weights"], f"{layer}: the ranks drifted apart"
     assert ranks[0]["ngpt"]["off_sphere"] < 1e-6
+
+
+FRONTIER = ["seednorm", "hybridnorm_star", "gated_attn", "gpas", "completep", "value_residual", "frac_connections",
+            "attn_res"]
+
+
+@pytest.mark.parametrize("layer", FRONTIER)
+def test_the_2025_2026_entries_resume_from_a_checkpoint_on_their_trajectory(layer, tmp_path, one_torch_thread):
+    """A cell's checkpoint after epoch 1 resumes to the same losses as the cell trained without a stop (the families'
+    carried values and sources are rebuilt by each forward: only parameters and optimizer state are kept)."""
+    from normbench.contracts.recipe import CellConfig, ModelConfig, TrainConfig
+    from normbench.train.checkpoint import Keeper, read, recipe_of
+    from normbench.train.loop import train_cell
+
+    cell = CellConfig(model=ModelConfig(layer=layer, depth=3, embed_dim=32, num_heads=2, patch_size=4),
+                      train=TrainConfig(epochs=2, batch_size=256, lr=1e-3, warmup_epochs=1, telemetry_every=0))
+    path = tmp_path / "cell.pt"
+    whole = train_cell(cell, "cpu", keeper=Keeper(path=path, recipe=recipe_of(cell), interval_s=1e-9))
+    resumed = train_cell(cell, "cpu", resume=read(path, recipe_of(cell)))
+    assert [h["train_loss"] for h in resumed.history] == pytest.approx([h["train_loss"] for h in whole.history],
+                                                                       rel=1e-5)

@@ -52,7 +52,9 @@ def test_get_layer_returns_the_registered_class(name):
 def test_builtin_families_are_registered():
     for name in ("layernorm", "rmsnorm", "dyt", "learnable_scaler", "none", "layerscale", "rezero", "skipinit",
                  "fixup", "tfixup", "post_ln", "deepnorm", "qk_norm", "res_post_norm", "res_post_norm_olmo2", "derf",
-                 "peri_ln", "lns", "mix_ln", "admin", "depth_mup", "scaled_init", "normformer"):
+                 "peri_ln", "lns", "mix_ln", "admin", "depth_mup", "scaled_init", "normformer", "seednorm",
+                 "hybridnorm", "hybridnorm_star", "gated_attn", "gpas", "value_residual", "frac_connections",
+                 "attn_res", "completep"):
         assert name in normbench.list_layers()
 
 

@@ -87,3 +87,25 @@ def test_a_rule_verdict_without_the_2x_check_says_it_is_unconfirmed():
     assert converged_text(pd.Series({"converged": True, "reason": ""})) == (
         "yes by the final-loss rule (unconfirmed: no 2x check)")
     assert converged_text(pd.Series({"converged": False, "reason": "loss 0.81 > 0.68"})) == "no (loss 0.81 > 0.68)"
+
+
+def test_the_2x_check_pairs_a_seeds_1x_and_2x_cells_only_on_one_device_class():
+    """The wide folder's 2x cells trained on a lent H200 and its 1x report cells on this CPU: a change between them
+    is the device's as much as the budget's, so the check compares nothing there, and says why."""
+    import pandas as pd
+
+    from normbench.report.convergence import budget_rows
+    from normbench.report.tables import budget_check_table, converged_text
+
+    cpu, gpu = "CPU (x86_64, 2 cores)", "NVIDIA H200"
+    once = pd.DataFrame({"layer": ["ln"] * 2, "depth": [36] * 2, "lr": [1e-3] * 2, "seed": [100, 101],
+                         "select": [80.0, 82.0], "device": [cpu, cpu]})
+    twice = once.assign(select=[90.0, 92.0], device=[gpu, gpu])
+    [row] = budget_rows(once, twice, ["layer", "depth"], value="select").to_dict("records")
+    assert row["seeds"] == 0 and row["converged"] != row["converged"]  # NaN: not checked
+    assert row["reason"] == "not comparable: 2x on GPU, 1x on CPU"
+    assert converged_text(pd.Series(row)) == row["reason"]
+    assert budget_check_table(pd.DataFrame([row]), ["layer"], ["depth"])["val 2x"].tolist() == ["—"]
+    mixed = twice.assign(device=[cpu, gpu])  # one seed's pair on one device: it alone is compared
+    [row] = budget_rows(once, mixed, ["layer", "depth"], value="select").to_dict("records")
+    assert (row["seeds"], row["val_1x"], row["val_2x"]) == (1, 80.0, 90.0)

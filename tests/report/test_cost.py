@@ -42,6 +42,18 @@ def test_throughput_is_split_by_device_when_cells_ran_on_several():
     assert list(unnamed.columns) == ["layer", "depth 36"] and unnamed.set_index("layer").loc["a"].tolist() == ["120"]
 
 
+def test_throughput_keeps_fused_cells_apart_from_cells_trained_alone():
+    """A fused member trains at its group's rate (train/fused.py): pooled with cells alone, a row's median would
+    read as neither."""
+    cells = pd.DataFrame({"layer": ["a", "a", "a", "b"], "depth": [36] * 4, "device": ["NVIDIA H200"] * 4,
+                          "fused_group": [1, 8, 8, 1], "images_per_sec": [900.0, 300.0, 340.0, 800.0]})
+    table = throughput_table(cells, ["layer"]).set_index("layer")
+    assert list(table.columns) == ["depth 36, fused", "depth 36, unfused"]
+    assert table.loc["a"].tolist() == ["320", "900"] and table.loc["b"].tolist() == ["", "800"]
+    alone = throughput_table(cells.assign(fused_group=1), ["layer"])
+    assert list(alone.columns) == ["layer", "depth 36"]  # a folder without fused cells: as before
+
+
 def test_a_cost_file_of_another_suite_or_an_older_layout_is_named_and_not_shown(tmp_path):
     row = {"layer": "layernorm", "depth": 36, "step_ms": 100.0, "step_vs_baseline": 1.0, "memory_mib": 10.0,
            "memory": "train-step estimate", "mem_vs_baseline": 1.0, "params": 1_802_000, "batch": 64,

@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from normbench.contracts.selection import add_scores
-from normbench.report.stats import check_claims, select_lr
+from normbench.report.claims import check_claims
+from normbench.report.stats import select_lr
 from normbench.report.tables import all_depths_table, claims_table, layer_table, tuned_table, window_text
 
 

@@ -121,7 +121,8 @@ def test_a_claim_holds_across_regimes_only_where_each_decided_it_alike():
     # two rows of one regime (an axis the claim does not name): still read in that regime only
     assert claim_across(["supported", "supported"], ["width 64", "width 64"], unfinished=False) == "width 64 only"
     assert claim_across(["underpowered", "underpowered"], ["a", "b"], unfinished=False) == \
-        "undecided (underpowered in each)"
+        "undecided (open or underpowered in each)"
+    assert claim_across(["open", "supported"], ["a", "b"], unfinished=False) == "decided in 1 of 2"  # open: undecided
     assert claim_across(["supported", "supported"], ["a", "b"], unfinished=True) == "cannot tell (unfinished)"
     assert claim_across(["underpowered"], ["width 64"], unfinished=False) == "width 64 only"
 
@@ -130,8 +131,9 @@ def test_an_unfinished_folders_claim_names_the_seeds_it_paired():
     """Mid-sweep, a claim whose two rows both have report seeds pairs those; one whose rival has none yet pairs
     the selection seeds (stats.paired_difference's fallback); a steadiness claim always pairs selection seeds."""
     from normbench.contracts.selection import add_scores
+    from normbench.report.claims import check_claims
     from normbench.report.regimes import paired_seeds
-    from normbench.report.stats import check_claims, select_lr
+    from normbench.report.stats import select_lr
     from tests.report.test_stats import cell
 
     rows = [{**cell(name, 1e-3, seed, val + seed, val + seed), "role": "select"}

@@ -7,7 +7,8 @@ import math
 import pandas as pd
 
 from normbench.contracts.selection import add_scores
-from normbench.report.stats import check_claims, select_lr
+from normbench.report.claims import check_claims
+from normbench.report.stats import select_lr
 from normbench.report.tables import baseline_table, claims_table, detectable_text
 from tests.report.test_stats import cell, paired_cells
 

@@ -73,13 +73,30 @@ def test_finished_needs_report_seeds_on_every_row_in_either_column_name():
     assert not finished(mixed) and not finished(pd.DataFrame())
 
 
-def fake_read(width: int, epochs: int) -> SimpleNamespace:
-    config = SimpleNamespace(model=SimpleNamespace(embed_dim=width), train=SimpleNamespace(epochs=epochs))
-    return SimpleNamespace(suite=SimpleNamespace(cell=lambda _: SimpleNamespace(config=config)))
+def fake_read(width: int, epochs: int, optimizer: str = "adamw", tuned: bool = False) -> SimpleNamespace:
+    config = SimpleNamespace(model=SimpleNamespace(embed_dim=width),
+                             train=SimpleNamespace(epochs=epochs, optimizer=optimizer))
+    return SimpleNamespace(suite=SimpleNamespace(cell=lambda _: SimpleNamespace(config=config)), tuned=tuned)
 
 
-def test_compare_refuses_folders_that_differ_in_both_width_and_epochs():
+def test_compare_refuses_folders_that_differ_in_more_than_one_thing():
     from normbench.report.regimes import compare_regimes
 
-    with pytest.raises(NormbenchError, match="both epochs and model width"):
+    with pytest.raises(NormbenchError, match="differ in epochs and width"):
         compare_regimes([fake_read(64, 40), fake_read(192, 80)])
+    with pytest.raises(NormbenchError, match="differ in optimizer and recipe"):
+        compare_regimes([fake_read(64, 40), fake_read(64, 40, optimizer="muon", tuned=True)])
+
+
+def test_two_folders_of_one_budget_are_compared_across_the_one_thing_they_differ_in():
+    from normbench.report.regimes import FACTORS, differing
+
+    assert differing([fake_read(64, 40), fake_read(192, 40)]) == ["width"]
+    muon, adamw = fake_read(64, 40, optimizer="muon"), fake_read(64, 40)
+    assert differing([muon, adamw]) == ["optimizer"]
+    label, order = FACTORS["optimizer"]
+    assert [label(r) for r in sorted([muon, adamw], key=order)] == ["adamw", "muon"]  # the reference side first
+    tuned, grid = fake_read(64, 40, tuned=True), fake_read(64, 40)
+    label, order = FACTORS["recipe"]
+    assert differing([tuned, grid]) == ["recipe"]
+    assert [label(r) for r in sorted([tuned, grid], key=order)] == ["grid", "tuned"]

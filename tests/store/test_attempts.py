@@ -1,5 +1,6 @@
 """The poison-cell limit: a cell whose attempts keep losing their worker is failed for good after
-NORMBENCH_MAX_ATTEMPTS of them, with each attempt's host, pid and verdict; `retry_failed` gives it another round."""
+NORMBENCH_MAX_ATTEMPTS of them, with each attempt's host, pid and verdict; `retry_failed` gives it another round. An
+attempt lost after its checkpoint moved on (preempted while progressing) is not counted and starts the row again."""
 
 from __future__ import annotations
 
@@ -10,18 +11,22 @@ import pytest
 from optuna.trial import TrialState
 
 from normbench.errors import NormbenchError
-from normbench.store.attempts import ATTEMPTS, RETRY_ROUND, failed_for_good, reclaim, retry_failed
+from normbench.store.attempts import ATTEMPTS, PREEMPTED, RETRY_ROUND, failed_for_good, reclaim, retry_failed
 from normbench.store.ledger import FAILED_FOR_GOOD, Ledger
 
 AXES = {"depth": 1, "layer": "layernorm", "lr": 1e-3, "seed": 0}
 CELL = "depth=1,layer=layernorm,lr=0.001,seed=0"
 
 
-def die_holding_a_claim(tmp_path, study_name: str) -> int:
-    """A worker claims the cell and dies: its OS lock is freed, as the kernel frees it when a process is killed."""
+def die_holding_a_claim(tmp_path, study_name: str, checkpoint_step: int | None = None) -> int:
+    """A worker claims the cell and dies: its OS lock is freed, as the kernel frees it when a process is killed.
+    With `checkpoint_step`, its last checkpoint record (as sweep/checkpoints.py writes it) stands at that step."""
     worker = Ledger(None, tmp_path)
     trial = worker.claim(worker.study(study_name))
     assert trial is not None
+    if checkpoint_step is not None:
+        trial.set_attr("checkpoint", {"file": "run_x/cell/checkpoint.pt", "epoch": checkpoint_step // 10, "batch": 0,
+                                      "step": checkpoint_step})
     worker.close()
     return trial.number
 
@@ -115,6 +120,27 @@ def test_a_database_ledger_counts_heartbeat_verdicts(fresh_postgres_url, tmp_pat
     assert attempt["noticed_by"].startswith("node-b")
 
 
+def test_a_database_ledger_counts_heartbeat_verdicts_of_attempts_that_made_no_progress(fresh_postgres_url, tmp_path):
+    """On PostgreSQL (a heartbeat's verdict; the start read back by storage id): an attempt silent after moving the
+    checkpoint to step 10 is kept apart; the next, silent at step 10 still, counts, and ends the round at a limit of 1.
+    (Its own name starts with the heartbeat test's: conftest's SERIAL entry covers both.)"""
+    dead = Ledger(fresh_postgres_url, tmp_path, heartbeat_interval=1, grace_period=4)
+    peer = Ledger(fresh_postgres_url, tmp_path, heartbeat_interval=1, grace_period=4, max_attempts=1)
+    study = dead.study("run:stale")
+    dead.enqueue(study, {CELL: AXES})
+    for checkpoint_step in (10, None):  # the second attempt writes nothing: its record is the one it started from
+        claim = dead.claim(dead.study("run:stale"))
+        assert claim is not None  # then silence, as if killed right after its last checkpoint
+        if checkpoint_step is not None:
+            claim.set_attr("checkpoint", {"epoch": 1, "batch": 0, "step": checkpoint_step})
+        time.sleep(4.5)
+        assert len(reclaim(peer, peer.study("run:stale"))) == 1
+    [record] = failed_for_good(peer.study("run:stale"))
+    [preempted], [counted] = record.user_attrs[PREEMPTED], record.user_attrs[ATTEMPTS]
+    assert "no heartbeat" in preempted["verdict"] and "(the start to epoch 1)" in preempted["verdict"]
+    assert "moved on" not in counted["verdict"]
+
+
 def test_a_claim_not_signed_yet_is_not_judged_by_the_lock_its_copy_inherited(tmp_path):
     """A re-queued copy once kept its dead predecessor's `worker_lock`: a peer that read it between the claim (RUNNING)
     and the claimer's signature judged the live claimer dead by that lock, failed its cell and queued it again, so a
@@ -132,3 +158,86 @@ def test_a_claim_not_signed_yet_is_not_judged_by_the_lock_its_copy_inherited(tmp
     assert peer.storage.set_trial_state_values(copy._trial_id, state=TrialState.RUNNING)
     assert reclaim(peer, study) == []  # its claimer is not judged by a lock it has not written
     assert peer.storage.get_trial(copy._trial_id).state == TrialState.RUNNING
+
+
+def test_a_cell_whose_checkpoint_moves_on_in_each_lost_attempt_is_never_failed_for_good(tmp_path):
+    """Preempted five times (a spot fleet, SLURM --requeue), each time after a newer checkpoint: with a limit of 2,
+    each attempt is kept apart and uncounted, and the cell stays queued, resuming from its newest checkpoint."""
+    peer = Ledger(None, tmp_path, max_attempts=2)
+    study = peer.study("run:preempted")
+    peer.enqueue(study, {CELL: AXES})
+    for i, step in enumerate((30, 60, 90, 120, 150), 1):
+        die_holding_a_claim(tmp_path, "run:preempted", checkpoint_step=step)
+        assert len(reclaim(peer, study)) == 1
+        [waiting] = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        assert waiting.user_attrs["checkpoint"]["step"] == step  # the next attempt resumes there
+        assert ATTEMPTS not in waiting.user_attrs and len(waiting.user_attrs[PREEMPTED]) == i
+    assert failed_for_good(study) == []
+    preempted = waiting.user_attrs[PREEMPTED]
+    assert "its checkpoint moved on (the start to epoch 3)" in preempted[0]["verdict"]
+    assert "(epoch 12 to epoch 15): preempted while progressing, not counted" in preempted[-1]["verdict"]
+    assert all(a["pid"] == os.getpid() and "OS lock" in a["verdict"] for a in preempted)
+
+
+def test_a_cell_that_dies_at_the_same_checkpoint_is_failed_for_good_after_max_attempts(tmp_path):
+    """The poison cell with a checkpoint: it moved on once (uncounted), then died twice at that same step without
+    writing a newer one: failed for good at the limit of 2, and `--retry-failed` starts a clean round."""
+    peer = Ledger(None, tmp_path, max_attempts=2)
+    study = peer.study("run:stuck")
+    peer.enqueue(study, {CELL: AXES})
+    die_holding_a_claim(tmp_path, "run:stuck", checkpoint_step=50)  # progressing: uncounted
+    reclaim(peer, study)
+    stuck = []
+    for _ in range(2):
+        stuck.append(die_holding_a_claim(tmp_path, "run:stuck"))  # the record it carries: step 50, unmoved
+        reclaim(peer, study)
+    [record] = failed_for_good(study)
+    assert [a["trial"] for a in record.user_attrs[ATTEMPTS]] == stuck and len(record.user_attrs[PREEMPTED]) == 1
+    assert retry_failed(peer, study) == [CELL]
+    [waiting] = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    assert ATTEMPTS not in waiting.user_attrs and PREEMPTED not in waiting.user_attrs
+    assert waiting.user_attrs["checkpoint"]["step"] == 50  # the new round resumes from it all the same
+
+
+@pytest.mark.parametrize("steps, preempted, counted", [((80, 40), 1, 1), ((80, 80), 1, 1), ((0, 0), 0, 2)])
+def test_a_checkpoint_not_past_the_one_the_attempt_started_from_is_no_progress(tmp_path, steps, preempted, counted):
+    """(80, 40): the checkpoint was set aside (another recipe, truncated) and the cell started over, dying before it
+    passed step 80 again; (80, 80): it died where it resumed; (0, 0): stopped before its first step, twice. The
+    attempts that did not pass where they started count."""
+    peer = Ledger(None, tmp_path, max_attempts=3)
+    study = peer.study("run:back")
+    peer.enqueue(study, {CELL: AXES})
+    for step in steps:
+        die_holding_a_claim(tmp_path, "run:back", checkpoint_step=step)
+        reclaim(peer, study)
+    [waiting] = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    assert len(waiting.user_attrs.get(PREEMPTED, [])) == preempted and len(waiting.user_attrs[ATTEMPTS]) == counted
+
+
+def test_an_attempt_that_moved_the_checkpoint_on_starts_the_row_again(tmp_path):
+    """Lost attempts in a row: stuck, progressing, stuck, stuck with a limit of 3 is a row of 2, not failed for good."""
+    peer = Ledger(None, tmp_path, max_attempts=3)
+    study = peer.study("run:row")
+    peer.enqueue(study, {CELL: AXES})
+    for step in (None, 20, None, None):
+        die_holding_a_claim(tmp_path, "run:row", checkpoint_step=step)
+        reclaim(peer, study)
+    assert failed_for_good(study) == []
+    [waiting] = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    assert len(waiting.user_attrs[ATTEMPTS]) == 2 and len(waiting.user_attrs[PREEMPTED]) == 1
+
+
+def test_a_given_back_attempt_is_where_the_next_one_starts(tmp_path):
+    """Ctrl-C or SIGTERM gave the cell back at step 70 (its checkpoint at the stop): the next attempt, killed before
+    it wrote a newer one, made no progress, whatever the attempt before the stop had reached."""
+    peer = Ledger(None, tmp_path, max_attempts=1)
+    study = peer.study("run:stop")
+    peer.enqueue(study, {CELL: AXES})
+    worker = Ledger(None, tmp_path)
+    claim = worker.claim(worker.study("run:stop"))
+    claim.set_attr("checkpoint", {"epoch": 7, "batch": 0, "step": 70})
+    claim.release()
+    worker.close()
+    die_holding_a_claim(tmp_path, "run:stop")
+    reclaim(peer, study)
+    assert [r.user_attrs["cell_id"] for r in failed_for_good(study)] == [CELL]

@@ -86,7 +86,8 @@ def test_a_finished_trials_value_is_the_selection_rule_final_epoch_val(tmp_path,
 def test_a_finished_trial_stores_the_summary_and_history_as_before(tmp_path):
     """The stored JSON is what ledgers have always held (results.csv and published ledgers read it): the summary's
     keys in this order, non-finite floats as null, no history in it; the history beside it. It reads back whole.
-    Where the cell trained came last, on 2026-11-26: an older reader ignores the two keys, a newer one defaults them."""
+    Where the cell trained came last, on 2026-11-26, and with which timm and normbench on 2026-12-06: an older reader
+    ignores those keys, a newer one defaults them."""
     nan = float("nan")
     history = [{"epoch": 0, "train_loss": 2.0, "val_top1": 40.0, "lr": 1e-3, "grad_norm": 1.5, "images_per_sec": 9.0},
                {"epoch": 1, "train_loss": nan, "val_top1": nan, "lr": 5e-4, "grad_norm": nan, "images_per_sec": 8.0}]
@@ -94,7 +95,8 @@ def test_a_finished_trial_stores_the_summary_and_history_as_before(tmp_path):
                         num_classes=10, best_val_epoch=0, train_size=1077, val_size=360, test_size=360,
                         train_loss=nan, epochs_run=2, images_per_sec=8.5, params=1234, seconds=3.25, history=history,
                         telemetry=[{"step": 0, "block": 0, "rms": 1.0}], device="NVIDIA H200",
-                        torch_version="2.11.0+cu130", torch_threads="2/1")
+                        torch_version="2.11.0+cu130", timm_version="1.0.31", normbench_version="0.9.0",
+                        torch_threads="2/1")
     ledger = Ledger(None, tmp_path)
     study = ledger.study("run:json")
     ledger.enqueue(study, {"c": AXES})
@@ -105,7 +107,7 @@ def test_a_finished_trial_stores_the_summary_and_history_as_before(tmp_path):
         '"best_val_epoch": 0, "train_size": 1077, "val_size": 360, "test_size": 360, "num_classes": 10, '
         '"train_loss": null, "epochs_run": 2, "images_per_sec": 8.5, "params": 1234, "seconds": 3.25, '
         '"telemetry": [{"step": 0, "block": 0, "rms": 1.0}], "device": "NVIDIA H200", "torch_version": "2.11.0+cu130", '
-        '"torch_threads": "2/1", "fused_group": 1}')
+        '"timm_version": "1.0.31", "normbench_version": "0.9.0", "torch_threads": "2/1", "fused_group": 1}')
     assert json.dumps(stored.user_attrs["history"]) == (
         '[{"epoch": 0, "train_loss": 2.0, "val_top1": 40.0, "lr": 0.001, "grad_norm": 1.5, "images_per_sec": 9.0}, '
         '{"epoch": 1, "train_loss": null, "val_top1": null, "lr": 0.0005, "grad_norm": null, "images_per_sec": 8.0}]')

@@ -1,13 +1,16 @@
-"""`run --fuse K` (sweep/group_run.py): a worker claims up to K cells of one row that differ only in lr and seed and
-trains them as one model; each keeps its own trial, MLflow run and result, equal to its unfused run's. Cells the
-fusion rules refuse train one by one, with the reason. kill -9 of a fused worker mid-epoch, then a resume, ends
-with every member exactly once (their checkpoints resumed fused)."""
+"""`run --fuse K` (sweep/group_run.py): a worker claims up to K cells of one row that differ only in lr, seed, epochs
+and warmup, from every study of its stage (report seeds with the convergence check's 2x cells), and trains them as
+one model; each keeps its own trial, MLflow run, telemetry and result, equal to its unfused run's. Cells the fusion
+rules refuse train one by one, with the reason; a group below the plan's smallest trains its first cell alone; at a
+stage's start a worker waits a moment for its group to fill. kill -9 of a fused worker mid-epoch, then a resume,
+ends with every member exactly once (their checkpoints resumed fused)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import signal
+import time
 
 import pandas as pd
 import pytest
@@ -17,6 +20,7 @@ from normbench.cli import main
 from normbench.contracts.suite import load_suite
 from normbench.store.claim import Claim
 from normbench.store.ledger import Ledger
+from normbench.sweep.cell_end import give_back
 from normbench.sweep.checkpoints import CheckpointFolder
 from normbench.sweep.group_run import claim_group, run_group
 from normbench.sweep.progress import Progress
@@ -35,7 +39,7 @@ def _suite(write_suite, **train):
 
 
 def test_run_fuse_4_trains_each_row_as_one_group_and_equals_the_unfused_run(write_suite, tmp_path, capsys):
-    path = _suite(write_suite)
+    path = _suite(write_suite, telemetry_every=4)  # telemetry recorded per member, through vmap's outputs
     assert main(["run", str(path), "--out", str(tmp_path / "fused"), "--fuse", "4", "--quiet"]) == 0
     assert main(["run", str(path), "--out", str(tmp_path / "alone"), "--fuse", "1", "--quiet"]) == 0
     assert_invariants(tmp_path / "fused", "tiny", CELLS)
@@ -44,13 +48,17 @@ def test_run_fuse_4_trains_each_row_as_one_group_and_equals_the_unfused_run(writ
     assert set(fused["fused_group"]) == {4} and set(alone["fused_group"]) == {1}
     assert ((fused["train_loss"] - alone["train_loss"]).abs() <= 1e-4 * alone["train_loss"].abs()).all()
     assert (fused["epochs_run"] == 2).all() and (fused["status"] == "ok").all()
+    runs = {t.user_attrs["cell_id"]: t.user_attrs["result"] for t in trials(tmp_path / "fused", "tiny")}
+    alone_runs = {t.user_attrs["cell_id"]: t.user_attrs["result"] for t in trials(tmp_path / "alone", "tiny")}
+    for cell_id, result in runs.items():
+        assert result["telemetry"] and result["telemetry"] == alone_runs[cell_id]["telemetry"], cell_id
 
 
 def test_cells_the_rules_refuse_train_one_by_one_and_say_why(write_suite, tmp_path, capsys):
-    path = _suite(write_suite, telemetry_every=25)
+    path = _suite(write_suite, mixup=0.8)
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "--fuse", "4"]) == 0
     err = capsys.readouterr().err
-    assert "train one by one: per-block telemetry" in err, err
+    assert "train one by one: mixup/cutmix draw" in err, err
     csv = pd.read_csv(tmp_path / "out" / "results.csv")
     assert set(csv["fused_group"]) == {1} and len(csv) == len(CELLS)
 
@@ -77,13 +85,13 @@ def test_a_group_takes_only_cells_whose_checkpoints_stand_where_its_first_does(w
 
 def test_a_row_the_rules_refuse_trains_its_first_cell_and_gives_the_others_back_at_once(write_suite, tmp_path):
     """A claim held but not trained has no heartbeat: a database ledger's peers would fail it as stale."""
-    suite, ledger, study, job = _queued(write_suite, tmp_path, telemetry_every=25)
+    suite, ledger, study, job = _queued(write_suite, tmp_path, mixup=0.8)
     first = ledger.claim(study, job.listed)
     group = claim_group(ledger, job, first, 4)
     assert len(group) == 4
     turn = run_group(job, group, tracker=Tracker(tmp_path, suite.name), device="cpu",
                      progress=Progress(total=8, quiet=True), suite_name=suite.name)
-    assert turn.alone is first and turn.given_back == 3 and turn.unfusable and "telemetry" in turn.refused
+    assert turn.alone is first and turn.given_back == 3 and turn.unfusable and "mixup" in turn.refused
     assert [t.number for t in ledger.trials(study, (TrialState.RUNNING,))] == [first.trial.number]
     assert len(ledger.trials(study, (TrialState.WAITING,))) == 7  # any worker may take them now
 
@@ -189,3 +197,81 @@ def test_a_resumed_groups_replayed_epochs_show_under_its_own_cells(write_suite, 
     # each member's first epoch replayed (the checkpoint the stop left), then the other three trained fused
     assert [epoch for _, epoch in shown] == [0, 0, 1, 2, 3]
     assert {cell for cell, _ in shown} <= members, shown
+
+
+def test_a_rows_report_seeds_and_its_2x_convergence_cells_train_as_one_group_each_as_alone(write_suite, tmp_path):
+    """Two studies (report, budget), two epoch counts: one group; each member recorded in its own study, with its own
+    epochs, equal to the unfused run's."""
+    path = write_suite(train={**FUSABLE, "epochs": 1}, report_seeds=[100, 101], budget_check=True,
+                       matrix={"depth": [2], "layer": ["layernorm"], "lr": [1e-3, 3e-3], "seed": [0]})
+    assert main(["run", str(path), "--out", str(tmp_path / "fused"), "--fuse", "4", "--quiet"]) == 0
+    assert main(["run", str(path), "--out", str(tmp_path / "alone"), "--fuse", "1", "--quiet"]) == 0
+    fused = pd.read_csv(tmp_path / "fused" / "results.csv").set_index(["role", "cell_id"]).sort_index()
+    alone = pd.read_csv(tmp_path / "alone" / "results.csv").set_index(["role", "cell_id"]).sort_index()
+    stage = fused[fused.index.get_level_values("role").isin(["report", "budget"])]
+    assert len(stage) == 4 and set(stage["fused_group"]) == {4}, stage[["fused_group", "epochs_run"]]
+    assert sorted(stage["epochs_run"]) == [1, 1, 2, 2]
+    assert ((fused["train_loss"] - alone["train_loss"]).abs() <= 1e-4 * alone["train_loss"].abs()).all()
+
+
+def test_a_group_fills_at_a_stages_start_while_a_peer_queues_the_rest(write_suite, tmp_path):
+    import threading
+
+    from normbench.sweep.fuse_plan import FusePlan
+    from normbench.sweep.group_run import fill_group
+
+    suite = load_suite(_suite(write_suite))
+    ledger = Ledger(None, tmp_path)
+    study = open_run_study(ledger, suite)
+    job = run_job(suite, study)
+    row = [c for c in suite.cells() if c.axes["layer"] == "layernorm"]
+    ledger.enqueue(study, {row[0].cell_id: row[0].axes})
+    first = ledger.claim(study, job.listed)
+    late = threading.Timer(1.0, lambda: ledger.enqueue(study, {c.cell_id: c.axes for c in row[1:]}))
+    late.start()
+    try:
+        at_start = fill_group(ledger, job, first, FusePlan(k=4, wait_s=10.0), [job], wait=True)
+    finally:
+        late.join()
+    assert len(at_start) == 4  # the three a peer queued a second later joined it
+    for claim in at_start[1:]:
+        give_back(claim)
+    started = time.monotonic()
+    again = fill_group(ledger, job, first, FusePlan(k=8, wait_s=10.0), [job], wait=False)
+    assert len(again) == 4 and time.monotonic() - started < 5.0  # mid-stage: what is queued now, no wait
+
+
+def test_a_stop_while_a_group_fills_gives_every_claim_back(write_suite, tmp_path):
+    import threading
+
+    from normbench import stopping
+    from normbench.errors import Terminated
+    from normbench.sweep.fuse_plan import FusePlan
+    from normbench.sweep.group_run import fill_group
+
+    suite, ledger, study, job = _queued(write_suite, tmp_path)  # 4 cells a row: a group of 16 waits to fill
+    first = ledger.claim(study, job.listed)
+    previous = stopping.install()
+    stop = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    stop.start()
+    try:
+        with pytest.raises(Terminated):
+            fill_group(ledger, job, first, FusePlan(k=16, wait_s=30.0), [job], wait=True)
+    finally:
+        stop.join()
+        stopping.uninstall(previous)
+    assert ledger.trials(study, (TrialState.RUNNING,)) == []  # none held untrained: any worker may take them
+
+
+def test_a_group_smaller_than_the_plans_smallest_trains_its_first_cell_and_gives_the_rest_back(write_suite, tmp_path):
+    from normbench.sweep.fuse_plan import FusePlan
+    from normbench.sweep.group_run import fill_group
+
+    suite, ledger, study, job = _queued(write_suite, tmp_path)  # 4 cells a row
+    first = ledger.claim(study, job.listed)
+    four = fill_group(ledger, job, first, FusePlan(k=16, min_k=4), [job], wait=False)
+    assert len(four) == 4
+    for claim in four[1:]:
+        give_back(claim)
+    assert fill_group(ledger, job, first, FusePlan(k=16, min_k=5), [job], wait=False) == [first]
+    assert [t.number for t in ledger.trials(study, (TrialState.RUNNING,))] == [first.trial.number]

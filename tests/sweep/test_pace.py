@@ -56,9 +56,9 @@ def test_other_hosts_cells_and_cells_without_a_time_teach_nothing():
     assert pace.cost({"depth": 6, "layer": "layernorm"}, depth=6, epochs=10) == 60.0  # depth x epochs
 
 
-def test_a_fused_member_costs_its_share_of_the_groups_seconds():
+def test_a_fused_member_costs_the_share_of_its_groups_seconds_it_recorded():
     alone = finished("layernorm", 100.0, seed=0)
-    fused = finished("layernorm", 400.0, seed=1)  # a group of 4 trained in 400 s: 100 s a cell
+    fused = finished("layernorm", 100.0, seed=1)  # a group of 4 trained in 400 s: its member records 100 s
     fused.user_attrs["result"]["fused_group"] = 4
     assert Pace.learn([alone, fused], "here", depth_axis).per_epoch == {
         (("depth", "6"), ("layer", "layernorm")): pytest.approx(10.0)}

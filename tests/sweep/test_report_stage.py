@@ -58,6 +58,7 @@ PROTOCOL = {"train": {"batch_size": 128, "warmup_epochs": 0, "telemetry_every": 
             "matrix": {"depth": [1], "epochs": [1, 3], "layer": ["layernorm", "layerscale", "rezero"],
                        "lr": [1e-3, 3e-3], "seed": [0]},
             "report_seeds": [100, 101], "targets": [15, 30],
+            "sequential": {"max_seeds": 2},  # no claim rounds: tests/sweep/test_claim_rounds.py has them
             "claims": [{"layer": "layerscale", "beats": "layernorm", "depth": 1, "claimed": 3.4}]}
 
 

@@ -105,3 +105,61 @@ def test_tunes_winner_is_the_selection_rules_choice_with_a_missing_value_and_a_t
     assert best_trial(only_missing).number == 1
     same_lr = [search_trial(0, 1e-3, 50.0), search_trial(1, 1e-3, 70.0), search_trial(2, 1e-3, 70.0)]
     assert best_trial(same_lr).number == 1  # the lr's best val, ties to the earlier trial
+
+
+def test_every_space_a_suite_may_hold_is_sampled_as_written():
+    """A float range's step was dropped (drop_path_rate 0..0.3 by 0.1 sampled any float); contracts/suite.py checks
+    a space against the rules `suggest` samples by."""
+    import optuna
+
+    from normbench.sweep.tune import suggest
+
+    space = {"drop_path_rate": {"low": 0.0, "high": 0.3, "step": 0.1}, "depth": {"low": 1, "high": 7, "step": 2},
+             "lr": {"low": 1e-4, "high": 1e-2, "log": True}, "weight_decay": {"choices": [0.0, 0.05]}}
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(20):
+        trial = study.ask()
+        drawn = {key: suggest(trial, key, dist) for key, dist in space.items()}
+        assert round(drawn["drop_path_rate"] * 10, 9) in (0, 1, 2, 3), drawn
+        assert drawn["depth"] in (1, 3, 5, 7) and 1e-4 <= drawn["lr"] <= 1e-2 and drawn["weight_decay"] in (0.0, 0.05)
+        study.tell(trial, 0.0)
+
+
+def test_a_confirmed_winner_is_the_best_mean_of_its_two_search_seeds():
+    def trial(number: int, value: float) -> FrozenTrial:
+        return FrozenTrial(number=number, state=TrialState.COMPLETE, value=value, datetime_start=None,
+                           datetime_complete=None, params={"lr": 1e-3 * (number + 1)}, distributions={},
+                           user_attrs={}, system_attrs={}, intermediate_values={}, trial_id=number)
+
+    search = [trial(0, 90.0), trial(1, 80.0), trial(2, 85.0)]
+    assert best_trial(search).number == 0  # one seed: the luckiest draw wins
+    assert best_trial(search, {0: 60.0, 2: 84.0}).number == 2  # (90 + 60) / 2 < (85 + 84) / 2: its luck is gone
+    assert best_trial(search, {0: 80.0, 2: 85.0}).number == 0  # a tie of means goes to the earlier trial
+
+
+def test_the_best_trials_are_confirmed_on_a_second_seed_then_the_winner_reruns_on_the_report_seeds(write_suite,
+                                                                                                    tmp_path):
+    from normbench.sweep.tune import confirm_seed
+
+    path = write_suite(name="tc", matrix={"depth": [1], "layer": ["layerscale"], "seed": [0]},
+                       report_seeds=[100, 101],
+                       tune={"trials": 3, "confirm_top": 2,
+                             "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True},
+                                       "layer.init_values": "source"}})
+    suite = load_suite(path)
+    assert (search_seed(suite), confirm_seed(suite), seeds(suite)) == (102, 103, [100, 101])
+    out = tmp_path / "out"
+    assert main(["tune", str(path), "--out", str(out), "--quiet"]) == 0
+    ledger = Ledger(None, out)
+    searched = ledger.study("tune:tc:depth=1,layer=layerscale").get_trials(deepcopy=False)
+    assert all(1e-6 <= t.params["layer.init_values"] <= 0.1 for t in searched)  # LayerScale's own ε, searched
+    confirmed = ledger.study("confirm:tc").get_trials(deepcopy=False)
+    best_two = sorted(searched, key=lambda t: (-t.value, t.number))[:2]
+    assert sorted(t.user_attrs["axes"]["search_trial"] for t in confirmed) == sorted(t.number for t in best_two)
+    assert {t.user_attrs["axes"]["seed"] for t in confirmed} == {103} and len(confirmed) == 2  # each queued once
+    mean = {t.user_attrs["axes"]["search_trial"]: (searched[t.user_attrs["axes"]["search_trial"]].value + t.value) / 2
+            for t in confirmed}
+    winner = max(mean, key=lambda n: (mean[n], -n))
+    tuned = ledger.study("tuned:tc").get_trials(deepcopy=False)
+    assert {t.user_attrs["axes"]["seed"] for t in tuned} == {100, 101}
+    assert all(t.user_attrs["overrides"] == searched[winner].params for t in tuned)

@@ -39,8 +39,8 @@ class _TakenOverAtStart:
     def __init__(self, study):
         self.study, self.calls = study, []
 
-    def start(self, cell_id, params, tags):
-        self.study.tell(int(tags["trial"]), state=TrialState.FAIL)  # what a peer's stale-trial sweep does
+    def start(self, run):
+        self.study.tell(int(run.tags["trial"]), state=TrialState.FAIL)  # what a peer's stale-trial sweep does
         return "run-1"
 
     def fail(self, run_id, status="FAILED"):
@@ -72,3 +72,19 @@ def test_a_lost_claim_is_counted_as_lost_not_as_a_cell_run(write_suite, tmp_path
     summary = work(run_jobs(suite, study, ledger), ledger, _TakenOverAtStart(study), "cpu",
                    Progress(total=1, quiet=True), suite.name)
     assert (summary.cells_run, summary.lost_claims, summary.errors) == (0, 1, 0)
+
+
+def test_run_without_workers_starts_the_fused_workers_per_gpu_that_fuse_auto_names(monkeypatch):
+    """Several fused workers share a GPU (sweep/fuse_plan.py); `--fuse K` or a CPU keep one worker per device."""
+    import torch
+
+    from normbench.sweep import launch, worker
+    from normbench.sweep.fuse_plan import FusePlan
+
+    monkeypatch.setattr(launch, "default_workers", lambda device: 2)  # two GPUs
+    monkeypatch.setattr(worker, "resolve_device", lambda device: torch.device("cuda"))
+    monkeypatch.setattr(worker, "fuse_plan", lambda fuse, device: FusePlan(k=16, workers=3))
+    assert worker.local_workers("cuda", "auto") == 6
+    assert worker.local_workers("cuda", 8) == 2
+    monkeypatch.setattr(worker, "resolve_device", lambda device: torch.device("cpu"))
+    assert worker.local_workers("cpu", "auto") == 2  # launch's answer, untouched

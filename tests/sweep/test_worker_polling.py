@@ -17,6 +17,7 @@ from normbench.store.ledger import Ledger
 from normbench.sweep import plan, worker
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import open_run_study, run_jobs
+from normbench.tracking.run_record import trial_run
 from normbench.tracking.sync import sync
 from normbench.tracking.tracker import Tracker
 
@@ -70,8 +71,7 @@ def test_a_dead_workers_cell_is_requeued_by_the_ledger_and_its_run_closed_by_the
     trial = dead.claim(dead.study(study.study_name))
     trial.report(12.5, 4)
     tracker = Tracker(tmp_path, suite.name)
-    tracker.start(trial.user_attrs["cell_id"], dict(trial.user_attrs["axes"]),
-                  {"suite": suite.name, "study": study.study_name, "trial": str(trial.number)})
+    tracker.start(trial_run(study.study_name, trial.frozen(), suite))  # as the worker starts it
     tracker.finish()
     dead.close()  # its OS lock freed, as the kernel frees it when the process is killed
     [failed] = reclaim(ledger, study)  # what the worker loop does on every turn

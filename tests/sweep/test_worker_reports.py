@@ -19,7 +19,7 @@ class _NoTracking:
 
     spool_dir = None
 
-    def start(self, cell_id, params, tags):
+    def start(self, run):
         return "run"
 
     def __getattr__(self, name):  # log_epoch, log_telemetry, summarize, close

@@ -12,6 +12,7 @@ from optuna.trial import TrialState
 
 from normbench.contracts.suite import cell_id
 from normbench.store.ledger import Ledger
+from normbench.tracking.run_record import TrialRun, axes_of, run_name, run_tags
 from tests.conftest import TINY
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,6 +27,13 @@ def copy_converged(to: Path) -> Path:
         if path.is_file() and path.name != "mlflow.db":
             shutil.copy2(path, to / path.name)
     return to
+
+
+def live_run(cell: str, params: dict, study: str = "run:tiny", trial: int = 0) -> TrialRun:
+    """A claimed cell's run as the worker starts it (run_record.trial_run's shape), for tests that drive a Tracker
+    without a ledger trial: `params` as logged, their axes as tags."""
+    return TrialRun(cell, run_name(cell), run_tags(cell, axes_of(params), study, trial),
+                    {k: str(v) for k, v in params.items()})
 
 
 def history(epochs: int, diverged: bool = False) -> list[dict]:

@@ -11,6 +11,7 @@ from normbench.contracts.suite import cell_id
 from normbench.tracking.run_record import logged_blocks, run_name, short_number, telemetry_metric
 from normbench.tracking.tracker import Tracker
 from normbench.train.telemetry import QUANTITIES
+from tests.tracking.ledgers import live_run
 
 
 @pytest.mark.parametrize(("axes", "name"), [
@@ -45,8 +46,8 @@ def test_the_tracker_logs_three_blocks_by_position_whatever_the_depth(tmp_path: 
     tracker = Tracker(tmp_path, "names")
     runs = {}
     for depth in (2, 8):
-        runs[depth] = tracker.start(f"depth={depth},layer=a", {"depth": depth, "layer": "a"},
-                                    {"study": "run:names", "trial": str(depth)})
+        runs[depth] = tracker.start(live_run(f"depth={depth},layer=a", {"depth": depth, "layer": "a"}, "run:names",
+                                             depth))
         records = [{"step": s, "block": b, **{q: float(b) for q in QUANTITIES}, "attn_entropy": None}
                    for s in (0, 5) for b in range(depth)]
         tracker.log_telemetry(runs[depth], records)

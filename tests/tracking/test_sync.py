@@ -28,7 +28,15 @@ from normbench.store.journal import ledger_identity
 from normbench.store.ledger import Ledger
 from normbench.tracking.sync import sync
 from normbench.tracking.tracker import Tracker
-from tests.tracking.ledgers import REPO, STEPS_PER_EPOCH, copy_converged, fail_trial, history, write_ledger
+from tests.tracking.ledgers import (
+    REPO,
+    STEPS_PER_EPOCH,
+    copy_converged,
+    fail_trial,
+    history,
+    live_run,
+    write_ledger,
+)
 
 SUITE = "depth-sweep-digits-converged"
 
@@ -161,8 +169,7 @@ def test_a_run_logged_live_and_cut_short_is_completed_not_duplicated(tmp_path):
     ids = write_ledger(out)
     identity = ledger_identity(Ledger(None, out).journal)
     tracker = Tracker(out, "tiny", parent_tags={"recipe": "r", "ledger": identity})  # as sweep/suite_run.py
-    live = tracker.start(ids[0], {"depth": 1, "layer": "layernorm", "lr": 1e-3, "seed": 0, "role": "select"},
-                         {"suite": "tiny", "study": "run:tiny", "trial": "0"})
+    live = tracker.start(live_run(ids[0], {"depth": 1, "layer": "layernorm", "lr": 1e-3, "seed": 0, "role": "select"}))
     tracker.log_epoch(live, history(3)[0])  # then MLflow went away: no more epochs, no summary, never closed
     tracker.finish()
     [before] = cells(out, "tiny").values()

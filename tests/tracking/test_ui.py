@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import optuna
-import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
@@ -135,7 +134,7 @@ def test_the_served_api_has_the_view_the_nesting_and_the_columns(write_suite, tm
         assert tags["mlflow.parentRunId"] == parent["info"]["run_id"]
         assert {"depth", "layer", "lr", "seed"} <= params
         assert not {"model.layer", "model.depth", "train.lr", "train.seed"} & params
-        assert {"data.train_size", "data.val_size"} <= params  # the true split sizes (runner.cell_params)
+        assert {"data.train_size", "data.val_size"} <= params  # the true split sizes (run_record.result_params)
         assert "lr" not in metrics and "test_top1" in metrics and "scheduled_lr" in metrics
         scores.append(metrics["test_top1"])
     assert scores == sorted(scores, reverse=True)
@@ -150,14 +149,6 @@ def test_a_busy_port_exits_nonzero_naming_the_port(tmp_path: Path, capsys) -> No
         assert main(["ui", str(tmp_path), "--port", str(port), "--no-browser"]) == 2
     err = capsys.readouterr().err
     assert f"port {port}" in err and f"--port {port + 1}" in err
-
-
-@pytest.mark.parametrize("workers", ["0", "-1"])
-def test_workers_below_one_exit_2(workers: str, capsys) -> None:
-    with pytest.raises(SystemExit) as stop:
-        main(["run", "suites/smoke.yaml", "--workers", workers])
-    assert stop.value.code == 2
-    assert f"--workers {workers}: must be 1 or more" in capsys.readouterr().err
 
 
 def test_a_new_store_starts_without_mlflow_info_lines(tmp_path: Path) -> None:

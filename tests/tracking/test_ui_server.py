@@ -26,6 +26,7 @@ from mlflow.server.constants import ARTIFACT_ROOT_ENV_VAR, BACKEND_STORE_URI_ENV
 
 from normbench.errors import NormbenchError
 from normbench.tracking import ui
+from normbench.tracking.view_cache import PreparedView
 from normbench.tracking.view_state import SHARE_TAG, VIEW_COLOURS
 from tests.tracking.ledgers import write_ledger
 
@@ -50,8 +51,8 @@ def test_the_server_is_one_uvicorn_process_serving_mlflows_app_without_its_job_r
 
 def test_a_server_that_dies_is_reported_with_its_log(tmp_path: Path, monkeypatch) -> None:
     dying = [sys.executable, "-c", "import sys; print('no such store: boom'); sys.exit(3)"]
-    monkeypatch.setattr(ui, "server_command", lambda *a: (dying, {}))
-    monkeypatch.setattr(ui, "prepare_experiment", lambda uri, out: ("1", {}, []))
+    monkeypatch.setattr(ui, "server_command", lambda *a, **k: (dying, {}))
+    monkeypatch.setattr(ui, "open_view", lambda *args: PreparedView("1", {}, []))
     with pytest.raises(NormbenchError) as error:
         ui.run_ui("sqlite:///x.db", tmp_path, "127.0.0.1", 1, open_browser=False)
     message = str(error.value)

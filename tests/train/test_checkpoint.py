@@ -64,27 +64,9 @@ def test_resumed_at_an_epoch_end_the_cell_ends_as_the_uninterrupted_one(tmp_path
 
 
 def test_sigterm_between_optimizer_steps_checkpoints_the_epoch_so_far(tmp_path, uninterrupted, one_torch_thread):
-    config, saved, calls = cell(), [], []
+    config, saved = cell(), []
     keeper = Keeper(path=tmp_path / "c.pt", recipe=recipe_of(config), interval_s=3600.0, saved=saved.append)
-    previous = stopping.install()
-    try:
-        model_forward = torch.nn.Module.__call__
-
-        def signal_in_epoch_1(module, *args, **kwargs):  # the 21st training forward: epoch 1, micro-batch 4
-            if module.__class__.__name__ == "NormbenchViT" and module.training:
-                calls.append(1)
-                if len(calls) == 21:
-                    os.kill(os.getpid(), signal.SIGTERM)
-            return model_forward(module, *args, **kwargs)
-
-        torch.nn.Module.__call__ = signal_in_epoch_1  # type: ignore[method-assign]
-        try:
-            with pytest.raises(Terminated):
-                train_cell(config, device="cpu", keeper=keeper)
-        finally:
-            torch.nn.Module.__call__ = model_forward  # type: ignore[method-assign]
-    finally:
-        stopping.uninstall(previous)
+    sigterm_in_epoch_1(config, keeper)
     # 16 micro-batches an epoch (8 steps of 2); signalled in epoch 1's micro-batch 4, whose step ends after 5
     assert saved == [{**saved[0], "epoch": 1, "batch": 6, "step": 11}], saved
     state = read(tmp_path / "c.pt", recipe_of(config))
@@ -146,6 +128,40 @@ def test_the_recipe_fingerprint_ignores_how_a_cell_is_kept():
     assert recipe_of(cell(lr=2e-3)) != recipe_of(cell())
 
 
+def test_a_key_added_later_leaves_the_fingerprints_of_checkpoints_written_before_it():
+    # `train.muon_momentum` came after checkpoints were written: at its default (None) every fingerprint is the one
+    # computed before it existed (these two were, so a cell in progress resumes from its file), set it is another
+    assert recipe_of(CellConfig()) == "821ff33e82ff"
+    deep_lamb = CellConfig(model=ModelConfig(depth=36), train=TrainConfig(optimizer="lamb"))
+    assert recipe_of(deep_lamb) == "ba2df4d3149d"
+    assert recipe_of(cell(optimizer="muon", muon_momentum=0.9)) != recipe_of(cell(optimizer="muon"))
+
+
+def test_a_muon_cell_stopped_between_optimizer_steps_resumes_on_its_trajectory(tmp_path, one_torch_thread):
+    """Muon's momentum is in the checkpoint: stopped by SIGTERM in epoch 1 and resumed, a Muon cell (every source of
+    state at once, as `cell`) ends bit for bit where the uninterrupted one ends; so does one resumed at an epoch's
+    end."""
+    config = cell(optimizer="muon")
+    uninterrupted = untimed(train_cell(config, device="cpu"))
+    saved: list = []
+    keeper = Keeper(path=tmp_path / "c.pt", recipe=recipe_of(config), interval_s=3600.0, saved=saved.append)
+    sigterm_in_epoch_1(config, keeper)
+    state = read(tmp_path / "c.pt", recipe_of(config))
+    assert checkpoint.where(state) == "epoch 1, batch 6"
+    assert any("momentum_buffer" in s for s in state["optimizer"]["state"].values())  # Muon's, in the file
+    assert untimed(train_cell(config, device="cpu", resume=state)) == uninterrupted
+
+    def stop_after_epoch_1(record):
+        if record["epoch"] == 1:
+            raise Stop
+
+    keeper = Keeper(path=tmp_path / "e.pt", recipe=recipe_of(config), interval_s=1e-9)
+    with pytest.raises(Stop):
+        train_cell(config, device="cpu", on_epoch=stop_after_epoch_1, keeper=keeper)
+    resumed = train_cell(config, device="cpu", resume=read(tmp_path / "e.pt", recipe_of(config)))
+    assert untimed(resumed) == uninterrupted
+
+
 DDP_SCRIPT = """
 import json, sys
 from pathlib import Path
@@ -198,3 +214,28 @@ def test_under_torchrun_rank_0_writes_every_rank_resumes_and_one_process_can_go_
     # one process goes on from the two processes' checkpoint: the same global batches and schedule
     alone = train_cell(config, device="cpu", resume=state)
     assert_follows(alone.history, ranks[0]["history"])
+
+
+def sigterm_in_epoch_1(config, keeper: Keeper) -> None:
+    """Train `config` until a SIGTERM at its 21st training forward (epoch 1, micro-batch 4), which stops it with
+    Terminated after `keeper` wrote the epoch so far."""
+    calls = []
+    previous = stopping.install()
+    try:
+        model_forward = torch.nn.Module.__call__
+
+        def signal_in_epoch_1(module, *args, **kwargs):
+            if module.__class__.__name__ == "NormbenchViT" and module.training:
+                calls.append(1)
+                if len(calls) == 21:
+                    os.kill(os.getpid(), signal.SIGTERM)
+            return model_forward(module, *args, **kwargs)
+
+        torch.nn.Module.__call__ = signal_in_epoch_1  # type: ignore[method-assign]
+        try:
+            with pytest.raises(Terminated):
+                train_cell(config, device="cpu", keeper=keeper)
+        finally:
+            torch.nn.Module.__call__ = model_forward  # type: ignore[method-assign]
+    finally:
+        stopping.uninstall(previous)

@@ -1,0 +1,66 @@
+"""A `--set` that narrows a suite (`--set matrix.layer=[layernorm,rezero]`, `--set matrix.depth=[2]`) leaves out
+layers or depths its claims and baseline name: those are dropped, a line each saying so, as a quick try of a big
+suite expects, instead of refusing the suite. Only what the override made inapplicable goes: a claim or baseline
+that the file itself gets wrong, or that a `--set` names, is still refused by contracts/suite.py."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from normbench.contracts.recipe import ModelConfig
+
+NOT_LAYERS = ("depth", "by", "claimed")  # a claim's other keys name layers: layer, beats or steadier_than
+_DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
+
+
+def drop_left_out(before: dict[str, Any], after: dict[str, Any], set_keys: set[str]) -> list[str]:
+    """Drop from `after` (the suite with its overrides) the claims and the baseline that `before` (the file) could
+    test and `after` no longer can; returns one line per thing dropped. Keys in `set_keys` (the top-level keys the
+    overrides set) are the user's own words and are left for the suite's checks."""
+    was, now = (_listed(before, "layer"), _listed(before, "depth")), (_listed(after, "layer"), _listed(after, "depth"))
+    notes = []
+    baseline = after.get("baseline")
+    if "baseline" not in set_keys and baseline in was[0] and baseline not in now[0]:
+        after["baseline"] = None  # not the default rule's layernorm: which layer is the reference is the user's call
+        notes.append(f"--set leaves the baseline {baseline} out of the matrix, so no layer is compared with a baseline "
+                     "(no paired comparisons); --set baseline=LAYER names another")
+    claims = after.get("claims")
+    if "claims" in set_keys or not isinstance(claims, list):
+        return notes
+    kept = []
+    for i, claim in enumerate(claims):
+        gone = _left_out(claim, was, now)
+        if gone:
+            notes.append(f"--set leaves {', '.join(gone)} out of the suite: dropped claims[{i}] ({_words(claim)}), "
+                         "which no longer applies")
+        else:
+            kept.append(claim)
+    after["claims"] = kept
+    return notes
+
+
+def _listed(raw: dict[str, Any], axis: str) -> list[Any]:
+    """The layers or depths a suite's YAML trains: its matrix axis, else its model key, else the recipe default."""
+    matrix, model = raw.get("matrix"), raw.get("model")
+    if isinstance(matrix, dict) and axis in matrix:
+        values = matrix[axis]
+        return values if isinstance(values, list) else [values]
+    return [model[axis] if isinstance(model, dict) and axis in model else _DEFAULTS[axis]]
+
+
+def _left_out(claim: Any, was: tuple[list[Any], list[Any]], now: tuple[list[Any], list[Any]]) -> list[str]:
+    """What of a claim the file trains and the override does not (layers, `depth D`); [] if it still applies, or if
+    the file already could not test it (its own mistake, named by the suite's checks)."""
+    if not isinstance(claim, dict):
+        return []
+    layers = [value for key, value in claim.items() if key not in NOT_LAYERS]
+    depth = claim.get("depth")
+    if not (all(layer in was[0] for layer in layers) and depth in was[1]):
+        return []
+    return [str(layer) for layer in layers if layer not in now[0]] + ([f"depth {depth}"] if depth not in now[1] else [])
+
+
+def _words(claim: dict[str, Any]) -> str:
+    """`layer: layerscale, beats: layernorm, depth: 8`, as the file wrote it."""
+    return ", ".join(f"{key}: {value}" for key, value in claim.items())

@@ -2,7 +2,10 @@
 
 A full disk stops a run (exit 2, naming the path), but stopping still writes a little (re-queueing the cell in
 flight, closing its MLflow run): `keep(out)` writes RESERVE_BYTES to `OUT/.locks/reserve` (never published) as a
-run starts; `free(out)`, where a write finds the disk full, deletes it so those last writes fit.
+run starts; `free(out)`, where a write finds the disk full, deletes it so those last writes fit. Other writers of the
+folder (MLflow's logging thread, a checkpoint) may take that room before the cell is given back, so a second
+reserve, `OUT/.locks/reserve.last`, is freed only by the give-back itself, just before its last try (`free_last`,
+sweep/cell_end.py).
 """
 
 from __future__ import annotations
@@ -13,12 +16,18 @@ from pathlib import Path
 from normbench.contracts.names import OutputFolder
 
 RESERVE = f"{OutputFolder.LOCKS}/reserve"
+LAST = f"{OutputFolder.LOCKS}/reserve.last"  # the give-back's own: nothing else frees it
 RESERVE_BYTES = 1 << 20  # a ledger record is ~1 KB; closing an MLflow run writes a SQLite journal of a few pages
 
 
 def keep(folder: Path) -> None:
-    """Make sure `folder/.locks/reserve` holds RESERVE_BYTES (real bytes: a sparse file would free nothing)."""
-    path = Path(folder) / RESERVE
+    """Make sure `folder/.locks/reserve` and `reserve.last` each hold RESERVE_BYTES (real bytes: a sparse file would
+    free nothing)."""
+    for name in (RESERVE, LAST):
+        _keep(Path(folder) / name)
+
+
+def _keep(path: Path) -> None:
     try:
         if path.stat().st_size == RESERVE_BYTES:
             return
@@ -36,8 +45,17 @@ def keep(folder: Path) -> None:
 
 def free(folder: Path) -> bool:
     """Delete the reserve; True if there was one to free."""
+    return _free(Path(folder) / RESERVE)
+
+
+def free_last(folder: Path) -> bool:
+    """Delete the give-back's reserve; True if there was one to free."""
+    return _free(Path(folder) / LAST)
+
+
+def _free(path: Path) -> bool:
     try:
-        (Path(folder) / RESERVE).unlink()
+        path.unlink()
     except OSError:
         return False
     return True

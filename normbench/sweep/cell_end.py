@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import errno
 import sys
+from pathlib import Path
 from typing import Any
 
 from optuna.trial import TrialState
 
 from normbench.contracts.results import EpochRecord
 from normbench.errors import ClaimLostError
+from normbench.store import reserve
 from normbench.store.claim import Claim
 from normbench.store.journal import LedgerWriteError
 from normbench.sweep.progress import Progress
@@ -51,7 +53,9 @@ def give_back(claim: Claim) -> None:
         try:
             claim.release()
             break
-        except LedgerWriteError as e:  # the disk refused it: its first refusal freed the reserve, so once more
+        except LedgerWriteError as e:  # the disk refused it: free the give-back's own reserve, then once more
+            if not last and claim.ledger.journal is not None:
+                reserve.free_last(Path(claim.ledger.journal.path).parent)
             if last:
                 print(f"normbench: warning: could not give trial {claim.number} back to the queue ({e}); it stays "
                       "RUNNING in the ledger until the next run takes it over (at once: its lock is free once "

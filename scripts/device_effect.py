@@ -7,8 +7,8 @@ devices, paired cell by cell, beside the seed-to-seed spread of the same rows.
 Reads each folder's finished cells from its ledger (report/folder.py), keeps the cell ids both hold on different
 device classes (contracts/devices.py), and writes: per cell, each device's val and test top-1 and their difference;
 the mean difference with its 95% t interval and paired p (is there a systematic shift?), the mean absolute
-difference, and the sd of the differences against the sd across seeds of the same (layer, lr) on one device (is a
-device change more than a change of seed?).
+difference, and the sd of the differences against what a change of seed gives a difference of two cells: √2 times
+the sd across seeds of the same (layer, lr) on one device (is a device change more than a change of seed?).
 """
 
 from __future__ import annotations
@@ -51,7 +51,10 @@ def summary(pairs: pd.DataFrame, spread: dict[str, float]) -> pd.DataFrame:
                      "95% CI": f"[{low:.2f}, {high:.2f}]", "paired p": f"{paired_p(diff):.3f}",
                      "mean |difference|": f"{abs(diff).mean():.2f}", "largest |difference|": f"{abs(diff).max():.2f}",
                      "sd of differences": f"{diff.std(ddof=1):.2f}",
-                     "seed-to-seed sd (same row and lr, one device)": f"{spread[metric]:.2f}"})
+                     "seed-to-seed sd (same row and lr, one device)": f"{spread[metric]:.2f}",
+                     # two cells that differ by a seed differ by sd sqrt(2) sigma: what a device change that acts
+                     # like a fresh seed would give the differences
+                     "sd of a difference of two seeds (√2 × that)": f"{math.sqrt(2) * spread[metric]:.2f}"})
     return pd.DataFrame(rows)
 
 

@@ -94,6 +94,7 @@ def suites_in(study_names: Iterable[str]) -> list[str]:
 
 
 WEIGHTS_ATTR = "weights"  # a trial's user attr: its kept final weights' file, relative to the checkpoint folder
+ADOPTED_ATTR = "adopted_from"  # a trial's user attr: the folder, study and trial it was copied from (sweep/adopt.py)
 CHECKPOINT_ATTR = "checkpoint"  # a trial's user attr: its cell's last checkpoint (file, epoch, batch, step, ...)
 
 

@@ -3,7 +3,8 @@
 A suite names a dataset, a base recipe (`model:`, `train:`), a `matrix:` whose axes are any model or train key
 (`depth`, `layer`, `lr`, `seed`, `drop_path_rate`, ...) and optionally a `tune:` section, lr bracketing
 (`bracket`, `bracket_max_steps`), the `baseline` layer of the paired comparisons, `claims` to check and a
-`reference` suite's output folder whose layer ranking the leaderboard tests for transfer, the `report_seeds`
+`reference` suite's output folder whose layer ranking the leaderboard tests for transfer, the folders to `adopt_from`
+(cells of this recipe another suite finished, copied instead of trained again: sweep/adopt.py), the `report_seeds`
 that train each row's chosen lr once selection is over (selection never sees them), and the val `targets` whose
 steps-to-reach measure learning speed. Errors name the file, the key, the bad value and the closest valid one.
 
@@ -74,6 +75,8 @@ class Suite:
     baseline: str | None = None    # the layer every other is compared with (default layernorm when present)
     claims: list[dict[str, Any]] = field(default_factory=list)  # {layer, beats, depth, by (default: claimed)}
     reference: str | None = None   # another suite's output folder (relative to the cwd): does its ranking hold here?
+    adopt_from: list[str] = field(default_factory=list)  # output folders whose cells of this recipe are copied, not
+                                                         # trained again (sweep/adopt.py)
     report_seeds: list[int] = field(default_factory=list)  # train each row's chosen lr on these; they report
     budget_check: bool = False     # also train each row's chosen lr at BUDGET_FACTOR x the epochs: converged?
     targets: list[float] = field(default_factory=lambda: list(DEFAULT_TARGETS))  # learning-speed val targets (%)
@@ -434,10 +437,22 @@ def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
         raise SuiteError(f"{where}: reference: expected the path of another suite's output folder as a string, "
                          f"e.g. results/depth-sweep-digits, got {reference!r}")
     suite.reference = reference
+    suite.adopt_from = _adopt_from(raw.get("adopt_from", []), where)
     suite.report_seeds = _report_seeds(raw.get("report_seeds"), suite, where)
     suite.targets = _targets(raw.get("targets", list(DEFAULT_TARGETS)), where)
     suite.budget_check = _budget_check(raw.get("budget_check", False), suite, where)
     suite.sequential = parse_claim_rounds(raw.get("sequential"), suite.report_seeds, where)
+
+
+def _adopt_from(raw: Any, where: str) -> list[str]:
+    """Output folders (paths from the cwd) to copy this recipe's finished cells from: one path or a list. Whether
+    each holds a ledger of this recipe is checked when a run opens (sweep/adopt.py): it may finish after the suite is
+    written."""
+    folders = [raw] if isinstance(raw, str) else raw
+    if not isinstance(folders, list) or not all(isinstance(f, str) and f.strip() for f in folders):
+        raise SuiteError(f"{where}: adopt_from: expected an output folder's path or a list of them, e.g. "
+                         f"[results/depth-sweep-digits-modern], got {raw!r}")
+    return list(folders)
 
 
 def _budget_check(raw: Any, suite: Suite, where: str) -> bool:

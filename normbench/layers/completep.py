@@ -21,7 +21,7 @@ L = L_base the block is pre-LN's exactly.
 import torch
 from torch import nn
 
-from normbench.layers.registry import register_layer
+from normbench.layers.registry import LayerError, register_layer
 
 COMPLETEP_ALPHA = 1.0    # depth_alpha_exp: CompleteP is α = 1
 COMPLETEP_BASE_DEPTH = 2  # mup_base_depth in the official run script
@@ -39,6 +39,11 @@ class CompletePScale(nn.Module):
     def __init__(self, dim: int, *, depth: int, init_values: float | None = None, device=None, dtype=None) -> None:
         super().__init__()
         base = COMPLETEP_BASE_DEPTH if init_values is None else init_values
+        if not base >= 1:  # a LayerScale ε (1e-6) set for the whole suite would scale every branch by ~3e-8, silently
+            raise LayerError(f"completep: model.init_values is CompleteP's base depth L_base (a depth, 1 or more; "
+                             f"default {COMPLETEP_BASE_DEPTH}), got {init_values!r}: a suite that sets init_values "
+                             "for another layer's gate (LayerScale's ε) sets it for completep too; train completep "
+                             "in a suite without it, or give it a base depth")
         self.multiplier = (depth / base) ** -COMPLETEP_ALPHA
 
     def reset_parameters(self) -> None:

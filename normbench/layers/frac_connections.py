@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from normbench.layers._util import no_decay
+from normbench.layers._util import check_count_argument, no_decay
 from normbench.layers.blocks import PreNormBlock
 from normbench.layers.hyper_connections import DYNAMIC_SCALE_INIT
 from normbench.layers.norms import LayerNorm
@@ -38,12 +38,9 @@ DEFAULT_FRAC_RATE = 4  # m: the paper's DFC×4
 def check_frac_rate(frac_rate: Any = DEFAULT_FRAC_RATE, **unknown: Any) -> None:
     """LayerError (one line) unless `frac_rate` is an integer m >= 1 and nothing else is given; whether m divides
     the width is checked when the block is built (the suite knows its width there)."""
-    if unknown:
-        raise LayerError(f"block_kwargs: {', '.join(f'`{k}`' for k in sorted(unknown))} is not a frac-connection "
-                         "argument; the one it takes is `frac_rate` (the number of fractions m, default 4)")
-    if isinstance(frac_rate, bool) or not isinstance(frac_rate, int) or frac_rate < 1:
-        raise LayerError(f"block_kwargs.frac_rate: {frac_rate!r} is not a number of fractions; use an integer of 1 or "
-                         "more that divides the width (the paper's m = 4)")
+    check_count_argument("frac_rate", frac_rate, unknown, family="frac-connection",
+                         meaning="the number of fractions m, default 4", noun="number of fractions",
+                         hint=" that divides the width (the paper's m = 4)")
 
 
 class FracConnection(nn.Module):

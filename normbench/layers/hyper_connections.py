@@ -34,10 +34,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from normbench.layers._util import no_decay
+from normbench.layers._util import check_count_argument, no_decay
 from normbench.layers.blocks import PreNormBlock
 from normbench.layers.norms import LayerNorm
-from normbench.layers.registry import Family, LayerError, Tunable, register_layer
+from normbench.layers.registry import Family, Tunable, register_layer
 
 DEFAULT_EXPANSION_RATE = 4  # the paper's n (its best trade-off, Sec. 4; DeepSeek's mHC uses the same)
 DYNAMIC_SCALE_INIT = 0.01  # s_α, s_β (Algorithm 2: `torch.ones(1) * 0.01`)
@@ -45,12 +45,9 @@ DYNAMIC_SCALE_INIT = 0.01  # s_α, s_β (Algorithm 2: `torch.ones(1) * 0.01`)
 
 def check_expansion_rate(expansion_rate: Any = DEFAULT_EXPANSION_RATE, **unknown: Any) -> None:
     """LayerError (one line) unless `expansion_rate` is an integer n >= 1 and nothing else is given."""
-    if unknown:
-        raise LayerError(f"block_kwargs: {', '.join(f'`{k}`' for k in sorted(unknown))} is not a hyper-connection "
-                         "argument; the one it takes is `expansion_rate` (the number of streams n, default 4)")
-    if isinstance(expansion_rate, bool) or not isinstance(expansion_rate, int) or expansion_rate < 1:
-        raise LayerError(f"block_kwargs.expansion_rate: {expansion_rate!r} is not a number of streams; use an "
-                         "integer of 1 or more (the paper's n = 4; n = 1 is one stream with learnable weights)")
+    check_count_argument("expansion_rate", expansion_rate, unknown, family="hyper-connection",
+                         meaning="the number of streams n, default 4", noun="number of streams",
+                         hint=" (the paper's n = 4; n = 1 is one stream with learnable weights)")
 
 
 class StreamExpand(nn.Module):

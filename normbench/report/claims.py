@@ -9,7 +9,7 @@ rows, two ways:
   (report/sequential.py): it is looked at after each round of report seeds, each look against the boundary the
   suite's spending function gives at n / `max_seeds`, and its p is the repeated p-value over the looks so far. A
   claim on selection seeds (a steadiness claim, or a suite without report seeds) has one look at the full level.
-- **no effect**: two one-sided tests (TOST; Schuirmann 1987) that the difference lies within `by` ± the margin: the
+- **no effect**: two one-sided tests (TOST; Schuirmann 1987) that the difference lies within ± the margin of 0: the
   source's claimed effect, else a nonzero `by`, else the suite's `sequential.margin`; none without any. Looked at the
   same way.
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from normbench.contracts.claim_rounds import ClaimRounds
-from normbench.contracts.suite import claim_rival
+from normbench.contracts.suite import Suite, claim_rival
 from normbench.report.sequential import look_sizes, repeated_p, t_levels
 from normbench.report.stats import (
     ALPHA,
@@ -63,15 +63,23 @@ def looks_of(differences: Sequence[float], by: float, margin: float, sizes: list
     """The p-values of both tests on the first `s` differences (seed order: rounds in order) for each look size."""
     sizes = [s for s in sizes if s <= cap]
     return Looks(sizes, cap, [paired_p(differences[:s], by) for s in sizes],
-                 [no_effect_p(differences[:s], by, margin) for s in sizes])
+                 [no_effect_p(differences[:s], margin) for s in sizes])
 
 
-def no_effect_p(differences: Sequence[float], by: float, margin: float) -> float:
-    """TOST: the larger of the one-sided p-values that the mean difference lies above `by - margin` and below
-    `by + margin`; NaN without a margin or below two pairs."""
+def no_effect_p(differences: Sequence[float], margin: float) -> float:
+    """TOST: the larger of the one-sided p-values that the mean difference lies above `-margin` and below `+margin`:
+    no effect, whatever `by` the claim names (an equivalence around `by` would call a gain that replicates a
+    "beats by 3.4" claim "no effect"); NaN without a margin or below two pairs."""
     if not margin > 0 or len(differences) < 2:
         return math.nan
-    return max(paired_p(differences, by - margin, "greater"), paired_p(differences, by + margin, "less"))
+    return max(paired_p(differences, -margin, "greater"), paired_p(differences, margin, "less"))
+
+
+def round_seeds(suite: Suite, tuned: bool) -> int:
+    """The report seeds a claim round adds (check_claims' `round_seeds`): the suite's under `run`; none in a folder
+    `tune` wrote, which runs no claim rounds, so its claims get one look at the full level, not a sequential design's
+    first look."""
+    return 0 if tuned else len(suite.report_seeds)
 
 
 def check_claims(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str], claims: list[dict[str, object]],
@@ -82,7 +90,8 @@ def check_claims(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str], c
     Columns added: n, mean, low, high, sd, p (against 0), p_by (against `by`, all pairs), differences, sequential,
     looks (pair counts looked at), p_seq (the difference test's repeated p), p_holm, alpha (Holm's level for the
     claim's rank), boundary (the nominal level its last look is compared with at that level), margin, p_equiv
-    (TOST's repeated p), p_equiv_holm, detectable (at 80% power at `alpha` with these pairs), reference (the source's
+    (TOST's repeated p), p_equiv_holm, detectable (at 80% power at `detectable_level`, the look's boundary, with
+    these pairs), reference (the source's
     effect, else the margin), cap_detectable (the same at the cap), verdict."""
     rounds = rounds or ClaimRounds()
     rows = []
@@ -116,8 +125,10 @@ def check_claims(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str], c
     frame["p_equiv_holm"] = holm(frame["p_equiv"])
     frame["boundary"] = [t_levels(lk.sizes, lk.cap, a, rounds.spending)[-1] if lk.sizes and a == a
                          else math.nan for lk, a in zip(looks, frame["alpha"], strict=True)]
+    # what this look could detect: at the level its p was compared with (the boundary; a single look's is `alpha`)
+    frame["detectable_level"] = [b if b == b else a for b, a in zip(frame["boundary"], frame["alpha"], strict=True)]
     frame["detectable"] = [detectable_effect(n, sd, a) if a == a else math.nan
-                           for n, sd, a in zip(frame["n"], frame["sd"], frame["alpha"], strict=True)]
+                           for n, sd, a in zip(frame["n"], frame["sd"], frame["detectable_level"], strict=True)]
     frame["cap_detectable"] = [_cap_detectable(c, lk, rounds) for (_, c), lk in zip(frame.iterrows(), looks,
                                                                                       strict=True)]
     frame["verdict"] = [claim_verdict(c, rounds) for _, c in frame.iterrows()]

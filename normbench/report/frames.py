@@ -7,10 +7,10 @@ frame's `attrs`, for the leaderboard's section on them.
 from __future__ import annotations
 
 import pandas as pd
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from normbench.contracts.matrix_scope import MatrixScope
-from normbench.contracts.names import StudyNames
+from normbench.contracts.names import ADOPTED_ATTR, StudyNames
 from normbench.contracts.selection import BUDGETS, REPORTS, ROLE, SELECTS, add_scores
 from normbench.store.attempts import ATTEMPTS, RETRY_ROUND, failed_for_good
 from normbench.store.ledger import Ledger
@@ -48,12 +48,20 @@ def cells_frame(ledger: Ledger, names: StudyNames, *, tuned: bool = False,
                 continue
             rows.append({"cell_id": t.user_attrs.get("cell_id"), **trial_axes(t), **t.user_attrs.get("result", {}),
                          ROLE: role, "trial": t.number, "bracket_round": bracket_round,
-                         "tuned_params": t.user_attrs.get("overrides"), "history": t.user_attrs.get("history")})
+                         "tuned_params": t.user_attrs.get("overrides"), "history": t.user_attrs.get("history"),
+                         **adopted_column(t)})
     frame = pd.DataFrame(rows)
     frame = frame if frame.empty else add_scores(frame)
     frame.attrs[FAILED] = failed_cells(ledger, names, tuned=tuned, scope=scope)  # not rows: they have no metrics
     frame.attrs[LEFT_OUT] = left_out
     return frame
+
+
+def adopted_column(trial: FrozenTrial) -> dict[str, str]:
+    """`{"adopted_from": folder}` for a cell copied from another folder's ledger (sweep/adopt.py), else nothing: a
+    folder without such cells keeps its columns."""
+    source = trial.user_attrs.get(ADOPTED_ATTR)
+    return {ADOPTED_ATTR: str(source.get("folder"))} if isinstance(source, dict) else {}
 
 
 def failed_cells(ledger: Ledger, names: StudyNames, *, tuned: bool = False,

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from normbench.contracts.matrix_scope import WHY
+from normbench.contracts.names import ADOPTED_ATTR
 from normbench.contracts.recipe import RUN_KEYS
 from normbench.contracts.selection import CHANCE_SE, REPORTS, ROLE, SELECTS, TIE_RULE
 from normbench.contracts.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
@@ -190,7 +191,8 @@ def header(suite: Suite | None, cells: pd.DataFrame, analysis: Analysis | None, 
     if analysis is not None:
         lines.append(regime_line(analysis))
     lines += ceiling_text(ceiling)
-    lines += [*trained_on(cells), ledger_line(newest), f"- {len(cells)} cells; {SCORE_DEFINITION}"]
+    lines += [*trained_on(cells), *adopted_lines(cells), ledger_line(newest),
+              f"- {len(cells)} cells; {SCORE_DEFINITION}"]
     if left_out := cells.attrs.get(LEFT_OUT):
         lines.append(f"- {left_out} finished cell{'s' if left_out != 1 else ''} of the ledger left out: {WHY} "
                      "(put the values back in the matrix to count them again)")
@@ -215,6 +217,20 @@ def trained_on(cells: pd.DataFrame) -> list[str]:
         parts.append(f"{device} ({n} cell{'s' if n != 1 else ''}, torch {torch}{_threads(group)})")
     unknown = len(cells) - len(known)
     return [f"- trained on: {', '.join(parts)}" + (f"; {unknown} recorded none" if unknown else "")]
+
+
+def adopted_lines(cells: pd.DataFrame) -> list[str]:
+    """`- adopted: 60 cells (rows layernorm, ngpt) copied from results/x, trained there under this recipe`: the cells
+    another folder trained (sweep/adopt.py); none for a folder that trained all its own."""
+    if cells.empty or ADOPTED_ATTR not in cells:
+        return []
+    adopted = cells[cells[ADOPTED_ATTR].notna()]
+    parts = []
+    for folder, group in adopted.groupby(ADOPTED_ATTR, sort=True):
+        rows = ", ".join(sorted(group["layer"].astype(str).unique())) if "layer" in group else "?"
+        parts.append(f"{len(group)} cell{'s' if len(group) != 1 else ''} (rows {rows}) from `{folder}`")
+    return [f"- adopted: {'; '.join(parts)}, copied from its ledger: trained there under this recipe "
+            "(sweep/adopt.py), each with its device"] if parts else []
 
 
 def _threads(group: pd.DataFrame) -> str:

@@ -55,7 +55,8 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     names = StudyNames(suite.name if suite else _single_suite_name(ledger))
     cells = _with_recipe_columns(cells_frame(ledger, names, scope=MatrixScope(suite) if suite else None), suite)
     tuned = with_tuned_values(cells_frame(ledger, names, tuned=True))
-    if cells.empty and not tuned.empty and suite is not None and suite.tune is not None:  # `normbench tune` alone
+    tune_folder = cells.empty and not tuned.empty and suite is not None and suite.tune is not None
+    if tune_folder:  # `normbench tune` alone
         cells = _with_recipe_columns(tune_cells(ledger, names, suite, tuned.copy()), suite)
     tuned = _with_recipe_columns(tuned, suite)
     analysis = _analyse(cells, suite) if not cells.empty else None
@@ -67,7 +68,7 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     if analysis is None:  # the cells failed for good all the same: the run's exit line sends the user here
         lines += [*failed_section(cells.attrs.get(FAILED, [])), "No finished cells yet."]
     else:
-        lines += run_sections(analysis, suite, out_dir)
+        lines += run_sections(analysis, suite, out_dir, tuned=tune_folder)
         reference = reference if reference is not None else suite.reference if suite else None
         if reference is not None:
             lines += transfer_section(analysis.cells, Path(reference), out_dir)

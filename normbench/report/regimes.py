@@ -20,7 +20,7 @@ import pandas as pd
 from normbench.contracts.suite import claim_rival
 from normbench.errors import NormbenchError
 from normbench.report.budget import BUDGET_AXIS, MIN_LAYERS, budget_agreement, budget_verdict
-from normbench.report.claims import OPEN, check_claims
+from normbench.report.claims import OPEN, check_claims, round_seeds
 from normbench.report.folder import FolderRead
 from normbench.report.header import budget_text, converged_counts, regime_word, seeds_line
 from normbench.report.rank_agreement import permutation_p, spearman, swapped_pairs
@@ -183,7 +183,8 @@ def claim_line(c: pd.Series, regime: str, axis: str = "budget") -> dict[str, str
     return {"claim": claim_text(c), axis: regime,
             "difference [95% CI]": difference_text(c["mean"], c["low"], c["high"]),
             "p (sequential, Holm)": p_text(c["p_holm"]),
-            "detectable at 80% power (points)": detectable_text(c["detectable"], c["alpha"], c["n"], c["reference"]),
+            "detectable at 80% power (points)": detectable_text(c["detectable"], c["detectable_level"], c["n"],
+                                                                c["reference"]),
             "verdict": c["verdict"]}
 
 
@@ -223,7 +224,7 @@ def claims_rows(reads: Sequence[FolderRead], axis: str = "budget",
         if not r.suite.claims:
             continue
         claims = check_claims(r.analysis.cells, r.analysis.selected, r.analysis.keys, r.suite.claims,
-                              r.suite.sequential, len(r.suite.report_seeds))
+                              r.suite.sequential, round_seeds(r.suite, r.tuned))
         done = finished(r.analysis.selected)
         regime = label(r) if axis == "budget" else regime_of(r) if regime_of else f"{axis} {width_of(r)}"
         lines = [claim_line(c, regime if done or axis == "budget" else

@@ -17,7 +17,7 @@ from normbench.contracts.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite, claim_
 from normbench.report.analysis import Analysis
 from normbench.report.blowups import blowup_section
 from normbench.report.budget import BUDGET_AXIS, budget_agreement, check_agreement
-from normbench.report.claims import check_claims
+from normbench.report.claims import check_claims, round_seeds
 from normbench.report.convergence import BUDGET_POINTS
 from normbench.report.cost import cost_sections
 from normbench.report.frames import FAILED
@@ -83,7 +83,7 @@ def claim_regimes(analysis: Analysis, claims: pd.DataFrame) -> list[str]:
     return texts
 
 
-def comparison_sections(analysis: Analysis, suite: Suite | None) -> list[str]:
+def comparison_sections(analysis: Analysis, suite: Suite | None, *, tuned: bool = False) -> list[str]:
     a = analysis
     cells, selected, keys = a.cells, a.selected, a.keys
     lines = []
@@ -104,8 +104,8 @@ def comparison_sections(analysis: Analysis, suite: Suite | None) -> list[str]:
                       f"own val-selected lr; paired t test, Holm-adjusted over this table: better/worse only where "
                       f"the adjusted p < {ALPHA:g})", "", markdown_table(table), ""]
     if suite is not None and suite.claims:
-        claims = check_claims(cells, selected, keys, suite.claims, suite.sequential, len(suite.report_seeds))
-        lines += [claims_heading(suite), "",
+        claims = check_claims(cells, selected, keys, suite.claims, suite.sequential, round_seeds(suite, tuned))
+        lines += [claims_heading(suite, tuned), "",
                   markdown_table(claims_table(claims, claim_regimes(a, claims))), ""]
     lines += convergence_check_section(a)
     if BUDGET_AXIS in a.table_keys:
@@ -118,16 +118,17 @@ def comparison_sections(analysis: Analysis, suite: Suite | None) -> list[str]:
     return lines
 
 
-def claims_heading(suite: Suite) -> str:
+def claims_heading(suite: Suite, tuned: bool = False) -> str:
     """The claims table's rule in one paragraph (docs/protocol.md, "Claims that can end")."""
     rounds = suite.sequential
     margin = f"{rounds.margin:g} points" if rounds.margin else "none"
     looked = (f"a claim on report seeds is looked at after each round of {len(suite.report_seeds)} (up to "
               f"{rounds.max_seeds} seeds), its p the repeated p-value under {rounds.spending.replace('_', '-')} "
-              "alpha spending (each look against its level); " if suite.report_seeds else "")
+              "alpha spending (each look against its level); " if round_seeds(suite, tuned) else
+              "one look at the tuned re-runs' seeds (`tune` runs no claim rounds); " if tuned else "")
     return (f"## claims (paired t test of the difference against `by`: {looked}Holm-adjusted over the claims, "
             f"supported where p < {ALPHA:g} and the difference lies above `by`, contradicted where below; else no "
-            "effect found where two one-sided tests put it within `by` ± the margin (the source's `claimed` effect, "
+            "effect found where two one-sided tests put it within ± the margin of zero (the source's `claimed` effect, "
             f"else the suite's: {margin}), Holm-adjusted alike; else open while another round of report seeds could "
             f"decide it (its cap could detect, at {POWER:.0%} power, the larger of the margin and the difference "
             "seen), else underpowered; each read in the regime it states)")
@@ -180,10 +181,11 @@ def figure_references(analysis: Analysis, out_dir: Path) -> dict[str, float]:
     return references
 
 
-def run_sections(analysis: Analysis, suite: Suite | None, out_dir: Path) -> list[str]:
-    """Every section of a run's leaderboard, and its figures."""
+def run_sections(analysis: Analysis, suite: Suite | None, out_dir: Path, *, tuned: bool = False) -> list[str]:
+    """Every section of a run's leaderboard, and its figures; `tuned`: `normbench tune` wrote the folder."""
     a = analysis
-    lines = [*failed_section(a.cells.attrs.get(FAILED, [])), *table_sections(a), *comparison_sections(a, suite),
+    lines = [*failed_section(a.cells.attrs.get(FAILED, [])), *table_sections(a),
+             *comparison_sections(a, suite, tuned=tuned),
              *blowup_section(a)]
     lines += ["## throughput (median training images/s over each row's cells)", "",
               "Wall clock of cells that may have shared the machine with other work: a rough guide, not a speed "

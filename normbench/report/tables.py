@@ -189,7 +189,8 @@ def claim_text(claim: Any) -> str:
 
 
 def detectable_text(detectable: float, alpha: float, n: int, reference: float) -> str:
-    """The claim's detectable effect at its Holm level against the source's: '9.87 at α 0.005 (source: 0.30)';
+    """The claim's detectable effect at the level its look was judged at (a single look's: its Holm level) against the
+    source's: '9.87 at α 0.005 (source: 0.30)';
     '— (one pair)' / '— (no spread)' where there is none, '(source: none)' where no reference is comparable."""
     source = f"source: {reference:.2f}" if reference == reference else "source: none"
     if detectable != detectable:
@@ -213,7 +214,7 @@ def claims_table(claims: pd.DataFrame, regimes: list[str] | None = None) -> pd.D
                      "p (sequential, Holm)": p_text(c["p_holm"]),
                      "look's level": "—" if c["boundary"] != c["boundary"] else f"{c['boundary']:.3g}",
                      "no effect (TOST, Holm)": no_effect_text(c["margin"], c["p_equiv_holm"]),
-                     "detectable at 80% power (points)": detectable_text(c["detectable"], c["alpha"], c["n"],
+                     "detectable at 80% power (points)": detectable_text(c["detectable"], c["detectable_level"], c["n"],
                                                                           c["reference"]),
                      "verdict": c["verdict"],
                      "effect vs claimed": effect_text(c["mean"], c["low"], c["high"], claimed),

@@ -47,7 +47,10 @@ def reclaim(ledger: Ledger, study: optuna.Study) -> list[FrozenTrial]:
         dead = lock is not None and not ledger.heartbeats and holder_dead(
             Path(ledger.url).parent / OutputFolder.LOCKS / lock)
         if dead or _never_owned(t, ledger.grace_period):
-            if ledger.fail_trial(ledger.call(ledger.ids.of, study, t.number)):  # only the FAIL that lands counts
+            trial_id = ledger.call(ledger.ids.of, study, t.number)
+            if not dead and _signed_since(ledger, trial_id):
+                continue  # its worker signed after the snapshot above (a slow claim on a busy machine): it owns it
+            if ledger.fail_trial(trial_id):  # only the FAIL that lands counts
                 verdict = (f"its worker process ended mid-cell (OS lock {lock} found free): killed (OOM killer, "
                            "SIGKILL, a watchdog), crashed (segfault) or exited") if dead else (
                     "claimed, but its worker never signed it (killed between claiming and starting the cell)")
@@ -184,6 +187,14 @@ def failed_for_good(study: optuna.Study) -> list[FrozenTrial]:
         t.user_attrs = {**t.user_attrs, ATTEMPTS: [with_exit(a, exits) for a in t.user_attrs.get(ATTEMPTS, [])]}
         merged.append(t)
     return merged
+
+
+def _signed_since(ledger: Ledger, trial_id: int) -> bool:
+    """Whether the trial, read again now, is signed or no longer RUNNING: an unsigned claim judged from an older
+    read must not be failed once its worker has signed it (that worker would train, or die of, a cell re-queued
+    beside it)."""
+    fresh = ledger.call(ledger.storage.get_trial, trial_id)
+    return fresh.state != TrialState.RUNNING or "worker_pid" in fresh.user_attrs
 
 
 def _never_owned(trial: FrozenTrial, grace_seconds: float) -> bool:

@@ -30,7 +30,7 @@ from normbench.store.migrations import OBJECTIVE_NAME, trial_cell_id
 from normbench.store.optuna_api import TRIAL_KEY, TrialIds, find_trial_by_key
 from normbench.store.queue_lock import queue_lock
 from normbench.store.retry import NOT_LANDED, Outage, redact
-from normbench.store.trial_params import add_waiting_trial, axis_distributions
+from normbench.store.trial_params import add_finished_copy, add_waiting_trial, axis_distributions
 
 WORKER_ATTRS = ("worker_lock", "worker_host", "worker_pid", "mlflow_run_id")  # a copy has no worker yet
 UNFINISHED = (TrialState.WAITING, TrialState.RUNNING)
@@ -39,6 +39,8 @@ FAILED_FOR_GOOD = "failed_for_good"  # user attr of the FAIL record that ends a 
 WITHDRAWN = "withdrawn"  # user attr (why) of a queued cell taken back untrained: no rule asks for it any more
 SUITE = "suite"  # study user attr: the suite whose workers may claim its cells (with "recipe", the recipe hash)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+# cell_id -> (a finished trial of another ledger, the user attrs its copy keeps), or None: sweep/adopt.py
+Adopt = Callable[[str], tuple[FrozenTrial, dict[str, Any]] | None]
 
 
 def worker_host() -> str:
@@ -153,13 +155,15 @@ class Ledger:
         return self.call(study.get_trials, deepcopy=False, states=states)
 
     def enqueue(self, study: optuna.Study, items: dict[str, dict[str, Any]],
-                extra: dict[str, dict[str, Any]] | None = None) -> int:
+                extra: dict[str, dict[str, Any]] | None = None, adopt: Adopt | None = None) -> int:
         """Queue each `cell_id -> axes` with no live trial (`extra[cell_id]`: more user attrs); returns how many.
-        Retried whole through an outage: a try sees what an earlier one queued."""
-        return self.call(self._enqueue, study, items, extra)
+        `adopt(cell_id)`: another ledger's finished trial of that cell and the user attrs to give its copy, added
+        finished instead of queued (sweep/adopt.py). Retried whole through an outage: a try sees what an earlier one
+        queued."""
+        return self.call(self._enqueue, study, items, extra, adopt)
 
     def _enqueue(self, study: optuna.Study, items: dict[str, dict[str, Any]],
-                 extra: dict[str, dict[str, Any]] | None) -> int:
+                 extra: dict[str, dict[str, Any]] | None, adopt: Adopt | None) -> int:
         # current-format ids, so an old ledger (unsorted axes) is not queued twice; cells failed for good stay out
         # until `--retry-failed`, else every starting worker would feed them again
         with queue_lock(self.storage, self.outage, study.study_name, self.grace_period):
@@ -169,9 +173,12 @@ class Ledger:
             queued = [t.user_attrs.get("axes") or {} for t in study.get_trials(deepcopy=False)]
             distributions = axis_distributions([*queued, *missing.values()])  # the axes as params, for the dashboard
             for cid, axes in missing.items():
-                add_waiting_trial(study, axes, distributions,
-                                  user_attrs={"cell_id": cid, "axes": axes, **(extra or {}).get(cid, {})},
-                                  system_attrs=self._key())
+                user_attrs = {"cell_id": cid, "axes": axes, **(extra or {}).get(cid, {})}
+                if adopt is not None and (donor := adopt(cid)) is not None:
+                    source, attrs = donor
+                    add_finished_copy(study, source, axes, distributions, {**attrs, **user_attrs}, self._key())
+                else:
+                    add_waiting_trial(study, axes, distributions, user_attrs=user_attrs, system_attrs=self._key())
         return len(missing)
 
     # ---------------------------------------------------------------------------------------------- claiming

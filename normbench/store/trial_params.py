@@ -7,12 +7,12 @@ a journal file accepts a grown list, a database does not: there new trials keep 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 
 def axis_distributions(cells: Iterable[dict[str, Any]]) -> dict[str, BaseDistribution]:
@@ -42,13 +42,34 @@ def trial_params(axes: dict[str, Any], distributions: dict[str, BaseDistribution
 def add_waiting_trial(study: optuna.Study, axes: dict[str, Any], distributions: dict[str, BaseDistribution],
                       user_attrs: dict[str, Any], system_attrs: dict[str, Any] | None = None) -> None:
     """Queue a WAITING trial with `axes` as params, or its numeric ones only where grown choices are refused."""
+    _add_trial(study, axes, distributions, lambda params, kept: optuna.trial.create_trial(
+        state=TrialState.WAITING, params=params, user_attrs=user_attrs, distributions=kept, system_attrs=system_attrs))
+
+
+def add_finished_copy(study: optuna.Study, source: FrozenTrial, axes: dict[str, Any],
+                      distributions: dict[str, BaseDistribution], user_attrs: dict[str, Any],
+                      system_attrs: dict[str, Any] | None = None) -> None:
+    """Add `source` (a COMPLETE or PRUNED trial of another ledger) as a finished trial of `study`: its state, value,
+    per-epoch values and times, with `user_attrs` (the caller's choice of the source's) and `axes` as params."""
+    def copy(params: dict[str, Any], kept: dict[str, BaseDistribution]) -> FrozenTrial:
+        trial = optuna.trial.create_trial(state=source.state, value=source.value, params=params, distributions=kept,
+                                          user_attrs=user_attrs, system_attrs=system_attrs,
+                                          intermediate_values=dict(source.intermediate_values))
+        trial.datetime_start, trial.datetime_complete = source.datetime_start, source.datetime_complete
+        return trial
+
+    _add_trial(study, axes, distributions, copy)
+
+
+def _add_trial(study: optuna.Study, axes: dict[str, Any], distributions: dict[str, BaseDistribution],
+               make: Callable[[dict[str, Any], dict[str, BaseDistribution]], FrozenTrial]) -> None:
+    """`study.add_trial(make(params, their distributions))` with `axes` as params, or their numeric ones only where a
+    database refuses a categorical's grown choices."""
     params = trial_params(axes, distributions)
     numeric = {k: v for k, v in params.items() if not isinstance(distributions[k], CategoricalDistribution)}
     for kept in (params, numeric):
         try:
-            study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, params=kept, user_attrs=user_attrs,
-                                                      distributions={k: distributions[k] for k in kept},
-                                                      system_attrs=system_attrs))
+            study.add_trial(make(kept, {k: distributions[k] for k in kept}))
             return
         except ValueError:  # "CategoricalDistribution does not support dynamic value space."
             if kept is numeric:

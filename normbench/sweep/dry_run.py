@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from normbench.contracts.matrix_scope import WHY, MatrixScope
 from normbench.contracts.names import OutputFolder, StudyNames
 from normbench.contracts.selection import BUDGETS, REPORTS, SELECTS
 from normbench.contracts.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
+
+if TYPE_CHECKING:
+    from normbench.sweep.adopt import Donors
 
 WITHDRAWN = "withdrawn"  # a status: a queued cell no rule asks for any more (sweep/rounds.py)
 
@@ -19,9 +22,11 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
     from tabulate import tabulate
 
     from normbench.report.frames import FAILED, LEFT_OUT
+    from normbench.sweep.adopt import donors_of
 
     frame, queued, left = pd.DataFrame(), {}, ""
     to_run = {c.cell_id: c.axes for c in suite.cells()}  # no ledger yet: every cell of the matrix
+    donors = donors_of(suite)  # cells the next run copies instead of training (sweep/adopt.py)
     if storage or OutputFolder(out).ledger.exists():
         from optuna.trial import TrialState
 
@@ -41,7 +46,11 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
         withdrawn = withdrawn_cells(suite, ledger)
         queued.update(withdrawn)
         to_run = {cid: axes for cid, axes in to_run.items() if cid not in withdrawn}
+        if donors is not None:
+            to_run = {cid: axes for cid, axes in to_run.items() if cid not in donors.holding(to_run)}
         left = time_left(suite, to_run, pace_of(ledger, suite))
+    elif donors is not None:
+        to_run = {cid: axes for cid, axes in to_run.items() if cid not in donors.holding(to_run)}
     records = frame.to_dict("records")
     done = {r["cell_id"]: r["status"] for r in records}
     failed = {c["cell_id"]: len(c["attempts"]) for c in frame.attrs.get(FAILED, [])}  # not "to run": never queued
@@ -61,12 +70,16 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
         finished = [({k: r[k] for k in suite.matrix}, r) for r in selecting]
         coming = next_bracket_round(suite, finished, {cid for cid, status in rows if not status.startswith(WITHDRAWN)})
         rows += [[cid, "to run (next bracket round)"] for cid in coming]
+    if donors is not None:
+        rows = [[cid, adopted_status(donors, cid) if status.startswith("to run") and donors(cid) else status]
+                for cid, status in rows]
     gave_up = (f", {len(failed)} failed for good (`normbench run --retry-failed` gives them another round)"
                if failed else "")
     left_out = frame.attrs.get(LEFT_OUT, 0)
     dropped = f"; {left_out} finished cell(s) of the ledger left out: {WHY}" if left_out else ""
     lines = [tabulate(rows, headers=["cell", "status"], tablefmt="simple"),
-             f"{len(rows)} cells, {len(done)} finished{gave_up}{withdrawn_words(rows)}; output folder {out}{dropped}"]
+             f"{len(rows)} cells, {len(done)} finished{gave_up}{withdrawn_words(rows)}{adopted_words(rows)}; output "
+             f"folder {out}{dropped}"]
     if suite.bracket:
         cap = f", at most bracket_max_steps={suite.bracket_max_steps} per end" if suite.bracket_max_steps else ""
         lines.append("bracketing v3 on: when the cells above have finished, each row whose val-selected lr is the "
@@ -111,6 +124,17 @@ def time_left_from_steps(suite: Suite, out: Path, left: dict[str, dict[str, Any]
     step_ms = {(str(r.layer), int(r.depth)): float(r.step_ms) for r in steps.itertuples()}
     return step_time_left(suite, left, step_ms, lambda config: split_sizes(config.data)["train_size"],
                           files[-1].name, bench)
+
+
+def adopted_status(donors: Donors, cell_id: str) -> str:
+    """A waiting cell a donor folder finished: copied, not trained, by the next run."""
+    return f"adopted from {donors.sources({cell_id})} by the next run (trained there under this recipe)"
+
+
+def adopted_words(rows: list[list[str]]) -> str:
+    """`, 24 to be adopted from donor folders` when the next run copies some cells (`adopted_status`)."""
+    adopted = sum(status.startswith("adopted from") for _, status in rows)
+    return f", {adopted} to be adopted from donor folders (not trained)" if adopted else ""
 
 
 def withdrawn_words(rows: list[list[str]]) -> str:

@@ -6,13 +6,16 @@ import dataclasses
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from normbench.contracts.names import StudyNames
 from normbench.contracts.results import CellResult
 from normbench.contracts.selection import select_value
 from normbench.contracts.suite import Suite
 from normbench.sweep.pace import Pace, cell_costs
+
+if TYPE_CHECKING:
+    from normbench.sweep.adopt import Donors
 
 
 def duration(seconds: float) -> str:
@@ -173,3 +176,11 @@ def note_new_cells(progress: Progress, suite: Suite, study_name: str, cells: dic
     else:
         progress.note(f"bracket round {study_name.rsplit(':', 1)[-1]}: {len(cells)} cells (lrs beyond those a row "
                       "tried, or selection seeds an earlier round lacked)")
+
+
+def note_adopted(progress: Progress, cell_ids: set[str], donors: Donors) -> None:
+    """Count cells a round or stage took finished from donor folders (sweep/adopt.py) as queued and done."""
+    progress.total += len(cell_ids)
+    progress.done += len(cell_ids)
+    progress.note(f"adopted {len(cell_ids)} finished cell(s) of this recipe from {donors.sources(cell_ids)} instead of "
+                  "training them")

@@ -19,11 +19,12 @@ from normbench.store import attempts
 from normbench.store.claim import Claim
 from normbench.store.ledger import LIVE, UNFINISHED, Ledger, failed_to_retry, worker_host
 from normbench.store.migrations import trial_axes, trial_cell_id
+from normbench.sweep.adopt import ADOPTED, donors_of
 from normbench.sweep.cells import cell_run, open_study_of_recipe
 from normbench.sweep.claim_rounds import claim_round_axes
 from normbench.sweep.pace import Pace, cell_costs
 from normbench.sweep.plan import Job, Plan
-from normbench.sweep.progress import Progress, note_new_cells
+from normbench.sweep.progress import Progress, note_adopted, note_new_cells
 from normbench.sweep.report_stage import budget_axes, report_axes
 from normbench.sweep.rounds import (
     SEALED,
@@ -161,9 +162,14 @@ def _queue(ledger: Ledger, study: optuna.Study, cells: dict[str, dict[str, Any]]
         present = set(queued_cells(ledger, study.study_name)) | set(failed_cells(ledger, study.study_name))
     new = {cid: axes for cid, axes in cells.items() if cid not in present}
     if new:
-        ledger.enqueue(study, new)
+        donors = donors_of(suite)
+        ledger.enqueue(study, new, adopt=donors)
         if progress is not None:
-            note_new_cells(progress, suite, study.study_name, new, pace_of(ledger, suite))
+            adopted = donors.holding(new) if donors is not None else set()
+            if to_train := {cid: axes for cid, axes in new.items() if cid not in adopted}:
+                note_new_cells(progress, suite, study.study_name, to_train, pace_of(ledger, suite))
+            if adopted:
+                note_adopted(progress, adopted, donors)
 
 
 def retry_failed(suite: Suite, out_dir: Path, storage: str | None) -> list[str]:
@@ -195,8 +201,9 @@ def queue_status(suite: Suite, ledger: Ledger) -> tuple[dict[str, dict[str, Any]
 def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
              quiet: bool = False) -> tuple[Plan, list[str], Progress]:
     """Check the recipe, queue the matrix, count queued and done cells; returns (jobs, studies to watch, progress)."""
+    donors = donors_of(suite)  # a donor folder that cannot give cells is refused before any write
     study = open_run_study(ledger, suite)
-    ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
+    ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()}, adopt=donors)
     requeue_failed(ledger, suite)  # before withdrawing: a failed report cell of a selection that moved goes too
     withdrawn = withdraw_unasked(suite, ledger, study)  # before counting: they no longer count as queued
     queued, finished, failed = queue_status(suite, ledger)  # with the rounds an earlier run of this suite queued
@@ -206,11 +213,20 @@ def open_run(suite: Suite, ledger: Ledger, out_dir: Path, *,
     progress.unit = pace.per_depth_epoch
     progress.note(f"suite {suite.name}: {len(queued)} cells ({len(queued) - len(suite.cells())} from bracketing and "
                   f"report seeds), {len(finished)} already finished; output in {out_dir}")
+    if donors is not None and (adopted := adopted_cells(ledger, suite)):
+        progress.note(f"{adopted} of the finished cells adopted from {', '.join(suite.adopt_from)} (same recipe, "
+                      "trained there: sweep/adopt.py)")
     if withdrawn:
         progress.note(f"withdrew {len(withdrawn)} untrained cell(s) queued under an older bracketing rule or for a "
                       "selection that no longer stands, which today's does not ask for (`run --dry-run` lists them): "
                       f"{seeds_by_lr(suite, withdrawn)}")
     return run_jobs(suite, study, ledger, progress), [study.study_name], progress
+
+
+def adopted_cells(ledger: Ledger, suite: Suite) -> int:
+    """How many of the suite's finished cells were copied from donor folders (sweep/adopt.py)."""
+    return sum(ADOPTED in t.user_attrs for name in suite_study_names(ledger, suite)
+               for t in ledger.trials(ledger.study(name), (TrialState.COMPLETE, TrialState.PRUNED)))
 
 
 def cells_left(suite: Suite, ledger: Ledger) -> dict[str, dict[str, Any]]:

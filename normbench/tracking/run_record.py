@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from normbench.contracts.names import (
+    ADOPTED_ATTR,
     BRACKET,
     BUDGET,
     CLAIMS,
@@ -95,6 +96,8 @@ def trial_run(study: str, trial: FrozenTrial, suite: Suite | None) -> TrialRun:
     tags = run_tags(cell_id, axes, study, trial.number, attempt)
     if attrs.get("worker_host"):
         tags["host"] = str(attrs["worker_host"])
+    if isinstance(source := attrs.get(ADOPTED_ATTR), dict):  # trained in another folder (sweep/adopt.py)
+        tags[ADOPTED_ATTR] = f"{source.get('folder')} {source.get('study')} trial {source.get('trial')}"
     params = run_params(axes, config, role=role if kind not in (TUNE, CONFIRM, TUNED) else None)  # tuning: no role
     start = _ms(trial.datetime_start) or _ms(trial.datetime_complete) or int(time.time() * 1000)
     end = max(start, _ms(trial.datetime_complete) or start)

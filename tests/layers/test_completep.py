@@ -39,3 +39,11 @@ def test_a_deep_block_adds_each_branch_times_2_over_l():
     y = x + (2 / 12) * attention(block.attn, layer_norm(block.norm1, x))
     y = y + (2 / 12) * mlp(block.mlp, layer_norm(block.norm2, y))
     torch.testing.assert_close(block(x), y, rtol=1e-5, atol=1e-6)
+
+
+def test_an_init_values_that_is_no_depth_is_refused_not_turned_into_a_tiny_branch_scale():
+    from normbench.layers.registry import LayerError
+
+    with pytest.raises(LayerError, match="completep: model.init_values is CompleteP's base depth"):
+        CompletePScale(8, depth=36, init_values=1e-6)  # LayerScale's ε, set for the whole suite
+    assert CompletePScale(8, depth=36, init_values=1.0).multiplier == pytest.approx(1 / 36)

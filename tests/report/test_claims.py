@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -21,7 +22,7 @@ KEYS = ["layer", "depth"]
 
 @pytest.mark.parametrize(("diffs", "by", "expected"), [
     ([5.0, 6.0, 7.0], 3.4, "supported"),       # 6 ± 2.4841: [3.516, 8.484] lies above 3.4
-    ([5.0, 6.0, 7.0], 4.0, "no effect found"),  # ... but not above 4; sd 1, 3 pairs detect 3.26 from 4, the margin
+    ([5.0, 6.0, 7.0], 4.0, "underpowered"),     # ... but not above 4, and a gain of 6 is no "no effect" (within 0 ± 4)
     ([-5.0, -6.0, -7.0], 0.0, "contradicted"),
     ([2.0, 5.0, 2.0], 0.0, "underpowered"),    # no source's effect, no margin: nothing it could have ruled out
     ([9.0], 0.0, "underpowered"),              # one seed: no interval, no test
@@ -154,3 +155,40 @@ def test_at_the_cap_an_undecided_claim_is_underpowered_and_a_claim_on_one_round_
     fixed = read(*report_cells(diffs), ClaimRounds(max_seeds=4))
     assert fixed["boundary"] == pytest.approx(0.05) and fixed["p_seq"] == pytest.approx(fixed["p_by"])
     assert not read(*report_cells(diffs), round_seeds=0)["sequential"]  # a suite without rounds: one fixed test
+
+
+def test_no_effect_is_an_equivalence_around_zero_not_around_by():
+    """"beats by 3.4" with no `claimed`: the margin is 3.4. Seeds that replicate the claim (about +3.2) are not "no
+    effect" (an equivalence around `by` said they were); seeds around 0 are."""
+    cells, [claim] = report_cells([3.0, 3.6, 3.2, 3.1, 3.3, 3.2])
+    replicated = read(cells, [{**claim, "by": 3.4}], round_seeds=0)
+    assert replicated["margin"] == 3.4 and replicated["p_equiv_holm"] > 0.05
+    assert replicated["verdict"] != "no effect found"
+    cells, [claim] = report_cells([0.1, -0.1, 0.0, 0.05, -0.05, 0.0])
+    none = read(cells, [{**claim, "by": 3.4}], round_seeds=0)
+    assert none["verdict"] == "contradicted"  # below 3.4, decided by the difference test first
+    assert none["p_equiv_holm"] < 0.05  # and equivalent to zero within 3.4
+
+
+def test_a_looks_detectable_effect_is_at_the_level_it_was_judged_at():
+    """A first look of 4 of 16 seeds is judged at Pocock's boundary, below the claim's Holm level: what it could
+    detect is larger than a fixed test at the full level would, and the table names that level."""
+    diffs = [3.0, 9.0, 1.0, 7.0]
+    claim = read(*report_cells(diffs))
+    sd = float(pd.Series(diffs).std())
+    assert claim["boundary"] < 0.04 and claim["alpha"] == pytest.approx(0.05)
+    assert claim["detectable"] == pytest.approx(detectable_effect(4, sd, claim["boundary"]))
+    assert claim["detectable"] > detectable_effect(4, sd, 0.05)
+    text = claims_table(pd.DataFrame([claim]))["detectable at 80% power (points)"].iloc[0]
+    assert text.startswith(f"{claim['detectable']:.2f} at α {claim['boundary']:.3g}")
+
+
+def test_a_folder_tune_wrote_gets_one_look_per_claim_as_it_runs_no_claim_rounds():
+    from normbench.contracts.suite import parse_suite
+    from normbench.report.claims import round_seeds
+
+    suite = parse_suite({"name": "t", "dataset": {"name": "digits"}, "report_seeds": [100, 101, 102, 103],
+                         "matrix": {"layer": ["layernorm"], "lr": [1e-3]}}, Path("t.yaml"))
+    assert round_seeds(suite, tuned=False) == 4 and round_seeds(suite, tuned=True) == 0
+    claim = read(*report_cells([3.0, 9.0, 1.0, 7.0]), round_seeds=round_seeds(suite, tuned=True))
+    assert not claim["sequential"] and claim["boundary"] == pytest.approx(claim["alpha"])

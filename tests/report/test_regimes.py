@@ -100,8 +100,8 @@ def test_a_claim_in_each_regime_states_what_its_test_could_detect_as_the_leaderb
     from normbench.report.tables import detectable_text
 
     claim = pd.Series({"layer": "derf", "beats": "dyt", "depth": 36, "by": 0.0, "mean": 4.7, "low": -10.3,
-                       "high": 19.6, "p_holm": 1.0, "n": 4, "detectable": 35.014, "alpha": 0.01, "reference": 0.3,
-                       "verdict": "underpowered"})
+                       "high": 19.6, "p_holm": 1.0, "n": 4, "detectable": 35.014, "alpha": 0.05,
+                       "detectable_level": 0.01, "reference": 0.3, "verdict": "underpowered"})  # a sequential look
     line = claim_line(claim, "width 64", axis="width")
     assert line["width"] == "width 64" and line["verdict"] == "underpowered"
     assert line["detectable at 80% power (points)"] == "35.01 at α 0.01 (source: 0.30)"

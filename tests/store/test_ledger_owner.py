@@ -80,6 +80,21 @@ def test_a_claim_never_signed_is_queued_again_without_counting_an_attempt(tmp_pa
     assert study.get_trials(deepcopy=False)[unsigned.number].state == TrialState.FAIL
 
 
+def test_a_claim_its_worker_signs_after_a_peer_read_it_unsigned_is_left_to_that_worker(tmp_path, monkeypatch):
+    """The race a busy machine opens: a peer reads the claim unsigned and past the grace, then the slow worker signs it
+    and starts the cell. Failing it from that read would re-queue the cell beside a worker that trains it (or, a
+    poison cell, dies of it: one lost attempt more than the ledger counts)."""
+    ledger = Ledger(None, tmp_path, grace_period=60)
+    study = ledger.study("run:a")
+    slow = claimed(study, started_ago=61)
+    stale = ledger.trials(study, (TrialState.RUNNING,))  # what the peer read
+    ledger.storage.set_trial_user_attr(ledger.ids.of(study, slow.number), "worker_pid", 4242)  # the worker signs
+    monkeypatch.setattr(ledger, "trials", lambda *a, **k: stale)
+    assert reclaim(ledger, study) == []
+    assert study.get_trials(deepcopy=False)[slow.number].state == TrialState.RUNNING
+    assert not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+
+
 def test_a_claim_unsigned_within_the_grace_is_left_to_its_worker(tmp_path):
     ledger = Ledger(None, tmp_path, grace_period=60)
     study = ledger.study("run:a")

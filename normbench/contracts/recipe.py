@@ -31,6 +31,9 @@ class ModelConfig:
     block_kwargs: dict[str, Any] = field(default_factory=dict)  # extra block arguments: {expansion_rate: 2} for hc
 
 
+ADAM_BETA2_DEFAULT = 0.999  # what `train.adam_beta2: null` trains with: torch's and timm's AdamW default
+
+
 @dataclass
 class TrainConfig:
     epochs: int = 10                   # passes over the training split
@@ -39,6 +42,7 @@ class TrainConfig:
                                        # muon or adamuon: Muon on the hidden matrices, AdamW on the rest (train/muon.py)
     muon_momentum: float | None = None  # Muon's Nesterov momentum on the hidden matrices; None: the reference's 0.95
     adam_beta2: float | None = None    # Adam's second-moment decay (AdamW, LAMB, Muon's AdamW part); None: 0.999
+                                       # (ADAM_BETA2_DEFAULT, torch's and timm's)
     lr: float = 1e-3                   # peak learning rate after warmup
     weight_decay: float = 0.05         # decoupled; never applied to norms, gates or embeddings
     warmup_epochs: float = 1.0         # linear warmup from warmup_lr to lr

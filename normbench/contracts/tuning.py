@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from normbench.contracts.layer_tunables import PREFIX, declared, is_layer_key
-from normbench.contracts.recipe import Cell, CellConfig
+from normbench.contracts.recipe import ADAM_BETA2_DEFAULT, Cell, CellConfig
 from normbench.contracts.suite import Suite, TuneConfig, with_overrides
 from normbench.errors import SuiteError
 
@@ -78,7 +78,8 @@ def recipe_value(cell: Cell, key: str) -> Any:
     layer tunable's (the recipe's own setting, else the entry's default at the cell's depth); None if unknown."""
     model, train = cell.config.model, cell.config.train
     if not is_layer_key(key):
-        return getattr(model, key, getattr(train, key, None))
+        value = getattr(model, key, getattr(train, key, None))
+        return ADAM_BETA2_DEFAULT if key == "adam_beta2" and value is None else value  # null: the optimizer's own
     tunable = declared(model.layer).get(key[len(PREFIX):])
     if tunable is None:
         return None

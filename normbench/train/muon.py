@@ -26,7 +26,7 @@ from typing import Any
 from timm.optim import Muon
 from torch import nn
 
-from normbench.contracts.recipe import TrainConfig
+from normbench.contracts.recipe import ADAM_BETA2_DEFAULT, TrainConfig
 from normbench.train.optim_groups import param_groups
 
 MOMENTUM = 0.95                               # the reference's β, Nesterov
@@ -35,7 +35,7 @@ NS_STEPS = 5
 NS_EPS = 1e-7                                 # X / max(‖X‖_F, ε) before the iterations
 ADJUST_LR = "match_rms_adamw"                 # update × 0.2·sqrt(max(A, B))
 ADAM_BETA1 = 0.9
-ADAMW_BETAS = (ADAM_BETA1, 0.999)             # torch.optim.AdamW's, as `optimizer: adamw` (`train.adam_beta2`)
+ADAMW_BETAS = (ADAM_BETA1, ADAM_BETA2_DEFAULT)  # torch.optim.AdamW's, as `optimizer: adamw` (`train.adam_beta2`)
 ADAMW_EPS = 1e-8
 
 

@@ -18,12 +18,15 @@ from normbench.store.ledger import Ledger
 def test_the_tuned_table_says_how_far_each_value_moved_from_the_grids_recipe():
     suite = parse_suite({"name": "t", "dataset": {"name": "digits"}, "train": {"lr": 1e-3, "weight_decay": 0.05},
                          "matrix": {"depth": [36], "layer": ["layerscale"], "seed": [0]}}, Path("t.yaml"))
-    config = {"lr": 3.16e-3, "weight_decay": 0.05, "warmup_epochs": 0.0, "layer.init_values": 1e-4}
+    config = {"lr": 3.16e-3, "weight_decay": 0.05, "warmup_epochs": 0.0, "layer.init_values": 1e-4,
+              "adam_beta2": 0.95}
     tuned = pd.DataFrame([{"layer": "layerscale", "depth": 36, "seed": s, "status": "ok", "val_top1": 90.0,
                            "test_top1": 88.0 + s, "tuned_params": config} for s in (100, 101)])
     row = tuned_table(tuned, suite).iloc[0]
-    # lr 3.16x the recipe's; weight decay unchanged; warmup 1 epoch (the default) -> 0; CaiT's 1e-6 at depth 36 x100
-    assert row["moved from the grid's recipe"] == "lr x3.16, weight_decay =, warmup_epochs -1, layer.init_values x100"
+    # lr 3.16x the recipe's; weight decay unchanged; warmup 1 epoch (the default) -> 0; CaiT's 1e-6 at depth 36 x100;
+    # beta2 from the optimizer's own 0.999 (the recipe leaves it unset), not from "None"
+    assert row["moved from the grid's recipe"] == \
+        "lr x3.16, weight_decay =, warmup_epochs -1, layer.init_values x100, adam_beta2 /1.05"
     assert "moved from the grid's recipe" not in tuned_table(tuned).columns  # without a suite, nothing to measure
 
 

@@ -49,6 +49,8 @@ failed=()
 folders=()
 while read -r suite folder flags; do
     case "$suite" in ''|'#'*) continue ;; esac
+    # a `cpu-only` line measures this CPU (the device effect: GPU cells trained again here): never on the lease
+    case " ${flags:-} " in *" cpu-only "*) echo "=== $suite: cpu-only, left to the CPU"; continue ;; esac
     command=run
     case " ${flags:-} " in *" tune "*) command=tune ;; esac  # a `tune` line tunes (its trials), as here
     folders+=("$suite $folder $command")

@@ -42,7 +42,7 @@ def test_the_lease_rehearsed_on_a_cpu_packs_each_stage_and_its_ledgers_resume_he
                         matrix={"depth": [1], "layer": ["layernorm"], "lr": [1e-3], "seed": [0]},
                         tune={"trials": 1, "confirm_top": 0, "space": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}})
     queue.write_text(f"# the sweeps in progress\n{suite} {folder}\n\n{suite} {tmp_path / 'second'} gpu-only\n"
-                     f"{tuned} {tmp_path / 'tuned'} tune\n")
+                     f"{tuned} {tmp_path / 'tuned'} tune\n{suite} {tmp_path / 'cpu'} cpu-only\n")
     out = tmp_path / "out"
     out.mkdir()
     env = {**os.environ, "PYTHON": sys.executable, "FAKE_CUDA": "1", "OUT": str(out), "QUEUE": str(queue),
@@ -71,3 +71,4 @@ def test_the_lease_rehearsed_on_a_cpu_packs_each_stage_and_its_ledgers_resume_he
     assert (tmp_path / "second").exists()  # a gpu-only line is the lease's to train too
     assert f"=== sweep: tune {tuned} into {tmp_path / 'tuned'}" in log  # a `tune` line tunes, as here
     assert (tmp_path / "tuned" / "ledger.journal").exists()
+    assert not (tmp_path / "cpu").exists() and f"=== {suite}: cpu-only, left to the CPU" in log  # the CPU's

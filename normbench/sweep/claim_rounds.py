@@ -34,7 +34,8 @@ def claim_round_axes(suite: Suite, cells: pd.DataFrame) -> list[dict[str, Any]]:
             row = selected[(selected[list(where)] == pd.Series(where)).all(axis=1)]
             if row.empty:
                 continue
-            have = set(reported[(reported[list(where)] == pd.Series(where)).all(axis=1)]["seed"])
+            at = where | {"lr": row["lr"].iloc[0]}  # a seed trained at another lr (before selection moved) is not had
+            have = set(reported[(reported[list(at)] == pd.Series(at)).all(axis=1)]["seed"])
             for seed in _next_round(seeds, have, len(suite.report_seeds)):
                 values = {**where, "lr": float(row["lr"].iloc[0]), "seed": seed}
                 ordered = {k: values[k] for k in suite.matrix if k in values}

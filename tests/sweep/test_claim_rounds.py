@@ -101,3 +101,21 @@ def test_rounds_off_when_the_cap_is_the_report_seeds(tmp_path):
     ledger, run = reported(tmp_path, suite, OPEN_DIFFS)
     queue_next_stage(suite, run, ledger)
     assert queued_seeds(ledger, suite) == {}
+
+
+def test_a_rounds_seeds_are_those_its_row_lacks_at_its_chosen_lr(tmp_path):
+    """Seeds 104-107 trained at an lr the row no longer chooses (its selection moved since) are not had: the round
+    trains them at the chosen lr."""
+    from normbench.sweep.claim_rounds import claim_round_axes
+
+    suite = make_suite()
+    ledger, _ = reported(tmp_path, suite, OPEN_DIFFS)
+    claims = ledger.study(StudyNames(suite.name).claims)
+    for seed in range(104, 108):  # an earlier round at lr 3e-3
+        axes = {"depth": 2, "layer": "rmsnorm", "lr": 3.0e-3, "seed": seed}
+        claims.add_trial(optuna.create_trial(state=TrialState.COMPLETE, value=70.0, user_attrs={
+            "cell_id": suite.cell(axes).cell_id, "axes": axes,
+            "result": {"status": "ok", "val_top1": 70.0, "test_top1": 70.0}}))
+    axes = claim_round_axes(suite, cells_frame(ledger, StudyNames(suite.name)))
+    assert sorted((a["layer"], a["lr"], a["seed"]) for a in axes if a["layer"] == "rmsnorm") == \
+        [("rmsnorm", 1.0e-3, s) for s in range(104, 108)]

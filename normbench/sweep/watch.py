@@ -11,6 +11,7 @@ from normbench.contracts.results import CellResult
 from normbench.contracts.suite import Suite
 from normbench.contracts.tuning import LABEL
 from normbench.store.ledger import Ledger
+from normbench.sweep.adopt import donors_of
 from normbench.sweep.launch import stop_workers
 from normbench.sweep.progress import Progress, note_new_cells
 from normbench.sweep.run import pace_of, queued_cells, stage_study_names
@@ -50,7 +51,14 @@ class WorkerWatch:
             new = {cid: axes for cid, axes in queued_cells(self.ledger, name).items() if cid not in self.counted}
             if new:
                 self.counted.update(new)
-                note_new_cells(self.progress, self.suite, name, new, pace_of(self.ledger, self.suite))
+                donors = donors_of(self.suite)  # cells a worker copied finished from a donor folder: no cost left
+                adopted = donors.holding(new) if donors is not None else set()
+                if to_train := {cid: axes for cid, axes in new.items() if cid not in adopted}:
+                    note_new_cells(self.progress, self.suite, name, to_train, pace_of(self.ledger, self.suite))
+                if adopted:
+                    self.progress.add(dict.fromkeys(adopted, 0.0))  # counted done as `report` finds them finished
+                    self.progress.note(f"adopted {len(adopted)} finished cell(s) of this recipe from "
+                                       f"{donors.sources(adopted)} instead of training them")
         return [*self.study_names, *(n for n in rounds if n not in self.study_names)]
 
     def report(self) -> None:

@@ -102,3 +102,19 @@ def test_adopt_from_takes_a_path_or_a_list_of_paths():
     for bad in (3, [""], {"folder": "x"}):
         with pytest.raises(SuiteError, match="adopt_from: expected an output folder's path"):
             parse_suite({**raw, "adopt_from": bad}, Path("a.yaml"))
+
+
+def test_local_workers_adopt_the_stages_they_queue_and_the_parent_says_so(donor, write_suite, tmp_path, capsys):
+    """With --workers 2 the report stage is queued by a worker process: it adopts the donor's report cell there, and
+    the parent's progress notes it as adopted, not as a cell to train."""
+    matrix = {"depth": [1], "layer": ["layernorm", "rezero"], "lr": [1e-3], "seed": [0]}
+    adopting = write_suite("frontier", matrix=matrix, adopt_from=[str(donor)], **RECIPE)
+    out = tmp_path / "workers-out"
+    capsys.readouterr()
+    assert main(["run", str(adopting), "--out", str(out), "--workers", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "1 of the finished cells adopted from" in err  # the matrix's, when the run opened
+    assert f"adopted 1 finished cell(s) of this recipe from {donor} instead of training them" in err  # the report's
+    cells = finished(out, "frontier")
+    assert sorted(k for k, t in cells.items() if ADOPTED_ATTR in t.user_attrs) == [
+        ("report", "depth=1,layer=layernorm,lr=0.001,seed=100"), ("run", "depth=1,layer=layernorm,lr=0.001,seed=0")]

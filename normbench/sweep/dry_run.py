@@ -46,11 +46,10 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
         withdrawn = withdrawn_cells(suite, ledger)
         queued.update(withdrawn)
         to_run = {cid: axes for cid, axes in to_run.items() if cid not in withdrawn}
-        if donors is not None:
-            to_run = {cid: axes for cid, axes in to_run.items() if cid not in donors.holding(to_run)}
+        to_run = not_adopted(to_run, donors)
         left = time_left(suite, to_run, pace_of(ledger, suite))
-    elif donors is not None:
-        to_run = {cid: axes for cid, axes in to_run.items() if cid not in donors.holding(to_run)}
+    else:
+        to_run = not_adopted(to_run, donors)
     records = frame.to_dict("records")
     done = {r["cell_id"]: r["status"] for r in records}
     failed = {c["cell_id"]: len(c["attempts"]) for c in frame.attrs.get(FAILED, [])}  # not "to run": never queued
@@ -124,6 +123,12 @@ def time_left_from_steps(suite: Suite, out: Path, left: dict[str, dict[str, Any]
     step_ms = {(str(r.layer), int(r.depth)): float(r.step_ms) for r in steps.itertuples()}
     return step_time_left(suite, left, step_ms, lambda config: split_sizes(config.data)["train_size"],
                           files[-1].name, bench)
+
+
+def not_adopted(cells: dict[str, dict[str, Any]], donors: Donors | None) -> dict[str, dict[str, Any]]:
+    """`cells` less those a donor folder finished: the next run copies them, so they take no time here."""
+    held = donors.holding(cells) if donors is not None else set()
+    return {cid: axes for cid, axes in cells.items() if cid not in held}
 
 
 def adopted_status(donors: Donors, cell_id: str) -> str:

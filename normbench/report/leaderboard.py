@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 from normbench.contracts.bracketing import DEFAULT_LR_BOUNDS
 from normbench.contracts.matrix_scope import MatrixScope
 from normbench.contracts.names import OutputFolder, StudyNames, study_suite, suites_in
-from normbench.contracts.selection import add_scores
+from normbench.contracts.selection import add_scores, chosen_lrs
 from normbench.contracts.suite import DEFAULT_TARGETS, Suite
 from normbench.errors import NormbenchError
 from normbench.report.analysis import Analysis, analyse
@@ -55,6 +55,7 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     names = StudyNames(suite.name if suite else _single_suite_name(ledger))
     cells = _with_recipe_columns(cells_frame(ledger, names, scope=MatrixScope(suite) if suite else None), suite)
     tuned = with_tuned_values(cells_frame(ledger, names, tuned=True))
+    reference = reference if reference is not None else suite.reference if suite else None
     tune_folder = cells.empty and not tuned.empty and suite is not None and suite.tune is not None
     if tune_folder:  # `normbench tune` alone
         cells = _with_recipe_columns(tune_cells(ledger, names, suite, tuned.copy()), suite)
@@ -69,12 +70,10 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
         lines += [*failed_section(cells.attrs.get(FAILED, [])), "No finished cells yet."]
     else:
         lines += run_sections(analysis, suite, out_dir, tuned=tune_folder)
-        reference = reference if reference is not None else suite.reference if suite else None
         if reference is not None:
             lines += transfer_section(analysis.cells, Path(reference), out_dir)
     if not tuned.empty:
-        lines += ["## tuned (equal Optuna budget per layer and depth, chosen on val, re-run on seeds the search "
-                  "did not train on)", "", markdown_table(tuned_table(tuned, suite)), ""]
+        lines += tuned_section(tuned, suite, reference)
     lines += tuning_budget_section(ledger, names)
     lines += importance_section(ledger, names)
     # further sections (e.g. telemetry figures) append to `lines` here, before it is written
@@ -144,6 +143,23 @@ TRANSFER_DEFINITION = (f"score = test top-1 (%) at each suite's own val-selected
                        "replacement within each layer's selected lr, each suite independently, the selected lrs kept "
                        "fixed; 'all' = the mean of the per-depth rhos, its interval from the same resamples; holds: "
                        "the interval lies above 0, reversed: below 0, else not settled")
+
+
+def tuned_section(tuned: pd.DataFrame, suite: Suite | None, reference: Path | None) -> list[str]:
+    """The tuned rows; with a reference grid folder, each tuned lr beside the lr that grid selected for the row."""
+    grid_lrs, note = {}, "the lr against the recipe's `train.lr` (no reference grid folder to read a selected lr from)"
+    if reference is not None:
+        there, problem = _reference_cells(Path(reference))
+        if problem is None:
+            chosen = chosen_lrs(there, ["layer", "depth"])
+            grid_lrs = {(str(r.layer), int(r.depth)): float(r.lr) for r in chosen.itertuples()}
+            note = f"the lr against the lr `{reference}` selected for the row (its selection seeds, val)"
+        else:
+            note = f"the lr against the recipe's `train.lr`: {problem}"
+    return ["## tuned (equal Optuna budget per layer and depth, chosen on val, re-run on seeds the search "
+            "did not train on)", "", markdown_table(tuned_table(tuned, suite, grid_lrs)), "",
+            *([f"Moved from the grid's recipe: each value against the recipe's; {note}.", ""]
+              if suite is not None else [])]
 
 
 def transfer_section(cells: pd.DataFrame, reference: Path, out_dir: Path) -> list[str]:

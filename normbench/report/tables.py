@@ -279,11 +279,14 @@ def budget_table(agreement: pd.DataFrame, group_keys: list[str]) -> pd.DataFrame
                          for _, r in agreement.iterrows()])
 
 
-def tuned_table(tuned: pd.DataFrame, suite: Any = None) -> pd.DataFrame:
+def tuned_table(tuned: pd.DataFrame, suite: Any = None,
+                grid_lrs: dict[tuple[str, int], float] | None = None) -> pd.DataFrame:
     """The tuned configs re-run over seeds: test score with CI and n, the winning configuration, and (with the
     `suite`) how far each tuned value moved from what the grid's recipe trains (contracts/tuning.py
     `recipe_value`): a ratio for positive values (an lr or an init lives on a log scale), else the difference.
-    Sorted by score."""
+    The lr is measured against the lr the grid selected for the row where `grid_lrs` ((layer, depth) -> lr) has
+    one: a grid shares no single lr, so the recipe's `train.lr` would measure the distance from an lr no row
+    chose. Sorted by score."""
     from normbench.contracts.layer_tunables import distance_text
     from normbench.contracts.tuning import recipe_value
 
@@ -297,7 +300,9 @@ def tuned_table(tuned: pd.DataFrame, suite: Any = None) -> pd.DataFrame:
         moved = {}
         if suite is not None:
             cell = suite.cell({k: v for k, v in where.items() if k in ("layer", "depth")})
-            moved = {k: distance_text(v, recipe_value(cell, k)) for k, v in config.items()}
+            chosen = (grid_lrs or {}).get((where.get("layer"), where.get("depth")))
+            moved = {k: distance_text(v, chosen if k == "lr" and chosen is not None else recipe_value(cell, k))
+                     for k, v in config.items()}
         rows.append({**where, "_mean": mean,
                      "test top-1 (%)": f"{mean:.2f}", "95% CI": ci_text(low, high), "n": str(len(group)),
                      "val top-1 (%)": f"{group['select'].mean():.2f}",

@@ -10,7 +10,7 @@ import pandas as pd
 
 from normbench.contracts.names import StudyNames
 from normbench.contracts.suite import parse_suite
-from normbench.report.leaderboard import importance_section
+from normbench.report.leaderboard import importance_section, tuned_section
 from normbench.report.tables import tuned_table
 from normbench.store.ledger import Ledger
 
@@ -28,6 +28,39 @@ def test_the_tuned_table_says_how_far_each_value_moved_from_the_grids_recipe():
     assert row["moved from the grid's recipe"] == \
         "lr x3.16, weight_decay =, warmup_epochs -1, layer.init_values x100, adam_beta2 /1.05"
     assert "moved from the grid's recipe" not in tuned_table(tuned).columns  # without a suite, nothing to measure
+
+
+def test_the_tuned_lr_is_measured_from_the_lr_the_reference_grid_selected_for_its_row(tmp_path):
+    """A grid shares no single lr: the tuned lr's distance is from the lr the grid chose for that row (on its
+    selection seeds), not from the suite's `train.lr`, which no row may have trained at."""
+    suite = parse_suite({"name": "t", "dataset": {"name": "digits"}, "train": {"lr": 1e-3},
+                         "matrix": {"depth": [36], "layer": ["layerscale", "layernorm"], "seed": [0]}},
+                        Path("t.yaml"))
+    grid = tmp_path / "grid"
+    grid.mkdir()
+    select = [{"layer": layer, "depth": 36, "lr": lr, "seed": seed, "status": "ok", "role": "select",
+               "val_top1": val, "test_top1": val} for layer, lr, val in
+              [("layerscale", 1e-3, 80.0), ("layerscale", 1e-2, 90.0), ("layernorm", 1e-3, 85.0)]
+              for seed in (0, 1)]
+    report = [{"layer": "layerscale", "depth": 36, "lr": 1e-3, "seed": 100, "status": "ok", "role": "report",
+               "val_top1": 99.0, "test_top1": 99.0}]  # a report cell never selects
+    pd.DataFrame(select + report).to_csv(grid / "results.csv", index=False)
+    tuned = pd.DataFrame([{"layer": layer, "depth": 36, "seed": 100, "status": "ok", "val_top1": 90.0,
+                           "test_top1": 88.0, "tuned_params": {"lr": 2e-2}} for layer in ("layerscale", "layernorm")])
+    lines = tuned_section(tuned, suite, grid)
+    assert moved_column(lines) == {"layerscale": "lr x2", "layernorm": "lr x20"}  # 2e-2 against 1e-2 and 1e-3
+    assert any(f"the lr against the lr `{grid}` selected for the row" in line for line in lines)
+    missing = tuned_section(tuned, suite, tmp_path / "nowhere")  # no grid to read: the recipe's 1e-3, and why
+    assert moved_column(missing) == {"layerscale": "lr x20", "layernorm": "lr x20"}
+    assert any("not found" in line for line in missing)
+
+
+def moved_column(lines: list[str]) -> dict[str, str]:
+    """layer -> the "moved from the grid's recipe" cell of a markdown tuned table."""
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in "\n".join(lines).splitlines()
+            if line.startswith("|")]
+    at = rows[0].index("moved from the grid's recipe")
+    return {row[0]: row[at] for row in rows[2:]}
 
 
 def test_importances_are_optunas_own_and_name_the_value_that_mattered(tmp_path):

@@ -30,3 +30,9 @@ def comparable(a: Any, b: Any) -> bool:
 def known_classes(devices: Any) -> set[str]:
     """The device classes a column of device names shows, unknown left out."""
     return {c for c in map(device_class, devices) if c != UNKNOWN}
+
+
+def pair_class(a: Any, b: Any) -> str:
+    """The class of two comparable cells: the one either names (unknown only when neither does)."""
+    first, second = device_class(a), device_class(b)
+    return first if first != UNKNOWN else second

@@ -27,6 +27,7 @@ from typing import Any
 from normbench.contracts.bracketing import DEFAULT_LR_BOUNDS
 from normbench.contracts.cell_checks import check_cell, check_dataset, check_device
 from normbench.contracts.claim_rounds import ClaimRounds, parse_claim_rounds, round_seeds
+from normbench.contracts.interactions import Interaction, parse_interactions
 from normbench.contracts.layer_tunables import SOURCE, check_layer_space, is_layer_key
 from normbench.contracts.recipe import RUN_KEYS, Cell, CellConfig, ModelConfig, TrainConfig
 from normbench.contracts.suite_file import (
@@ -81,6 +82,8 @@ class Suite:
     budget_check: bool = False     # also train each row's chosen lr at BUDGET_FACTOR x the epochs: converged?
     targets: list[float] = field(default_factory=lambda: list(DEFAULT_TARGETS))  # learning-speed val targets (%)
     sequential: ClaimRounds = field(default_factory=ClaimRounds)  # claims add report seeds in rounds until decided
+    # gaps larger here than in the folder `normbench compare` sets beside this one (contracts/interactions.py)
+    interactions: list[Interaction] = field(default_factory=list)
     # what loading it with --set said (claims the overrides left out, dropped): the command prints them; not the suite
     notes: list[str] = field(default_factory=list, compare=False)
 
@@ -442,6 +445,7 @@ def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
     suite.targets = _targets(raw.get("targets", list(DEFAULT_TARGETS)), where)
     suite.budget_check = _budget_check(raw.get("budget_check", False), suite, where)
     suite.sequential = parse_claim_rounds(raw.get("sequential"), suite.report_seeds, where)
+    suite.interactions = parse_interactions(raw.get("interactions"), layers, depths, where)
 
 
 def _adopt_from(raw: Any, where: str) -> list[str]:

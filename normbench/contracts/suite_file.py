@@ -21,7 +21,7 @@ from normbench.errors import SuiteError, did_you_mean
 
 TOP_LEVEL = ("name", "description", "dataset", "model", "train", "matrix", "tune", "device", "bracket",
              "bracket_max_steps", "lr_bounds", "baseline", "claims", "reference", "adopt_from", "report_seeds",
-             "targets", "budget_check", "sequential")
+             "targets", "budget_check", "sequential", "interactions")
 SECTIONS: dict[str, type] = {"dataset": DataConfig, "model": ModelConfig, "train": TrainConfig}
 AXIS_SECTIONS = {"model": ModelConfig, "train": TrainConfig}
 

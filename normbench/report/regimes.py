@@ -19,10 +19,12 @@ import pandas as pd
 
 from normbench.contracts.suite import claim_rival
 from normbench.errors import NormbenchError
+from normbench.report.attention_logits import logit_lines
 from normbench.report.budget import BUDGET_AXIS, MIN_LAYERS, budget_agreement, budget_verdict
 from normbench.report.claims import OPEN, check_claims, round_seeds
 from normbench.report.folder import FolderRead
 from normbench.report.header import budget_text, converged_counts, regime_word, seeds_line
+from normbench.report.interactions import interaction_lines
 from normbench.report.rank_agreement import permutation_p, spearman, swapped_pairs
 from normbench.report.stats import (
     ALPHA,
@@ -287,7 +289,7 @@ def compare_sides(reads: Sequence[FolderRead], factor: str = "width") -> list[st
     if not claims.empty:
         lines += [f"## claims at each {factor} (paired t test against `by`, Holm over each folder's claims)", "",
                   markdown_table(claims), ""]
-    return lines
+    return lines + interaction_lines(reads, labels) + logit_lines(reads, labels)
 
 
 def rank_correlation_lines(reads: Sequence[FolderRead], labels: list[str]) -> list[str]:
@@ -354,4 +356,5 @@ def compare_regimes(reads: Sequence[FolderRead]) -> list[str]:
     if not claims.empty:
         lines += ["## claims in each regime (paired t test against `by`, Holm over each folder's claims)", "",
                   markdown_table(claims), ""]
-    return lines
+    labels = [label(r) for r in reads]
+    return lines + interaction_lines(reads, labels) + logit_lines(reads, labels)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from normbench.contracts.devices import comparable, known_classes
+from normbench.contracts.devices import UNKNOWN, comparable, known_classes, pair_class
 from normbench.contracts.selection import (
     DIVERGED,
     REPORTS,
@@ -298,13 +298,25 @@ def _differences(pool: pd.DataFrame, selected: pd.DataFrame, keys: list[str], wh
                  other: str) -> tuple[list[float], int]:
     """`layer` minus `other`, per seed both trained at their selected lrs among the `pool` cells within `where`, on
     one device class; and how many shared seeds were left out for training on different classes."""
+    by_seed, cross = seed_differences(pool, selected, keys, where, layer, other)
+    return [difference for difference, _ in by_seed.values()], cross
+
+
+def seed_differences(pool: pd.DataFrame, selected: pd.DataFrame, keys: list[str], where: dict[str, object],
+                     layer: str, other: str) -> tuple[dict[int, tuple[float, str]], int]:
+    """`_differences` by seed (in seed order): {seed: (`layer` minus `other`, the pair's device class)}, and the
+    shared seeds left out for their devices. The class lets a difference of two folders' differences pair seeds of
+    one class too (report/interactions.py)."""
     at_best = _at_selected_lr(pool, selected, keys)
     for k, v in where.items():
         at_best = at_best[at_best[k] == v]
     a, b = (at_best[at_best["layer"] == name].set_index("seed") for name in (layer, other))
     seeds = sorted(set(a.index) & set(b.index))
-    same = [s for s in seeds if comparable(a.at[s, "device"], b.at[s, "device"])] if "device" in at_best else seeds
-    return [a.at[s, SCORE] - b.at[s, SCORE] for s in same], len(seeds) - len(same)
+    if "device" not in at_best:
+        return {s: (a.at[s, SCORE] - b.at[s, SCORE], UNKNOWN) for s in seeds}, 0
+    same = [s for s in seeds if comparable(a.at[s, "device"], b.at[s, "device"])]
+    return ({s: (a.at[s, SCORE] - b.at[s, SCORE], pair_class(a.at[s, "device"], b.at[s, "device"])) for s in same},
+            len(seeds) - len(same))
 
 
 def versus_baseline(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str], baseline: str) -> pd.DataFrame:

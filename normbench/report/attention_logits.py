@@ -1,0 +1,76 @@
+"""The largest attention logit of each row in each folder of a comparison: how far the optimizer (or the width, or
+the budget) lets q·k/√d_h grow, and whether QK-norm holds it (Kimi K2 added QK-Clip because Muon grows it).
+
+Read from the telemetry each cell recorded (train/telemetry.py `attn_logit_max`, every `train.telemetry_every`
+steps): per cell at its row's val-selected lr, the largest over blocks at the last observed step, and the largest
+over blocks and steps; then the mean over the cells that scored (report seeds; 2x cells left out). A folder that
+recorded no telemetry shows "—" and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from normbench.contracts.selection import BUDGETS, REPORTS, ROLE
+from normbench.report.folder import FolderRead
+from normbench.report.tables import markdown_table
+from normbench.report.telemetry_figures import best_lr_telemetry, telemetry_frame
+
+QUANTITY = "attn_logit_max"
+
+
+def logit_summary(read: FolderRead) -> pd.DataFrame:
+    """Per (depth, layer): `final` and `peak` (seed means, see above) and `n` cells; empty without telemetry."""
+    frame = telemetry_frame(read.cells)
+    if frame.empty or QUANTITY not in frame or frame[QUANTITY].isna().all():
+        return pd.DataFrame()
+    rows = []
+    for depth in sorted(frame["depth"].unique()):
+        per_cell = []
+        for _, cell in scoring_cells(best_lr_telemetry(frame, depth)).groupby("cell_id"):
+            last = cell[cell["step"] == cell["step"].max()]
+            per_cell.append({"layer": cell["layer"].iloc[0], "final": last[QUANTITY].max(),
+                             "peak": cell[QUANTITY].max()})
+        if per_cell:
+            means = pd.DataFrame(per_cell).groupby("layer").agg(final=("final", "mean"), peak=("peak", "mean"),
+                                                                 n=("final", "size")).reset_index()
+            rows.append(means.assign(depth=depth))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def scoring_cells(at_best: pd.DataFrame) -> pd.DataFrame:
+    """Per layer, its report cells where it has any, else its selection cells (a folder whose report stage has not
+    reached the row yet); 2x cells never."""
+    if ROLE not in at_best:
+        return at_best
+    at_best = at_best[at_best[ROLE] != BUDGETS]
+    reported = at_best.groupby("layer")[ROLE].transform(lambda roles: (roles == REPORTS).any())
+    return at_best[(at_best[ROLE] == REPORTS) | ~reported.astype(bool)]
+
+
+def logit_lines(reads: Sequence[FolderRead], labels: Sequence[str]) -> list[str]:
+    """The comparison's section: a row per layer any folder recorded, each folder's final and peak largest logit
+    (3 significant digits); nothing when no folder recorded telemetry."""
+    summaries = [logit_summary(r) for r in reads]
+    if all(s.empty for s in summaries):
+        return []
+    keys = sorted({(int(d), str(layer)) for s in summaries if not s.empty for d, layer in zip(s["depth"], s["layer"],
+                                                                                             strict=True)})
+    table = []
+    for depth, layer in keys:
+        line = {"depth": str(depth), "layer": layer}
+        for label, s in zip(labels, summaries, strict=True):
+            row = s[(s["depth"] == depth) & (s["layer"] == layer)] if not s.empty else s
+            n = int(row["n"].iloc[0]) if len(row) else 0
+            final, peak = ((f"{row['final'].iloc[0]:.3g}", f"{row['peak'].iloc[0]:.3g} ({n} cell{'s' * (n != 1)})")
+                           if len(row) else ("—", "—"))
+            line |= {f"{label}: at the end": final, f"{label}: peak in training": peak}
+        table.append(line)
+    silent = [f"`{r.path.name}`" for r, s in zip(reads, summaries, strict=True) if s.empty]
+    note = ([f"{', '.join(silent)} recorded no attention telemetry (its suite's `train.telemetry_every` is 0): "
+             "its columns are empty, not zero.", ""] if silent else [])
+    return ["## largest attention logit q·k/√d_h in each folder (telemetry, max over blocks; each row at its "
+            "val-selected lr, mean over its scoring cells: at the last observed step, and the peak over training)",
+            "", markdown_table(pd.DataFrame(table)), "", *note]

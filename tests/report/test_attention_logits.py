@@ -1,0 +1,52 @@
+"""The comparison's attention-logit section (report/attention_logits.py), on hand-built telemetry: each row at its
+val-selected lr, the largest logit over blocks at the last observed step and over training, mean over the scoring
+cells; a folder without telemetry says so instead of showing zeros."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from normbench.report.attention_logits import logit_lines, logit_summary
+
+
+def cell(layer: str, lr: float, seed: int, role: str, select: float, logits: dict[int, list[float]]) -> dict:
+    """`logits`: step -> the attn_logit_max of each block at that step."""
+    return {"cell_id": f"{layer},{lr},{seed},{role}", "layer": layer, "depth": 36, "lr": lr, "seed": seed,
+            "select": select, "score": select, "status": "ok", "role": role,
+            "telemetry": [{"step": step, "block": b, "attn_logit_max": v}
+                          for step, values in logits.items() for b, v in enumerate(values)]}
+
+
+def read(name: str, cells: list[dict]) -> SimpleNamespace:
+    return SimpleNamespace(path=Path(name), cells=pd.DataFrame(cells))
+
+
+MUON = [
+    cell("layernorm", 1e-3, 0, "select", 90.0, {0: [1.0, 2.0], 25: [3.0, 4.0]}),
+    cell("layernorm", 1e-2, 0, "select", 50.0, {0: [99.0, 99.0]}),  # the lr not chosen: never read
+    cell("layernorm", 1e-3, 100, "report", 91.0, {0: [1.0, 2.0], 25: [30.0, 8.0], 50: [6.0, 10.0]}),
+    cell("layernorm", 1e-3, 101, "report", 92.0, {0: [1.0, 2.0], 25: [5.0, 4.0], 50: [2.0, 6.0]}),
+    cell("layernorm", 1e-3, 100, "budget", 93.0, {0: [500.0, 500.0]}),  # a 2x cell: never read
+    cell("layernorm+qk_norm", 1e-3, 100, "select", 95.0, {0: [2.0, 2.0], 25: [2.5, 2.0]}),
+]
+
+
+def test_each_row_reads_its_scoring_cells_at_the_selected_lr():
+    summary = logit_summary(read("muon", MUON)).set_index("layer")
+    assert summary.loc["layernorm", "final"] == pytest.approx((10.0 + 6.0) / 2)  # max over blocks at step 50
+    assert summary.loc["layernorm", "peak"] == pytest.approx((30.0 + 6.0) / 2)   # max over blocks and steps
+    assert summary.loc["layernorm", "n"] == 2  # the report cells; selection, other-lr and 2x cells left out
+    assert summary.loc["layernorm+qk_norm", "final"] == pytest.approx(2.5)  # no report cells yet: its selection cell
+
+
+def test_a_folder_without_telemetry_shows_dashes_and_says_why():
+    silent = read("adamw", [{**c, "telemetry": None} for c in MUON])
+    text = "\n".join(logit_lines([silent, read("muon", MUON)], ["adamw", "muon"]))
+    row = next(line for line in text.splitlines() if line.startswith("| 36 ") and "| layernorm " in line)
+    assert [c.strip() for c in row.strip("|").split("|")][2:] == ["—", "—", "8", "18 (2 cells)"]
+    assert "`adamw` recorded no attention telemetry" in text
+    assert logit_lines([silent], ["adamw"]) == []  # nothing recorded anywhere: no section

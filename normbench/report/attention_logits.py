@@ -4,12 +4,14 @@ the budget) lets q·k/√d_h grow, and whether QK-norm holds it (Kimi K2 added Q
 Read from the telemetry each cell recorded (train/telemetry.py `attn_logit_max`, every `train.telemetry_every`
 steps): per cell at its row's val-selected lr, the largest over blocks at the last observed step, and the largest
 over blocks and steps; then the mean over the cells that scored (report seeds; 2x cells left out). A folder that
-recorded no telemetry shows "—" and says so.
+recorded no telemetry reads the re-runs scripts/attention_logits.py wrote beside its ledger (`RERUNS`: each row's
+report cell trained again with telemetry on, at the lr the row has selected now), else shows "—" and says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pandas as pd
 
@@ -19,25 +21,42 @@ from normbench.report.tables import markdown_table
 from normbench.report.telemetry_figures import best_lr_telemetry, telemetry_frame
 
 QUANTITY = "attn_logit_max"
+RERUNS = "attention-logits.csv"  # scripts/attention_logits.py's records, in the folder they re-ran cells of
 
 
 def logit_summary(read: FolderRead) -> pd.DataFrame:
-    """Per (depth, layer): `final` and `peak` (seed means, see above) and `n` cells; empty without telemetry."""
+    """Per (depth, layer): `final` and `peak` (seed means, see above) and `n` cells, from the folder's own telemetry,
+    else from its re-runs (attrs["source"] says which); empty when neither has any."""
     frame = telemetry_frame(read.cells)
-    if frame.empty or QUANTITY not in frame or frame[QUANTITY].isna().all():
+    if not frame.empty and QUANTITY in frame and not frame[QUANTITY].isna().all():
+        cells = pd.concat([scoring_cells(best_lr_telemetry(frame, depth)) for depth in sorted(frame["depth"].unique())])
+        return _per_row(cells, "telemetry")
+    return _per_row(rerun_records(read), RERUNS)
+
+
+def rerun_records(read: FolderRead) -> pd.DataFrame:
+    """The folder's re-run records at each row's current selected lr (a re-run at an lr the row has since left is
+    not its logit), with a cell_id per re-run; empty without the file."""
+    path = Path(read.path) / RERUNS
+    if not path.is_file():
         return pd.DataFrame()
-    rows = []
-    for depth in sorted(frame["depth"].unique()):
-        per_cell = []
-        for _, cell in scoring_cells(best_lr_telemetry(frame, depth)).groupby("cell_id"):
-            last = cell[cell["step"] == cell["step"].max()]
-            per_cell.append({"layer": cell["layer"].iloc[0], "final": last[QUANTITY].max(),
-                             "peak": cell[QUANTITY].max()})
-        if per_cell:
-            means = pd.DataFrame(per_cell).groupby("layer").agg(final=("final", "mean"), peak=("peak", "mean"),
-                                                                 n=("final", "size")).reset_index()
-            rows.append(means.assign(depth=depth))
-    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+    records = pd.read_csv(path)
+    current = records.merge(read.analysis.selected[["layer", "depth", "lr"]], on=["layer", "depth", "lr"])
+    return current.assign(cell_id=current["layer"] + "," + current["seed"].astype(str))
+
+
+def _per_row(cells: pd.DataFrame, source: str) -> pd.DataFrame:
+    if cells.empty or QUANTITY not in cells:
+        return pd.DataFrame()
+    per_cell = []
+    for _, cell in cells.groupby("cell_id"):
+        last = cell[cell["step"] == cell["step"].max()]
+        per_cell.append({"depth": cell["depth"].iloc[0], "layer": cell["layer"].iloc[0],
+                         "final": last[QUANTITY].max(), "peak": cell[QUANTITY].max()})
+    summary = pd.DataFrame(per_cell).groupby(["depth", "layer"]).agg(
+        final=("final", "mean"), peak=("peak", "mean"), n=("final", "size")).reset_index()
+    summary.attrs["source"] = source
+    return summary
 
 
 def scoring_cells(at_best: pd.DataFrame) -> pd.DataFrame:
@@ -69,8 +88,12 @@ def logit_lines(reads: Sequence[FolderRead], labels: Sequence[str]) -> list[str]
             line |= {f"{label}: at the end": final, f"{label}: peak in training": peak}
         table.append(line)
     silent = [f"`{r.path.name}`" for r, s in zip(reads, summaries, strict=True) if s.empty]
+    reran = [f"`{r.path.name}`" for r, s in zip(reads, summaries, strict=True) if s.attrs.get("source") == RERUNS]
     note = ([f"{', '.join(silent)} recorded no attention telemetry (its suite's `train.telemetry_every` is 0): "
              "its columns are empty, not zero.", ""] if silent else [])
+    note += ([f"{', '.join(reran)} trained without telemetry: its columns are re-runs of report cells at each row's "
+              f"selected lr with telemetry on (scripts/attention_logits.py, `{RERUNS}` in the folder).", ""]
+             if reran else [])
     return ["## largest attention logit q·k/√d_h in each folder (telemetry, max over blocks; each row at its "
             "val-selected lr, mean over its scoring cells: at the last observed step, and the peak over training)",
             "", markdown_table(pd.DataFrame(table)), "", *note]

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from normbench.report.attention_logits import logit_lines, logit_summary
+from normbench.report.attention_logits import RERUNS, logit_lines, logit_summary
 
 
 def cell(layer: str, lr: float, seed: int, role: str, select: float, logits: dict[int, list[float]]) -> dict:
@@ -50,3 +50,20 @@ def test_a_folder_without_telemetry_shows_dashes_and_says_why():
     assert [c.strip() for c in row.strip("|").split("|")][2:] == ["—", "—", "8", "18 (2 cells)"]
     assert "`adamw` recorded no attention telemetry" in text
     assert logit_lines([silent], ["adamw"]) == []  # nothing recorded anywhere: no section
+
+
+def test_a_folder_without_telemetry_reads_its_reruns_at_the_lr_each_row_selects_now(tmp_path):
+    pd.DataFrame([{"layer": "layernorm", "depth": 36, "lr": 1e-3, "seed": 100, "step": step, "block": b,
+                   "attn_logit_max": v} for step, values in {0: [1.0, 2.0], 25: [7.0, 3.0]}.items()
+                  for b, v in enumerate(values)]
+                 + [{"layer": "ngpt", "depth": 36, "lr": 1e-2, "seed": 100, "step": 0, "block": 0,
+                     "attn_logit_max": 50.0}]).to_csv(tmp_path / RERUNS, index=False)
+    selected = pd.DataFrame({"layer": ["layernorm", "ngpt"], "depth": 36, "lr": [1e-3, 3e-3]})  # ngpt moved since
+    adamw = SimpleNamespace(path=tmp_path, cells=pd.DataFrame([{**c, "telemetry": None} for c in MUON]),
+                            analysis=SimpleNamespace(selected=selected))
+    summary = logit_summary(adamw)
+    assert summary.attrs["source"] == RERUNS
+    assert summary.set_index("layer").loc["layernorm", ["final", "peak", "n"]].tolist() == [7.0, 7.0, 1]
+    assert "ngpt" not in set(summary["layer"])  # its re-run is at an lr it no longer selects
+    text = "\n".join(logit_lines([adamw, read("muon", MUON)], ["adamw", "muon"]))
+    assert "re-runs of report cells" in text and "recorded no attention telemetry" not in text

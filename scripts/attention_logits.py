@@ -9,7 +9,7 @@ Telemetry only observes: each re-run's test top-1 is set beside the ledger's cel
 (`ledger test top-1`, `rerun test top-1`) and a difference is printed. The cell the ledger holds matches bit for bit
 when it trained on this device class and torch build; one trained elsewhere (the lent H200) differs as the device
 effect says (results/device-effect-digits.md), and the logits are then this device's. Rows already in the file are
-skipped: a stopped run resumes by row.
+skipped (a row whose selected lr has moved since is trained again): a stopped run resumes by row.
 """
 
 from __future__ import annotations
@@ -26,18 +26,22 @@ from normbench.report.attention_logits import QUANTITY, RERUNS
 from normbench.report.folder import read_folder
 from normbench.train.loop import train_cell
 
-EVERY = 25  # steps between observations, the recipe default (0.6% of a cell on this CPU)
+EVERY = 80  # steps between observations: the Muon suite's, so both optimizers are observed at the same steps
 
 
-def rerun(folder: Path, layer: str, depth: int, seed: int, every: int) -> pd.DataFrame:
-    """The records of `layer`'s report cell `seed` at its selected lr, trained again with telemetry every `every`."""
-    read = read_folder(folder)
-    selected = read.analysis.selected
+def selected_lr(selected: pd.DataFrame, folder: Path, layer: str, depth: int) -> float:
+    """The lr `layer` selects at `depth` now; exit 2 naming the rows there are when the folder has no such row."""
     row = selected[(selected["layer"] == layer) & (selected["depth"] == depth)]
     if row.empty:
-        raise SystemExit(f"attention_logits.py: {folder} has no row {layer} at depth {depth}; rows: "
-                         f"{', '.join(sorted(selected['layer']))}")
-    lr = float(row["lr"].iloc[0])
+        print(f"attention_logits.py: {folder} has no row {layer} at depth {depth}; its rows: "
+              f"{', '.join(sorted(set(selected['layer'])))}", file=sys.stderr)
+        raise SystemExit(2)
+    return float(row["lr"].iloc[0])
+
+
+def rerun(folder: Path, layer: str, depth: int, lr: float, seed: int, every: int) -> pd.DataFrame:
+    """The records of `layer`'s report cell `seed` at `lr`, trained again with telemetry every `every`."""
+    read = read_folder(folder)
     cells = read.cells
     ledger_cell = cells[(cells["layer"] == layer) & (cells["depth"] == depth) & (cells["lr"] == lr)
                         & (cells["seed"] == seed) & (cells[ROLE] == REPORTS)]
@@ -66,12 +70,14 @@ def main() -> None:
     args = parser.parse_args()
     path = args.folder / RERUNS
     done = pd.read_csv(path) if path.is_file() else pd.DataFrame()
+    selected = read_folder(args.folder).analysis.selected
     for layer in args.layers:
-        if not done.empty and ((done["layer"] == layer) & (done["depth"] == args.depth)
+        lr = selected_lr(selected, args.folder, layer, args.depth)
+        if not done.empty and ((done["layer"] == layer) & (done["depth"] == args.depth) & (done["lr"] == lr)
                                & (done["seed"] == args.seed)).any():
-            print(f"{layer}: in {path} already", flush=True)
+            print(f"{layer}: in {path} already (lr {lr:g})", flush=True)
             continue
-        done = pd.concat([done, rerun(args.folder, layer, args.depth, args.seed, args.every)], ignore_index=True)
+        done = pd.concat([done, rerun(args.folder, layer, args.depth, lr, args.seed, args.every)], ignore_index=True)
         done.to_csv(path, index=False)  # after each row: a stopped run keeps what it trained
     print(f"wrote {path}", file=sys.stderr)
 

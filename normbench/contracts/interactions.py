@@ -14,6 +14,7 @@ the other folder (report/interactions.py; docs/protocol.md "Interactions"):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,8 +61,13 @@ def parse_interactions(raw: Any, layers: Sequence[str], depths: Sequence[int], w
             raise SuiteError(f"{where}: {key}.depth: {entry['depth']!r} is not a depth of this suite "
                              f"(depths: {', '.join(map(str, depths))})")
         margin = entry.get("margin")
-        if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin <= 0):
-            raise SuiteError(f"{where}: {key}.margin: expected a positive number of points, got {margin!r}")
-        parsed.append(Interaction(str(entry["layer"]), str(entry["gap_to"]), int(entry["depth"]),
-                                  float(margin) if margin is not None else None))
+        if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))
+                                   or not 0 < margin < math.inf):
+            raise SuiteError(f"{where}: {key}.margin: expected a positive, finite number of points, got {margin!r}")
+        interaction = Interaction(str(entry["layer"]), str(entry["gap_to"]), int(entry["depth"]),
+                                  float(margin) if margin is not None else None)
+        if any((i.layer, i.gap_to, i.depth) == (interaction.layer, interaction.gap_to, interaction.depth)
+               for i in parsed):  # a second copy would only enlarge the Holm family
+            raise SuiteError(f"{where}: {key}: the same interaction as an earlier entry; list it once")
+        parsed.append(interaction)
     return parsed

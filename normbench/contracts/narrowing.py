@@ -1,7 +1,7 @@
 """A `--set` that narrows a suite (`--set matrix.layer=[layernorm,rezero]`, `--set matrix.depth=[2]`) leaves out
-layers or depths its claims and baseline name: those are dropped, a line each saying so, as a quick try of a big
-suite expects, instead of refusing the suite. Only what the override made inapplicable goes: a claim or baseline
-that the file itself gets wrong, or that a `--set` names, is still refused by contracts/suite.py."""
+layers or depths its claims, interactions and baseline name: those are dropped, a line each saying so, as a quick
+try of a big suite expects, instead of refusing the suite. Only what the override made inapplicable goes: a claim or
+baseline that the file itself gets wrong, or that a `--set` names, is still refused by contracts/suite.py."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ from typing import Any
 
 from normbench.contracts.recipe import ModelConfig
 
-NOT_LAYERS = ("depth", "by", "claimed")  # a claim's other keys name layers: layer, beats or steadier_than
+# a claim's (or an interaction's) other keys name layers: layer, beats, steadier_than or gap_to
+NOT_LAYERS = ("depth", "by", "claimed", "margin")
 _DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
 
 
 def drop_left_out(before: dict[str, Any], after: dict[str, Any], set_keys: set[str]) -> list[str]:
-    """Drop from `after` (the suite with its overrides) the claims and the baseline that `before` (the file) could
-    test and `after` no longer can; returns one line per thing dropped. Keys in `set_keys` (the top-level keys the
-    overrides set) are the user's own words and are left for the suite's checks."""
+    """Drop from `after` (the suite with its overrides) the claims, interactions and the baseline that `before` (the
+    file) could test and `after` no longer can; returns one line per thing dropped. Keys in `set_keys` (the top-level
+    keys the overrides set) are the user's own words and are left for the suite's checks."""
     was, now = (_listed(before, "layer"), _listed(before, "depth")), (_listed(after, "layer"), _listed(after, "depth"))
     notes = []
     baseline = after.get("baseline")
@@ -25,18 +26,19 @@ def drop_left_out(before: dict[str, Any], after: dict[str, Any], set_keys: set[s
         after["baseline"] = None  # not the default rule's layernorm: which layer is the reference is the user's call
         notes.append(f"--set leaves the baseline {baseline} out of the matrix, so no layer is compared with a baseline "
                      "(no paired comparisons); --set baseline=LAYER names another")
-    claims = after.get("claims")
-    if "claims" in set_keys or not isinstance(claims, list):
-        return notes
-    kept = []
-    for i, claim in enumerate(claims):
-        gone = _left_out(claim, was, now)
-        if gone:
-            notes.append(f"--set leaves {', '.join(gone)} out of the suite: dropped claims[{i}] ({_words(claim)}), "
-                         "which no longer applies")
-        else:
-            kept.append(claim)
-    after["claims"] = kept
+    for section in ("claims", "interactions"):
+        entries = after.get(section)
+        if section in set_keys or not isinstance(entries, list):
+            continue
+        kept = []
+        for i, entry in enumerate(entries):
+            gone = _left_out(entry, was, now)
+            if gone:
+                notes.append(f"--set leaves {', '.join(gone)} out of the suite: dropped {section}[{i}] "
+                             f"({_words(entry)}), which no longer applies")
+            else:
+                kept.append(entry)
+        after[section] = kept
     return notes
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 from normbench.contracts.selection import BUDGETS, REPORTS, ROLE
 from normbench.report.folder import FolderRead
 from normbench.report.tables import markdown_table
-from normbench.report.telemetry_figures import best_lr_telemetry, telemetry_frame
+from normbench.report.telemetry_figures import telemetry_frame
 
 QUANTITY = "attn_logit_max"
 RERUNS = "attention-logits.csv"  # scripts/attention_logits.py's records, in the folder they re-ran cells of
@@ -29,9 +29,15 @@ def logit_summary(read: FolderRead) -> pd.DataFrame:
     else from its re-runs (attrs["source"] says which); empty when neither has any."""
     frame = telemetry_frame(read.cells)
     if not frame.empty and QUANTITY in frame and not frame[QUANTITY].isna().all():
-        cells = pd.concat([scoring_cells(best_lr_telemetry(frame, depth)) for depth in sorted(frame["depth"].unique())])
-        return _per_row(cells, "telemetry")
+        return _per_row(scoring_cells(at_selected_lrs(frame, read.analysis.selected, read.analysis.keys)), "telemetry")
     return _per_row(rerun_records(read), RERUNS)
+
+
+def at_selected_lrs(frame: pd.DataFrame, selected: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """The records of each row's cells at the lr the folder's analysis selected (the one its tables score); `keys`:
+    the analysis's row and table keys."""
+    on = [k for k in dict.fromkeys([*keys, "lr"]) if k in frame and k in selected]
+    return frame.merge(selected[on].drop_duplicates(), on=on)
 
 
 def rerun_records(read: FolderRead) -> pd.DataFrame:
@@ -42,7 +48,8 @@ def rerun_records(read: FolderRead) -> pd.DataFrame:
         return pd.DataFrame()
     records = pd.read_csv(path)
     current = records.merge(read.analysis.selected[["layer", "depth", "lr"]], on=["layer", "depth", "lr"])
-    return current.assign(cell_id=current["layer"] + "," + current["seed"].astype(str))
+    axes = zip(current["layer"], current["depth"], current["lr"], current["seed"], strict=True)
+    return current.assign(cell_id=[f"{layer},{depth},{lr!r},{seed}" for layer, depth, lr, seed in axes])
 
 
 def _per_row(cells: pd.DataFrame, source: str) -> pd.DataFrame:
@@ -89,8 +96,9 @@ def logit_lines(reads: Sequence[FolderRead], labels: Sequence[str]) -> list[str]
         table.append(line)
     silent = [f"`{r.path.name}`" for r, s in zip(reads, summaries, strict=True) if s.empty]
     reran = [f"`{r.path.name}`" for r, s in zip(reads, summaries, strict=True) if s.attrs.get("source") == RERUNS]
-    note = ([f"{', '.join(silent)} recorded no attention telemetry (its suite's `train.telemetry_every` is 0): "
-             "its columns are empty, not zero.", ""] if silent else [])
+    note = ([f"{', '.join(silent)} recorded no attention telemetry (no cell holds `{QUANTITY}`: its suite's "
+             "`train.telemetry_every` is 0, or its cells predate the quantity) and has no re-runs: its columns are "
+             "empty, not zero.", ""] if silent else [])
     note += ([f"{', '.join(reran)} trained without telemetry: its columns are re-runs of report cells at each row's "
               f"selected lr with telemetry on (scripts/attention_logits.py, `{RERUNS}` in the folder).", ""]
              if reran else [])

@@ -147,13 +147,14 @@ TRANSFER_DEFINITION = (f"score = test top-1 (%) at each suite's own val-selected
 
 def tuned_section(tuned: pd.DataFrame, suite: Suite | None, reference: Path | None) -> list[str]:
     """The tuned rows; with a reference grid folder, each tuned lr beside the lr that grid selected for the row."""
-    grid_lrs, note = {}, "the lr against the recipe's `train.lr` (no reference grid folder to read a selected lr from)"
+    grid_lrs, note = None, "the lr against the recipe's `train.lr` (no reference grid folder to read a selected lr from)"
     if reference is not None:
         there, problem = _reference_cells(Path(reference))
         if problem is None:
             chosen = chosen_lrs(there, ["layer", "depth"])
-            grid_lrs = {(str(r.layer), int(r.depth)): float(r.lr) for r in chosen.itertuples()}
-            note = f"the lr against the lr `{reference}` selected for the row (its selection seeds, val)"
+            grid_lrs = {(str(r.layer), int(r.depth)): float(r.lr) for r in chosen.itertuples() if r.depth == r.depth}
+            note = (f"the lr against the lr `{reference}` selected for the row (its selection seeds, val), or, for a "
+                    "row that folder lacks, against `train.lr`, as its cell says")
         else:
             note = f"the lr against the recipe's `train.lr`: {problem}"
     return ["## tuned (equal Optuna budget per layer and depth, chosen on val, re-run on seeds the search "

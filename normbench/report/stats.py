@@ -298,12 +298,12 @@ def _differences(pool: pd.DataFrame, selected: pd.DataFrame, keys: list[str], wh
                  other: str) -> tuple[list[float], int]:
     """`layer` minus `other`, per seed both trained at their selected lrs among the `pool` cells within `where`, on
     one device class; and how many shared seeds were left out for training on different classes."""
-    by_seed, cross = seed_differences(pool, selected, keys, where, layer, other)
-    return [difference for difference, _ in by_seed.values()], cross
+    by_seed, mixed = seed_differences(pool, selected, keys, where, layer, other)
+    return [difference for difference, _ in by_seed.values()], len(mixed)
 
 
 def seed_differences(pool: pd.DataFrame, selected: pd.DataFrame, keys: list[str], where: dict[str, object],
-                     layer: str, other: str) -> tuple[dict[int, tuple[float, str]], int]:
+                     layer: str, other: str) -> tuple[dict[int, tuple[float, str]], list[int]]:
     """`_differences` by seed (in seed order): {seed: (`layer` minus `other`, the pair's device class)}, and the
     shared seeds left out for their devices. The class lets a difference of two folders' differences pair seeds of
     one class too (report/interactions.py)."""
@@ -313,10 +313,10 @@ def seed_differences(pool: pd.DataFrame, selected: pd.DataFrame, keys: list[str]
     a, b = (at_best[at_best["layer"] == name].set_index("seed") for name in (layer, other))
     seeds = sorted(set(a.index) & set(b.index))
     if "device" not in at_best:
-        return {s: (a.at[s, SCORE] - b.at[s, SCORE], UNKNOWN) for s in seeds}, 0
+        return {s: (a.at[s, SCORE] - b.at[s, SCORE], UNKNOWN) for s in seeds}, []
     same = [s for s in seeds if comparable(a.at[s, "device"], b.at[s, "device"])]
     return ({s: (a.at[s, SCORE] - b.at[s, SCORE], pair_class(a.at[s, "device"], b.at[s, "device"])) for s in same},
-            len(seeds) - len(same))
+            [s for s in seeds if s not in same])
 
 
 def versus_baseline(cells: pd.DataFrame, selected: pd.DataFrame, keys: list[str], baseline: str) -> pd.DataFrame:

@@ -303,6 +303,8 @@ def tuned_table(tuned: pd.DataFrame, suite: Any = None,
             chosen = (grid_lrs or {}).get((where.get("layer"), where.get("depth")))
             moved = {k: distance_text(v, chosen if k == "lr" and chosen is not None else recipe_value(cell, k))
                      for k, v in config.items()}
+            if grid_lrs is not None and chosen is None and "lr" in moved:  # the grid lacks this row
+                moved["lr"] += " (vs train.lr: not in the grid)"
         rows.append({**where, "_mean": mean,
                      "test top-1 (%)": f"{mean:.2f}", "95% CI": ci_text(low, high), "n": str(len(group)),
                      "val top-1 (%)": f"{group['select'].mean():.2f}",

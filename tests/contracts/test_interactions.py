@@ -33,6 +33,7 @@ def test_interactions_parse_with_an_optional_margin():
     ({"layer": "derf", "gap_to": "derf", "depth": 36}, "layer and gap_to are both 'derf'"),
     ({"layer": "derf", "gap_to": "rmsnorm", "depth": 12}, "interactions[0].depth: 12 is not a depth of this suite"),
     ({"layer": "derf", "gap_to": "rmsnorm", "depth": 36, "margin": 0}, "interactions[0].margin: expected a positive"),
+    ({"layer": "derf", "gap_to": "rmsnorm", "depth": 36, "margin": float("inf")}, "a positive, finite number"),
     ({"layer": "derf", "gap_to": "rmsnorm", "depth": 36, "by": 1}, "interactions[0].by: unknown key"),
     ({"layer": "derf", "beats": "rmsnorm", "depth": 36}, "expected {layer: A, gap_to: B, depth: D}"),
 ])
@@ -42,3 +43,9 @@ def test_a_malformed_interaction_is_refused_with_its_fix(entry, message):
     assert message in str(error.value)
     with pytest.raises(SuiteError, match="interactions: expected a list"):
         suite({"layer": "derf"})
+
+
+def test_an_interaction_listed_twice_is_refused():
+    twice = {"layer": "derf", "gap_to": "rmsnorm", "depth": 36}
+    with pytest.raises(SuiteError, match=r"interactions\[1\]: the same interaction as an earlier entry"):
+        suite([twice, {**twice, "margin": 1.0}])

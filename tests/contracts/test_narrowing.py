@@ -81,3 +81,13 @@ def test_tune_help_names_the_trials_key_and_the_dry_run():
     tune = build_parser()._subparsers._group_actions[0].choices["tune"]
     text = " ".join(tune.format_help().split())
     assert "--set tune.trials=1" in text and "--dry-run" in text and "trains nothing" in text
+
+
+def test_narrowing_drops_the_interactions_it_leaves_out_too():
+    """The Muon suite's interactions name rmsnorm, derf, dyt and derf_alpha03: a quick try on two layers or another
+    depth keeps the suite loadable, and says what went."""
+    muon = REPO / "suites" / "depth-sweep-digits-muon.yaml"
+    suite = load_suite(muon, ["matrix.layer=[layernorm,derf,rmsnorm]"])
+    assert [(i.layer, i.gap_to) for i in suite.interactions] == [("derf", "rmsnorm")]
+    assert any("dropped interactions[1] (layer: dyt, gap_to: rmsnorm, depth: 36)" in note for note in suite.notes)
+    assert load_suite(muon, ["matrix.depth=[2]"]).interactions == []

@@ -21,13 +21,19 @@ def cell(layer: str, lr: float, seed: int, role: str, select: float, logits: dic
                           for step, values in logits.items() for b, v in enumerate(values)]}
 
 
-def read(name: str, cells: list[dict]) -> SimpleNamespace:
-    return SimpleNamespace(path=Path(name), cells=pd.DataFrame(cells))
+SELECTED = pd.DataFrame({"layer": ["layernorm", "layernorm+qk_norm"], "depth": 36, "lr": 1e-3})
+
+
+def read(name: str, cells: list[dict], selected: pd.DataFrame = SELECTED) -> SimpleNamespace:
+    """A folder whose analysis selected `selected`'s lrs (as its tables score them)."""
+    return SimpleNamespace(path=Path(name), cells=pd.DataFrame(cells),
+                           analysis=SimpleNamespace(selected=selected, keys=["layer", "depth"]))
 
 
 MUON = [
     cell("layernorm", 1e-3, 0, "select", 90.0, {0: [1.0, 2.0], 25: [3.0, 4.0]}),
-    cell("layernorm", 1e-2, 0, "select", 50.0, {0: [99.0, 99.0]}),  # the lr not chosen: never read
+    cell("layernorm", 1e-2, 0, "select", 95.0, {0: [99.0, 99.0]}),  # the lr not selected: never read
+    cell("layernorm", 1e-2, 1, "select", 99.0, {0: [77.0, 77.0]}),  # the better val mean here; the analysis chose 1e-3
     cell("layernorm", 1e-3, 100, "report", 91.0, {0: [1.0, 2.0], 25: [30.0, 8.0], 50: [6.0, 10.0]}),
     cell("layernorm", 1e-3, 101, "report", 92.0, {0: [1.0, 2.0], 25: [5.0, 4.0], 50: [2.0, 6.0]}),
     cell("layernorm", 1e-3, 100, "budget", 93.0, {0: [500.0, 500.0]}),  # a 2x cell: never read
@@ -60,10 +66,21 @@ def test_a_folder_without_telemetry_reads_its_reruns_at_the_lr_each_row_selects_
                      "attn_logit_max": 50.0}]).to_csv(tmp_path / RERUNS, index=False)
     selected = pd.DataFrame({"layer": ["layernorm", "ngpt"], "depth": 36, "lr": [1e-3, 3e-3]})  # ngpt moved since
     adamw = SimpleNamespace(path=tmp_path, cells=pd.DataFrame([{**c, "telemetry": None} for c in MUON]),
-                            analysis=SimpleNamespace(selected=selected))
+                            analysis=SimpleNamespace(selected=selected, keys=["layer", "depth"]))
     summary = logit_summary(adamw)
     assert summary.attrs["source"] == RERUNS
     assert summary.set_index("layer").loc["layernorm", ["final", "peak", "n"]].tolist() == [7.0, 7.0, 1]
     assert "ngpt" not in set(summary["layer"])  # its re-run is at an lr it no longer selects
     text = "\n".join(logit_lines([adamw, read("muon", MUON)], ["adamw", "muon"]))
     assert "re-runs of report cells" in text and "recorded no attention telemetry" not in text
+
+
+def test_reruns_of_one_layer_at_two_depths_stay_two_rows(tmp_path):
+    pd.DataFrame([{"layer": "layernorm", "depth": depth, "lr": 1e-3, "seed": 100, "step": 0, "block": 0,
+                   "attn_logit_max": value} for depth, value in ((12, 1.0), (36, 5.0))]).to_csv(tmp_path / RERUNS,
+                                                                                              index=False)
+    selected = pd.DataFrame({"layer": "layernorm", "depth": [12, 36], "lr": 1e-3})
+    folder = SimpleNamespace(path=tmp_path, cells=pd.DataFrame([{**MUON[0], "telemetry": None}]),
+                             analysis=SimpleNamespace(selected=selected, keys=["layer", "depth"]))
+    summary = logit_summary(folder).set_index("depth")
+    assert summary.loc[12, "final"] == 1.0 and summary.loc[36, "final"] == 5.0

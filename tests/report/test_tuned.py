@@ -49,6 +49,9 @@ def test_the_tuned_lr_is_measured_from_the_lr_the_reference_grid_selected_for_it
                            "test_top1": 88.0, "tuned_params": {"lr": 2e-2}} for layer in ("layerscale", "layernorm")])
     lines = tuned_section(tuned, suite, grid)
     assert moved_column(lines) == {"layerscale": "lr x2", "layernorm": "lr x20"}  # 2e-2 against 1e-2 and 1e-3
+    lacking = pd.concat([tuned, tuned.iloc[:1].assign(layer="rmsnorm")], ignore_index=True)  # no grid row: said
+    suite.matrix["layer"].append("rmsnorm")
+    assert moved_column(tuned_section(lacking, suite, grid))["rmsnorm"] == "lr x20 (vs train.lr: not in the grid)"
     assert any(f"the lr against the lr `{grid}` selected for the row" in line for line in lines)
     missing = tuned_section(tuned, suite, tmp_path / "nowhere")  # no grid to read: the recipe's 1e-3, and why
     assert moved_column(missing) == {"layerscale": "lr x20", "layernorm": "lr x20"}

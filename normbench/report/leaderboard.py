@@ -147,7 +147,8 @@ TRANSFER_DEFINITION = (f"score = test top-1 (%) at each suite's own val-selected
 
 def tuned_section(tuned: pd.DataFrame, suite: Suite | None, reference: Path | None) -> list[str]:
     """The tuned rows; with a reference grid folder, each tuned lr beside the lr that grid selected for the row."""
-    grid_lrs, note = None, "the lr against the recipe's `train.lr` (no reference grid folder to read a selected lr from)"
+    grid_lrs: dict[tuple[str, int], float] | None = None
+    note = "the lr against the recipe's `train.lr` (no reference grid folder to read a selected lr from)"
     if reference is not None:
         there, problem = _reference_cells(Path(reference))
         if problem is None:

@@ -21,6 +21,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from normbench.report.header import OPTIMIZER_NAMES
+
 REPO = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 HEADLINE_BEGIN, HEADLINE_END = "<!-- headline:begin -->", "<!-- headline:end -->"
@@ -123,6 +125,19 @@ def accuracy_table(lines: list[str], source: Path | None = None) -> list[str]:
     return render(KEPT, [[row[i] for i in keep] for row in rows])
 
 
+def regime_of(parts: dict[str, list[str]], source: Path) -> tuple[str, str, str]:
+    """The leaderboard's `- regime:` line in its three clauses: the optimizer ('AdamW'), the budget ('40 epochs = ...
+    per cell') and the rest ('n of m rows converged (how it is judged): verdict')."""
+    regime = header_item(parts, "regime", source)
+    train = dict(item.split("=", 1) for item in header_item(parts, "train", source).split(", ") if "=" in item)
+    optimizer = OPTIMIZER_NAMES.get(train.get("optimizer", "").lower(), train.get("optimizer", ""))
+    if not regime.startswith(f"{optimizer}, "):
+        raise SystemExit(f"readme_results: {source}: its `- regime:` line does not begin with the optimizer "
+                         f"({optimizer}); regenerate it with {regenerate(source)}")
+    steps, _, rest = regime[len(optimizer) + 2:].partition("; ")
+    return optimizer, steps, rest
+
+
 def width(parts: dict[str, list[str]], source: Path) -> str:
     """The model's width as the leaderboard's `- model:` line gives it: 'width 64 (4 heads, patch 2)'."""
     model = dict(item.split("=", 1) for item in header_item(parts, "model", source).split(", ") if "=" in item)
@@ -154,8 +169,9 @@ def regime_block(root: Path, name: str) -> list[str]:
     parts = read(source)
     rel = f"results/{name}"
     out = [f"### {budget(parts, source)}", "",
-           f"`{rel}/` ({header_item(parts, 'suite', source).split(' — ', 1)[-1]}). Regime: {width(parts, source)}; "
-           f"{header_item(parts, 'regime', source).split('; ', 1)[-1]}. Seeds: {header_item(parts, 'seeds', source)}.",
+           f"`{rel}/` ({header_item(parts, 'suite', source).split(' — ', 1)[-1]}). Regime: {width(parts, source)}, "
+           f"{regime_of(parts, source)[0]}; {regime_of(parts, source)[2]}. "
+           f"Seeds: {header_item(parts, 'seeds', source)}.",
            ""]
     for depth in depths(parts):
         _, lines = section(parts, f"## depth {depth}: final accuracy", source)
@@ -239,15 +255,15 @@ def headline(root: Path) -> str:
                          f"{regenerate(source)}")
     deepest = max(found, key=int)
     _, lines = section(parts, f"## depth {deepest}: final accuracy", source)
-    regime = header_item(parts, "regime", source)
-    # '40 epochs = ... per cell; 12 of 12 rows converged (how it is judged): verdict' -> its first two clauses
-    steps, _, rest = regime.partition("; ")
+    # 'AdamW, 40 epochs = ... per cell; 12 of 12 rows converged (how it is judged): verdict' -> its first clauses
+    optimizer, steps, rest = regime_of(parts, source)
     converged = rest.split(" (", 1)[0]
     seeds = header_item(parts, "seeds", source).split("; lrs tried", 1)[0]
     rel = f"results/{name}/leaderboard.md"
     return "\n".join([
         HEADLINE_BEGIN, "",
-        f"Depth {deepest}, {width(parts, source)}, final accuracy (test top-1 %, mean and 95% t interval) after "
+        f"Depth {deepest}, {width(parts, source)}, {optimizer}, final accuracy (test top-1 %, mean and 95% t "
+        "interval) after "
         f"{steps}; {converged_here(lines, source)} converged ({converged.replace(' rows converged', '')} across "
         "depths). "
         f"Seeds: {seeds}: the selection seeds chose each row's lr on val, the report seeds give the score. "
@@ -320,11 +336,12 @@ def modern_headline(root: Path) -> str:
         return still_training(MODERN_HEADLINE_BEGIN, MODERN_HEADLINE_END)
     parts = read(source)
     deepest, names, table = modern_table(parts, source, MODERN_HEADLINE_KEPT, ratios=("step vs ",))
-    steps, _, rest = header_item(parts, "regime", source).partition("; ")
+    optimizer, steps, rest = regime_of(parts, source)
     rel = f"results/{MODERN}/leaderboard.md"
     return "\n".join([
         MODERN_HEADLINE_BEGIN, "",
-        f"Depth {deepest}, {width(parts, source)}, final accuracy (test top-1 %, the report seeds' mean and 95% t "
+        f"Depth {deepest}, {width(parts, source)}, {optimizer}, final accuracy (test top-1 %, the report seeds' "
+        "mean and 95% t "
         f"interval; bold: the true maximum) after {steps}; {rest.split(' (', 1)[0]}; the cost of a train step against "
         "layernorm "
         f"(`normbench bench SUITE`). Copied from [`{rel}`]({rel}); the claims, memory and how to read each column: "

@@ -47,11 +47,12 @@ def test_the_readme_gets_one_table_and_docs_every_table(tmp_path):
     deepest = max(readme_results.depths(readme_results.read(
         root / "results" / readme_results.REGIMES[0] / "leaderboard.md")), key=int)
     headline = readme.split(readme_results.HEADLINE_END)[0]
-    assert headline.count("| rank |") == 1 and f"Depth {deepest}, width 64 (4 heads, patch 2), final" in headline
+    assert headline.count("| rank |") == 1 and f"Depth {deepest}, width 64 (4 heads, patch 2), AdamW, final" in headline
     # its convergence count is the table's own (the regime line's counts every depth), beside the folder's
     assert "0 of 6 rows here converged (3 of 24 across depths)" in headline
     assert "report [" in readme and "(docs/results.md)" in readme
-    assert docs.count("Regime: width 64 (4 heads, patch 2); ") == len(readme_results.REGIMES) + 1  # + modern
+    assert docs.count("Regime: width 64 (4 heads, patch 2), AdamW; ") == len(readme_results.REGIMES)
+    assert docs.count("Regime: width 64 (4 heads, patch 2); AdamW, 40 epochs") == 1  # modern: its whole regime line
     assert docs.count("| rank |") > 1 and "lr sensitivity" in docs and "Both regimes side by side" in docs
     (root / "docs" / "results.md").write_text(docs.replace("| rank |", "| rank! |", 1))  # a hand edit
     assert readme_results.main(["--check", "--root", str(root)]) == 1
@@ -73,6 +74,13 @@ def test_a_leaderboard_without_a_kept_column_names_the_column_and_the_command(tm
     lines = FINAL.replace("| converged   ", "| done        ").splitlines()
     with pytest.raises(SystemExit, match=r"`converged`.*normbench leaderboard results/some-folder"):
         readme_results.accuracy_table(lines, source)
+
+
+def test_a_regime_line_without_its_optimizer_says_how_to_regenerate(tmp_path):
+    source = tmp_path / "results" / "old" / "leaderboard.md"
+    parts = {"": ["- train: epochs=40, optimizer=adamw", "- regime: 40 epochs = 640 optimizer steps; 1 of 2"]}
+    with pytest.raises(SystemExit, match="does not begin with the optimizer .AdamW.*normbench leaderboard results/old"):
+        readme_results.regime_of(parts, source)
 
 
 def test_a_leaderboard_without_the_expected_section_says_how_to_regenerate(tmp_path):
@@ -102,8 +110,9 @@ MODERN_BOARD = """# normbench leaderboard: depth-sweep-digits-modern
 
 - suite: `x/suite.yaml` — digits, depth 36, the modern recipes
 - model: embed_dim=192, num_heads=12, patch_size=2, mlp_ratio=4.0
+- train: epochs=40, batch_size=64, optimizer=adamw, weight_decay=0.05
 - seeds: selection [0, 1]; report [100, 101, 102, 103]
-- regime: 40 epochs = 640 optimizer steps per cell; 2 of 2 rows converged
+- regime: AdamW, 40 epochs = 640 optimizer steps per cell; 2 of 2 rows converged
 
 ## depth 36: final accuracy (40 epochs)
 
@@ -153,7 +162,7 @@ def test_the_readme_gets_the_modern_table_with_each_layers_step_cost_and_a_link_
                       "| step vs layernorm (cpu) |")  # memory and the claims stay in docs/results.md
     assert "| 1 ★ | ngpt | **97.50** | [96.00, 99.00] | 0.001 | 0.001–0.00316 (x3.16) | 0/8 (0%) | 1.40x |" in block
     lead = block[2]
-    assert "Depth 36, width 192 (12 heads, patch 2), final" in lead  # the width its model line gives
+    assert "Depth 36, width 192 (12 heads, patch 2), AdamW, final" in lead  # the width and optimizer its header gives
     assert "after 40 epochs = 640 optimizer steps per cell; 2 of 2 rows converged;" in lead
     assert f"(results/{readme_results.MODERN}/leaderboard.md)" in lead and "docs/results.md#todays-recipes" in lead
 

@@ -53,6 +53,23 @@ def _axis_text(key: str, values: list[Any]) -> str:
     return f"[{', '.join(_value_text(key, v) for v in values)}]" if key.endswith("lr") else str(values)
 
 
+# how a regime line names the optimizer (train/muon.py splits the Muon family's parameters between Muon and AdamW)
+OPTIMIZER_NAMES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "lamb": "LAMB", "lion": "Lion",
+                   "muon": "Muon on the hidden matrices, AdamW on the rest",
+                   "adamuon": "AdaMuon on the hidden matrices, AdamW on the rest"}
+
+
+def optimizer_text(suite: Suite | None) -> str | None:
+    """The optimizer every cell trained with, as a regime states it; None without a suite, and "the optimizer of
+    each row" when the matrix varies it."""
+    if suite is None:
+        return None
+    if "optimizer" in suite.matrix:
+        return "the optimizer of each row (a matrix axis)"
+    name = str(suite.cell({}).config.train.optimizer)
+    return OPTIMIZER_NAMES.get(name.lower(), name)
+
+
 def recipe_lines(suite: Suite) -> list[str]:
     """Every value the cells trained with (the suite's base recipe resolved against the defaults); matrix axes are
     listed as axes, and a value left to its default (None) is left out."""
@@ -128,7 +145,7 @@ def converged_counts(selected: pd.DataFrame) -> tuple[int, int]:
     return int(converged.sum()), int((converged & by_rule).sum())
 
 
-def regime_line(analysis: Analysis) -> str:
+def regime_line(analysis: Analysis, optimizer: str | None = None) -> str:
     selected = analysis.selected
     converged, unconfirmed = converged_counts(selected)
     rows = len(selected)
@@ -157,7 +174,8 @@ def regime_line(analysis: Analysis) -> str:
         rule_text = (f"{rule} the seed-mean val curve gaining at most {RISE_POINTS:g} point over the last "
                      f"{RISE_SHARE:.0%} of epochs; no 2x budget check ran, and under a cosine schedule this rule "
                      "rarely fails")
-    return (f"- regime: {budget_text(analysis)}; {converged} of {rows} rows converged ({rule_text}): "
+    trained = f"{optimizer}, " if optimizer else ""
+    return (f"- regime: {trained}{budget_text(analysis)}; {converged} of {rows} rows converged ({rule_text}): "
             f"{regime_word(converged, rows, unconfirmed)}")
 
 
@@ -189,7 +207,7 @@ def header(suite: Suite | None, cells: pd.DataFrame, analysis: Analysis | None, 
             lines.append(f"- splits (train/val/test images): {split}")
         lines.append(seeds_line(cells))
     if analysis is not None:
-        lines.append(regime_line(analysis))
+        lines.append(regime_line(analysis, optimizer_text(suite)))
     lines += ceiling_text(ceiling)
     lines += [*trained_on(cells), *adopted_lines(cells), ledger_line(newest),
               f"- {len(cells)} cells; {SCORE_DEFINITION}"]

@@ -21,7 +21,7 @@ from normbench.report.claims import check_claims, round_seeds
 from normbench.report.convergence import BUDGET_POINTS
 from normbench.report.cost import cost_sections
 from normbench.report.frames import FAILED
-from normbench.report.header import budget_text
+from normbench.report.header import budget_text, optimizer_text
 from normbench.report.plots import write_accuracy_vs_step, write_lr_sensitivity, write_lr_vs_depth, write_plots
 from normbench.report.stats import ALPHA, POWER, select_lr, selected_cells, selecting
 from normbench.report.tables import (
@@ -70,8 +70,8 @@ def table_sections(analysis: Analysis) -> list[str]:
     return lines
 
 
-def claim_regimes(analysis: Analysis, claims: pd.DataFrame) -> list[str]:
-    """Per claim row: its steps and which of its two rows had not converged."""
+def claim_regimes(analysis: Analysis, claims: pd.DataFrame, optimizer: str | None = None) -> list[str]:
+    """Per claim row: its optimizer, its steps and which of its two rows had not converged."""
     texts = []
     for _, claim in claims.iterrows():
         where = {k: claim[k] for k in analysis.table_keys}
@@ -79,7 +79,7 @@ def claim_regimes(analysis: Analysis, claims: pd.DataFrame) -> list[str]:
         rows = rows[rows["layer"].isin([claim["layer"], claim_rival(claim)[1]])]
         open_rows = rows[~rows["converged"].eq(True)]["layer"].tolist()
         state = "both rows converged" if not open_rows else f"unconverged: {', '.join(open_rows)}"
-        texts.append(f"{budget_text(analysis, where)}; {state}")
+        texts.append(f"{optimizer + ', ' if optimizer else ''}{budget_text(analysis, where)}; {state}")
     return texts
 
 
@@ -106,7 +106,7 @@ def comparison_sections(analysis: Analysis, suite: Suite | None, *, tuned: bool 
     if suite is not None and suite.claims:
         claims = check_claims(cells, selected, keys, suite.claims, suite.sequential, round_seeds(suite, tuned))
         lines += [claims_heading(suite, tuned), "",
-                  markdown_table(claims_table(claims, claim_regimes(a, claims))), ""]
+                  markdown_table(claims_table(claims, claim_regimes(a, claims, optimizer_text(suite)))), ""]
     lines += convergence_check_section(a)
     if BUDGET_AXIS in a.table_keys:
         group_keys = [k for k in a.table_keys if k != BUDGET_AXIS]

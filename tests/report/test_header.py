@@ -20,3 +20,20 @@ def test_rows_converged_by_the_rule_alone_are_counted_and_the_regime_says_so():
     assert regime_word(3, 3) == "converged: these are final-accuracy numbers"
     assert regime_word(3, 3, unconfirmed=3).startswith("converged (3 of them by the final-loss rule alone")
     assert regime_word(1, 3, unconfirmed=1).startswith("early training")  # says nothing it does not claim
+
+
+def test_the_regime_names_the_optimizer_every_cell_trained_with():
+    from pathlib import Path
+
+    from normbench.contracts.suite import parse_suite
+    from normbench.report.header import optimizer_text
+
+    def suite(train: dict, matrix: dict | None = None):
+        return parse_suite({"name": "t", "dataset": {"name": "digits"}, "train": train,
+                            "matrix": matrix or {"layer": ["layernorm"]}}, Path("t.yaml"))
+
+    assert optimizer_text(suite({})) == "AdamW"  # the recipe's default
+    assert optimizer_text(suite({"optimizer": "muon"})) == "Muon on the hidden matrices, AdamW on the rest"
+    assert optimizer_text(suite({}, {"layer": ["layernorm"], "optimizer": ["adamw", "muon"]})) == \
+        "the optimizer of each row (a matrix axis)"
+    assert optimizer_text(None) is None

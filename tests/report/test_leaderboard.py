@@ -85,7 +85,7 @@ def test_leaderboard_of_a_run_has_the_protocol_sections(write_suite, tmp_path: P
     assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
     board = (out / "leaderboard.md").read_text()
     for text in ("splits (train/val/test images): 1077/360/360", "seeds: selection [0, 1]; report none",
-                 "score = test top-1", "- regime: 1 epochs = 4 optimizer steps", "data ceiling (simple models",
+                 "score = test top-1", "- regime: AdamW, 1 epochs = 4 optimizer steps", "data ceiling (simple models",
                  "train: epochs=1, batch_size=256, optimizer=adamw", "label_smoothing=0.1",  # defaults shown too
                  "95% CI", "## paired comparison with layernorm", "## claims",
                  "layerscale beats layernorm at depth 1", "## throughput"):

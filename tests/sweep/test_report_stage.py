@@ -80,7 +80,7 @@ def test_a_suite_with_report_seeds_targets_and_a_budget_axis_end_to_end(write_su
     last_step = history.groupby("cell_id")["step"].max()
     assert (last_step == (csv.set_index("cell_id")["epochs_run"] * 8).loc[last_step.index]).all()  # 1077 // 128
     board = (out / "leaderboard.md").read_text()
-    for text in ("report [100, 101] (fresh", "- regime: 1 epochs = 8 optimizer steps", "rows converged",
+    for text in ("report [100, 101] (fresh", "- regime: AdamW, 1 epochs = 8 optimizer steps", "rows converged",
                  "data ceiling (simple models", "## depth 1, 3 epochs: final accuracy",
                  "## depth 1, 3 epochs: learning speed", "steps to 30% val", "2 report", "p (Holm)",
                  "## does the ranking hold across budgets?", "permutation p", "lr sensitivity (points)", "failed",

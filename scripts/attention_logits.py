@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from normbench.contracts.selection import REPORTS, ROLE
+from normbench.errors import NormbenchError
 from normbench.report.attention_logits import QUANTITY, RERUNS
 from normbench.report.folder import read_folder
 from normbench.train.loop import train_cell
@@ -70,7 +71,11 @@ def main() -> None:
     args = parser.parse_args()
     path = args.folder / RERUNS
     done = pd.read_csv(path) if path.is_file() else pd.DataFrame()
-    selected = read_folder(args.folder).analysis.selected
+    try:
+        selected = read_folder(args.folder).analysis.selected
+    except NormbenchError as error:  # no folder, no suite.yaml, no ledger, no finished cells: say so, exit 2
+        print(f"attention_logits.py: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     for layer in args.layers:
         lr = selected_lr(selected, args.folder, layer, args.depth)
         if not done.empty and ((done["layer"] == layer) & (done["depth"] == args.depth) & (done["lr"] == lr)

@@ -50,14 +50,16 @@ def reclaim(ledger: Ledger, study: optuna.Study) -> list[FrozenTrial]:
             trial_id = ledger.call(ledger.ids.of, study, t.number)
             if not dead and _signed_since(ledger, trial_id):
                 continue  # its worker signed after the snapshot above (a slow claim on a busy machine): it owns it
-            if ledger.fail_trial(trial_id):  # only the FAIL that lands counts
-                verdict = (f"its worker process ended mid-cell (OS lock {lock} found free): killed (OOM killer, "
-                           "SIGKILL, a watchdog), crashed (segfault) or exited") if dead else (
-                    "claimed, but its worker never signed it (killed between claiming and starting the cell)")
-                _count_lost_attempt(ledger, study, t, verdict)
-                failed.append(t)
+            with ledger.queue_guard(study.study_name):  # the FAIL and its copy land as one to a worker queueing
+                if ledger.fail_trial(trial_id):  # only the FAIL that lands counts
+                    verdict = (f"its worker process ended mid-cell (OS lock {lock} found free): killed (OOM killer, "
+                               "SIGKILL, a watchdog), crashed (segfault) or exited") if dead else (
+                        "claimed, but its worker never signed it (killed between claiming and starting the cell)")
+                    _count_lost_attempt(ledger, study, t, verdict)
+                    failed.append(t)
     if ledger.heartbeats and not _beats_may_be_missing(ledger):
-        failed += _fail_stale(ledger, study, running)
+        with ledger.queue_guard(study.study_name):
+            failed += _fail_stale(ledger, study, running)
     return failed
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,6 +38,8 @@ class Ledger(Protocol):
     def fail_trial(self, trial_id: int) -> bool: ...
 
     def requeue(self, study: optuna.Study, failed: FrozenTrial) -> None: ...
+
+    def queue_guard(self, study_name: str) -> AbstractContextManager[None]: ...
 
 
 @dataclass(eq=False)
@@ -123,11 +125,12 @@ class Claim:
     def release(self) -> None:
         """Give the trial back (Ctrl-C, SIGTERM, a full disk): failed here, queued again for the next run. Called
         again after it raised midway (a full disk frees room at its first refused write), it finishes the job."""
-        if not self.failed_here:
-            self.failed_here = self.ledger.fail_trial(self.id)
-            if not self.failed_here:  # someone else already finished or failed it
-                return
-        self.ledger.requeue(self.study, self.frozen())
+        with self.ledger.queue_guard(self.study.study_name):  # the FAIL and its copy land as one (Ledger.queue_guard)
+            if not self.failed_here:
+                self.failed_here = self.ledger.fail_trial(self.id)
+                if not self.failed_here:  # someone else already finished or failed it
+                    return
+            self.ledger.requeue(self.study, self.frozen())
 
     @contextmanager
     def heartbeat(self) -> Iterator[None]:

@@ -8,6 +8,7 @@ Outages: store/retry.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -25,10 +26,10 @@ from normbench.contracts.names import OutputFolder, StudyNames
 from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
 from normbench.store.claim import Claim
 from normbench.store.journal import SafeJournalFileBackend
-from normbench.store.locks import LifeLock
+from normbench.store.locks import LifeLock, folder_lock
 from normbench.store.migrations import OBJECTIVE_NAME, trial_cell_id
 from normbench.store.optuna_api import TRIAL_KEY, TrialIds, find_trial_by_key
-from normbench.store.queue_lock import queue_lock
+from normbench.store.queue_lock import lock_key, queue_lock
 from normbench.store.retry import NOT_LANDED, Outage, redact
 from normbench.store.trial_params import add_finished_copy, add_waiting_trial, axis_distributions
 
@@ -166,7 +167,7 @@ class Ledger:
                  extra: dict[str, dict[str, Any]] | None, adopt: Adopt | None) -> int:
         # current-format ids, so an old ledger (unsorted axes) is not queued twice; cells failed for good stay out
         # until `--retry-failed`, else every starting worker would feed them again
-        with queue_lock(self.storage, self.outage, study.study_name, self.grace_period):
+        with self.queue_guard(study.study_name):
             present = {trial_cell_id(t) for t in study.get_trials(deepcopy=False, states=LIVE)}
             present |= {trial_cell_id(t) for t in ended_cells(study)}
             missing = {cid: axes for cid, axes in items.items() if cid not in present}
@@ -256,6 +257,15 @@ class Ledger:
     def _on_stale(self, study: optuna.Study, trial: FrozenTrial) -> None:
         # collected for `fail_stale`: a write in here would not be retried on its own
         self._stale.append(trial)
+
+    def queue_guard(self, study_name: str) -> contextlib.AbstractContextManager[None]:
+        """Hold the study's queue for the block: queueing is check-then-insert, and failing an attempt then adding
+        its copy (or its failed-for-good record) is two writes; a worker starting between them saw the cell with no
+        live trial and queued it afresh, a second round past NORMBENCH_MAX_ATTEMPTS. An OS lock beside a journal, an
+        advisory lock on PostgreSQL (store/queue_lock.py). Not reentrant: never nest two."""
+        if self.journal is not None:
+            return folder_lock(Path(self.url).parent, f"queue-{lock_key(study_name) & 0xFFFFFFFF:08x}")
+        return queue_lock(self.storage, self.outage, study_name, self.grace_period)
 
     def requeue(self, study: optuna.Study, failed: FrozenTrial, user_attrs: dict[str, Any] | None = None, *,
                 drop: tuple[str, ...] = (), state: TrialState = TrialState.WAITING) -> None:

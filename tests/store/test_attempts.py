@@ -5,6 +5,7 @@ attempt lost after its checkpoint moved on (preempted while progressing) is not 
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import pytest
@@ -67,6 +68,52 @@ def test_a_peer_with_a_stale_view_of_the_same_dead_claim_does_not_count_it_again
     assert reclaim(b, study_b) == []  # its FAIL does not land: a counted the attempt
     waiting = study_a.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     assert len(waiting) == 1 and len(waiting[0].user_attrs[ATTEMPTS]) == 1
+
+
+def start_a_worker_after_each_fail(ledger, starting, study_name: str) -> list[int]:
+    """Make `ledger`'s FAILs start a worker (`starting`) that queues the cell at once, and wait a second for it: the
+    window between a FAIL and its copy. Returns what that worker queued."""
+    queued: list[int] = []
+    fail_trial = ledger.fail_trial
+
+    def fail_then_let_a_worker_start(trial_id):
+        landed = fail_trial(trial_id)
+        worker = threading.Thread(target=lambda: queued.append(starting.enqueue(starting.study(study_name),
+                                                                               {CELL: AXES})))
+        worker.start()
+        worker.join(timeout=1.0)
+        fail_then_let_a_worker_start.worker = worker
+        return landed
+
+    ledger.fail_trial = fail_then_let_a_worker_start
+    return queued
+
+
+def test_a_worker_starting_between_a_lost_attempts_fail_and_its_copy_does_not_queue_the_cell_afresh(tmp_path):
+    """Reclaiming is two writes (the FAIL, then the copy or the record that ends the round). A worker that started
+    between them and queued the matrix saw the cell with no live trial and queued it afresh: a second round past
+    NORMBENCH_MAX_ATTEMPTS (seen in CI). The starting worker's queueing now waits until both writes landed."""
+    peer, starting = Ledger(None, tmp_path, max_attempts=1), Ledger(None, tmp_path)
+    study = peer.study("run:window")
+    peer.enqueue(study, {CELL: AXES})
+    die_holding_a_claim(tmp_path, "run:window")
+    queued = start_a_worker_after_each_fail(peer, starting, "run:window")
+    reclaim(peer, study)
+    peer.fail_trial.worker.join(timeout=30)
+    assert queued == [0]  # it waited for the record that ends the round, and queued nothing
+    assert states(study) == [TrialState.FAIL] * 2 and len(failed_for_good(study)) == 1
+
+
+def test_a_worker_starting_while_a_claim_is_given_back_does_not_queue_a_second_copy(tmp_path):
+    """Ctrl-C's give-back is the same two writes: the FAIL, then its WAITING copy."""
+    worker, starting = Ledger(None, tmp_path), Ledger(None, tmp_path)
+    study = worker.study("run:give-back")
+    worker.enqueue(study, {CELL: AXES})
+    claim = worker.claim(study)
+    queued = start_a_worker_after_each_fail(worker, starting, "run:give-back")
+    claim.release()
+    worker.fail_trial.worker.join(timeout=30)
+    assert queued == [0] and states(study) == [TrialState.FAIL, TrialState.WAITING]
 
 
 def test_retry_failed_gives_another_round_and_keeps_the_earlier_one(tmp_path):

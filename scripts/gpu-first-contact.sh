@@ -54,19 +54,9 @@ pack() {  # the figures so far into $OUT, where the device tool brings them back
     find results -type f -newer "$started" -print0 | tar -czf "$OUT/gpu-first-contact.tgz" --null -T -
 }
 
-stage() {  # stage NAME SECONDS COMMAND...: run with a time limit (SIGINT first, so partial results get written)
-    local name=$1 override="LIMIT_$1"
-    local limit=${!override:-$2}  # LIMIT_bench=100 shortens one stage to fit what is left of a lease
-    shift 2
-    [[ -z "${STAGES:-}" || " $STAGES " == *" $name "* ]] || return 0
-    echo "=== $name (limit ${limit}s): $*"
-    local t0=$SECONDS
-    timeout -s INT -k 10 "$limit" "$@"
-    local rc=$?
-    echo "=== $name: exit $rc after $((SECONDS - t0)) s"
-    ((rc == 0)) || failed+=("$name (exit $rc)")
-    pack
-}
+# shellcheck source=scripts/lib/stage.sh
+source scripts/lib/stage.sh  # stage NAME SECONDS COMMAND...
+KILL_AFTER=10
 
 date -u
 nvidia-smi || true

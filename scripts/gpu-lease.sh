@@ -72,25 +72,8 @@ pack() {  # figures, log and ledgers so far into $OUT, where the device tool bri
 
 left() { echo $((wall - (SECONDS - t0))); }
 
-stage() {  # stage NAME SECONDS COMMAND...: under a time limit (SIGINT first: partial results are written), then packed
-    local name=$1 override="LIMIT_$1"
-    local limit=${!override:-$2}
-    shift 2
-    [[ -z "${STAGES:-}" || " $STAGES " == *" $name "* ]] || return 0
-    ((limit > $(left))) && limit=$(left)
-    if ((limit < 10)); then
-        echo "=== $name: skipped, ${limit}s of the wall time left"
-        failed+=("$name (no time left)")
-        return 0
-    fi
-    echo "=== $name (limit ${limit}s, $(left)s of the wall time left): $*"
-    local t1=$SECONDS
-    timeout -s INT -k 20 "$limit" "$@"
-    local rc=$?
-    echo "=== $name: exit $rc after $((SECONDS - t1)) s"
-    ((rc == 0)) || failed+=("$name (exit $rc)")
-    pack
-}
+# shellcheck source=scripts/lib/stage.sh
+source scripts/lib/stage.sh  # stage NAME SECONDS COMMAND...
 
 date -u
 [[ $device == cuda ]] && { nvidia-smi || true; }

@@ -13,16 +13,24 @@ import torch
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu-first-contact.sh"
 
 
+def copy_script(root: Path, script: Path) -> Path:
+    """`script` and the stage library it sources (scripts/lib/) copied into an empty repository layout at `root`, so a
+    wrongly started run could not touch the real results/."""
+    (root / "scripts" / "lib").mkdir(parents=True)
+    for lib in (script.parent / "lib").iterdir():
+        (root / "scripts" / "lib" / lib.name).write_text(lib.read_text())
+    copy = root / "scripts" / script.name
+    copy.write_text(script.read_text())
+    return copy
+
+
 def test_script_parses() -> None:
     subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_refuses_without_cuda_and_writes_nothing(tmp_path: Path) -> None:
-    # a copy in an empty repository layout, so a wrongly started run could not touch the real results/
-    (tmp_path / "scripts").mkdir()
-    copy = tmp_path / "scripts" / SCRIPT.name
-    copy.write_text(SCRIPT.read_text())
+    copy = copy_script(tmp_path, SCRIPT)
     env = {**os.environ, "PYTHON": sys.executable}
     done = subprocess.run(["bash", str(copy)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
@@ -41,9 +49,7 @@ def test_the_sweep_script_parses_and_asks_for_its_arguments() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_the_sweep_script_refuses_without_cuda_and_names_the_cpu_command(tmp_path: Path) -> None:
-    (tmp_path / "scripts").mkdir()
-    copy = tmp_path / "scripts" / SWEEP.name
-    copy.write_text(SWEEP.read_text())
+    copy = copy_script(tmp_path, SWEEP)
     env = {**os.environ, "PYTHON": sys.executable}
     done = subprocess.run(["bash", str(copy), "suites/smoke.yaml", "runs/smoke"], env=env, capture_output=True,
                           text=True, timeout=60)
@@ -65,9 +71,7 @@ esac
 
 def test_with_out_set_each_stage_s_figures_are_packed_into_it(tmp_path: Path) -> None:
     """A device lease brings back only $OUT: the figures a stage wrote must be there even if a later stage is cut."""
-    (tmp_path / "scripts").mkdir()
-    copy = tmp_path / "scripts" / SCRIPT.name
-    copy.write_text(SCRIPT.read_text())
+    copy = copy_script(tmp_path, SCRIPT)
     fake = tmp_path / "fake-python"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)

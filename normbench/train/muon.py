@@ -10,12 +10,16 @@ beside it: two optimizers to schedule, checkpoint and fuse.) Its settings are th
   (3.4445, -4.7750, 2.0315), 5 steps in bfloat16 (timm's default is another, per-step "quintic" set), ε 1e-7;
 - the update scaled by 0.2·sqrt(max(A, B)) for an A x B matrix (Moonlight's `match_rms_adamw`, arXiv 2502.16982):
   its RMS is then about 0.2, AdamW's, so Muon takes the suite's lr as AdamW does and one lr grid serves both;
+- a fused qkv weight (3C x C) orthogonalised as three C x C matrices, Wq, Wk and Wv, each scaled as one
+  (`BlockwiseMuon`): Moonlight and Kimi K2 keep the projections apart and modded-nanogpt splits its fused qkvo before
+  Newton-Schulz; one joint Newton-Schulz would let one projection's large gradient take the others' share of the update;
 - the other parameters: AdamW exactly as `optimizer: adamw` trains them (betas (0.9, 0.999), ε 1e-8), at the suite's
   lr times their group's `lr_scale` (timm's `fallback_lr_scale` 1), so only the hidden matrices' optimizer changes;
 - decoupled weight decay p ← p·(1 - lr·wd) on both, the suite's `weight_decay` on the groups the AdamW rule decays.
 
 `adamuon` (AdaMuon, arXiv 2507.11005) adds a second moment on the orthogonalised update (β₂ 0.95, timm's) and
-rescales the result to RMS 0.2; the split, momentum and AdamW part are `muon`'s. timm's `nmuon` and `nadamuon`
+rescales the result to RMS 0.2 over the whole weight; the split, momentum and AdamW part are `muon`'s, the fused qkv
+one matrix (its RMS rescaling is per weight, as timm's AdaMuon, its reference, does it). timm's `nmuon` and `nadamuon`
 change the AdamW part to NAdamW, so contracts/cell_checks.py refuses them.
 """
 
@@ -23,7 +27,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from timm.optim import Muon
+from timm.optim.muon import muon as muon_update
 from torch import nn
 
 from normbench.contracts.recipe import ADAM_BETA2_DEFAULT, TrainConfig
@@ -46,12 +52,15 @@ def momentum_of(tc: TrainConfig) -> float:
 def create_muon(model: nn.Module, tc: TrainConfig) -> Muon:
     """The cell's optimizer for `train.optimizer` muon or adamuon: each group on Muon or on AdamW
     (train/optim_groups.py `hidden_matrices`), with the settings above."""
+    adamuon = tc.optimizer.lower() == "adamuon"
     groups = param_groups(model, tc.lr, tc.weight_decay, muon=True)
     for group in groups:
         group.update(muon_settings() if group["use_muon"] else adamw_settings(tc.adam_beta2))
-    return Muon(groups, lr=tc.lr, weight_decay=tc.weight_decay, momentum=momentum_of(tc), nesterov=True,
+        if adamuon:
+            group.pop("muon_blocks", None)
+    return BlockwiseMuon(groups, lr=tc.lr, weight_decay=tc.weight_decay, momentum=momentum_of(tc), nesterov=True,
                 ns_steps=NS_STEPS, ns_coefficients=[NS_COEFFICIENTS], eps=NS_EPS, adjust_lr_fn=ADJUST_LR,
-                fallback_lr_scale=1.0, algo="adamuon" if tc.optimizer.lower() == "adamuon" else "muon")
+                fallback_lr_scale=1.0, algo="adamuon" if adamuon else "muon")
 
 
 def muon_settings() -> dict[str, Any]:
@@ -62,3 +71,53 @@ def adamw_settings(beta2: float | None = None) -> dict[str, Any]:
     # timm steps a group's AdamW part as NAdamW when the group is Nesterov: these groups are not
     betas = ADAMW_BETAS if beta2 is None else (ADAM_BETA1, float(beta2))
     return {"nesterov": False, "betas": betas, "eps": ADAMW_EPS}
+
+
+class BlockwiseMuon(Muon):
+    """timm's `Muon`, except that a group with `muon_blocks` b > 1 (train/optim_groups.py: a fused qkv) has each of its
+    weights' b row blocks orthogonalised and scaled as a matrix of its own. timm steps every other group."""
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        if closure is not None:
+            raise ValueError("BlockwiseMuon takes no closure: the training loop computes the gradients before a step")
+        blockwise = [g for g in self.param_groups if g.get("muon_blocks", 1) > 1]
+        params = [g["params"] for g in blockwise]
+        try:  # timm steps the groups it can; these wait, empty, for the step below
+            for group in blockwise:
+                group["params"] = []
+            super().step()
+        finally:
+            for group, kept in zip(blockwise, params, strict=True):
+                group["params"] = kept
+        for group in blockwise:
+            self._step_by_blocks(group)
+
+    def _step_by_blocks(self, group: dict[str, Any]) -> None:
+        """timm's Muon update (decay, Nesterov momentum, Newton-Schulz, Moonlight's scale) on a (b·m, n) weight seen as
+        an (m, n, b) one: timm's `conv_mode="batched"` orthogonalises each (m, n) slice of an (out, in, k) weight on its
+        own and scales it by 0.2·sqrt(max(m, n)), the slice's shape; `normalize_spatial` off leaves that scale as is."""
+        b = group["muon_blocks"]
+        params, grads, buffers = [], [], []
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = self.state[p]
+            state.setdefault("use_muon", True)
+            buffer = state.setdefault("momentum_buffer", torch.zeros_like(p))
+            params.append(as_blocks(p, b))
+            grads.append(as_blocks(p.grad, b))
+            buffers.append(as_blocks(buffer, b))
+        if params:
+            muon_update(params, grads, buffers, lr=group["lr"], weight_decay=group["weight_decay"],
+                        momentum=group["momentum"], nesterov=group["nesterov"], ns_steps=group["ns_steps"],
+                        ns_coefficients=group["ns_coefficients"], eps=group["eps"],
+                        safety_factor=group["safety_factor"], adjust_lr_fn=group["adjust_lr_fn"],
+                        conv_mode="batched", normalize_spatial=False, scale_eps=group["scale_eps"],
+                        capturable=group["capturable"])
+
+
+def as_blocks(t: torch.Tensor, blocks: int) -> torch.Tensor:
+    """A view of a (blocks·m, n) tensor as (m, n, blocks): slice [:, :, i] is row block i (q, k, v for a fused qkv)."""
+    rows, cols = t.shape
+    return t.view(blocks, rows // blocks, cols).permute(1, 2, 0)

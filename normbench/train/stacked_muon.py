@@ -4,7 +4,7 @@ Muon's step on a matrix is a chain of small matmuls (5 Newton-Schulz iterations 
 by one launch K times as many: on a GPU, what fusing saves. Here each member's momentum buffer of a hidden matrix is
 its slice of one (K, m, n) tensor, as its parameter is of the stacked one (train/stacked.py), and one step sends the
 Nesterov updates of every member and every matrix of a shape through timm's `zeropower_via_newtonschulz` at once, a
-(K·L, m, n) batch, each member at its own lr. The arithmetic per member is the single cell's (timm's
+(K·L, m, n) batch, each member at its own lr (a fused qkv as its three (C, C) blocks, as train/muon.py steps it). The arithmetic per member is the single cell's (timm's
 `_single_tensor_muon`: decay, momentum, Nesterov, Newton-Schulz, scale, update), so each member trains as it does
 alone (tests/train/test_stacked_muon.py); the members' AdamW part steps through their own optimizers as before, with
 the hidden matrices' gradients held back. `adamuon` is not fused (train/fusion_rules.py).
@@ -38,6 +38,8 @@ class StackedMuon:
         for fit, params in zip(fits, self.params, strict=True):
             group_of = {id(p): g for g in fit.optimizer.param_groups for p in g["params"]}
             self.groups.append({name: group_of[id(params[name])] for name in self.names})
+        # the row blocks each matrix is orthogonalised in (train/muon.py `BlockwiseMuon`: 3 for a fused qkv)
+        self.blocks = {name: group.get("muon_blocks", 1) for name, group in self.groups[0].items()}
         self.momentum: dict[str, torch.Tensor] = {}
         for name in self.names:  # a member resumed from a checkpoint brings its buffer; a fresh one starts at 0
             buffers = [f.optimizer.state[p[name]].get("momentum_buffer") for f, p in zip(fits, self.params,
@@ -66,6 +68,8 @@ class StackedMuon:
             p.mul_(torch.tensor([1 - lr * wd for lr in lrs], dtype=p.dtype, device=p.device).view(-1, 1, 1))
             m.lerp_(g, 1.0 - hp["momentum"])
             update = g.lerp(m, hp["momentum"]) if hp["nesterov"] else m.clone()
+            rows, cols = update.shape[1:]
+            update = update.reshape(-1, rows // self.blocks[name], cols)  # (K·b, m/b, n): member-major, block-minor
             updates.setdefault(tuple(update.shape[1:]), []).append((name, update, p))
             if not every:
                 momentum[idx] = m
@@ -74,10 +78,10 @@ class StackedMuon:
                                                eps=hp["eps"], safety_factor=hp["safety_factor"],
                                                scale_eps=hp["scale_eps"])
             scale = get_lr_scale(torch.Size(shape), hp["adjust_lr_fn"]) if hp["adjust_lr_fn"] else 1.0
-            for (name, _, p), o in zip(batch, ortho.split(len(stepping)), strict=True):
+            for (name, _, p), o in zip(batch, ortho.split([u.shape[0] for _, u, _ in batch]), strict=True):
                 alpha = torch.tensor([-self.groups[k][name]["lr"] * scale for k in stepping], dtype=p.dtype,
                                      device=p.device).view(-1, 1, 1)
-                p.add_(o * alpha)
+                p.add_(o.reshape(p.shape) * alpha)
                 if not every:
                     self.stacked.params[name].data[idx] = p
 

@@ -152,6 +152,44 @@ def test_three_muon_steps_are_the_references_and_the_adamw_part_is_adamws():
     assert not torch.equal(head, h0)
 
 
+def test_a_fused_qkv_is_stepped_as_three_matrices_q_k_and_v():
+    """Two steps of a qkv weight against the reference's update of Wq, Wk and Wv apart (each orthogonalised and scaled
+    0.2·sqrt(C) as a C x C matrix: Moonlight's separate projections), not of the (3C x C) weight as one matrix; its
+    momentum stays one buffer of the weight's shape, so checkpoints are unchanged."""
+    lr, wd = 0.02, 0.1
+    model = tiny_vit("layernorm")
+    gen = torch.Generator().manual_seed(7)
+    qkv = model.blocks[0].attn.qkv.weight
+    with torch.no_grad():
+        qkv.copy_(torch.randn(qkv.shape, generator=gen))
+    w0 = qkv.detach().double().clone()
+    opt = create_muon(model, TrainConfig(optimizer="muon", lr=lr, weight_decay=wd))
+    split, joint, momentum = w0.clone(), w0.clone(), torch.zeros_like(w0)
+    C = qkv.shape[1]
+    for _ in range(2):
+        for p in model.parameters():
+            p.grad = torch.randn(p.shape, generator=gen)
+        p.grad[: C] *= 5  # a large q gradient: the case where one matrix and three differ most
+        qkv.grad = qkv.grad.clone()
+        opt.step()
+        g = qkv.grad.double()
+        momentum.lerp_(g, 1 - 0.95)
+        update = g.lerp(momentum, 0.95)
+        split = split * (1 - lr * wd) - lr * 0.2 * math.sqrt(C) * torch.cat(
+            [reference_newton_schulz(block) for block in update.chunk(3)])
+        joint = joint * (1 - lr * wd) - lr * 0.2 * math.sqrt(3 * C) * reference_newton_schulz(update)
+    moved = qkv.detach().double() - w0
+    assert (moved - (split - w0)).norm() / (split - w0).norm() < 2e-2  # bfloat16's rounding
+    assert (moved - (joint - w0)).norm() / (joint - w0).norm() > 0.2  # one joint matrix is another update
+    assert opt.state[qkv]["momentum_buffer"].shape == qkv.shape
+    assert {g.get("muon_blocks") for g in opt.param_groups if g["use_muon"]} == {3, None}  # qkv; proj, fc1, fc2
+
+
+def test_adamuon_keeps_the_fused_qkv_one_matrix():
+    opt = create_muon(tiny_vit("layernorm"), TrainConfig(optimizer="adamuon"))
+    assert not any("muon_blocks" in g for g in opt.param_groups)
+
+
 def test_muon_momentum_is_the_references_unless_the_suite_sets_it():
     model = tiny_vit("layernorm")
     assert muon_group(create_muon(model, TrainConfig(optimizer="muon")))["momentum"] == 0.95

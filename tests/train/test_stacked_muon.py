@@ -34,8 +34,9 @@ def test_a_fused_muon_group_of_2_lrs_by_2_seeds_trains_each_member_as_alone(laye
     monkeypatch.setattr(stacked_muon, "zeropower_via_newtonschulz", counted)
     cells = [muon_cell(layer, lr, seed) for lr in (1e-3, 1e-2) for seed in (0, 1)]
     fused = train_group(cells, "cpu")
-    # one Newton-Schulz per matrix shape (qkv, proj, fc1, fc2) and step, each over 4 members x 4 blocks
-    assert batches and set(batches) == {4 * 4}, set(batches)
+    # one Newton-Schulz per matrix shape and step, over 4 members x 4 blocks: (C, C) takes proj and qkv's q, k and v
+    # (4 matrices a block), fc1 and fc2 one each
+    assert batches and set(batches) == {4 * 4 * 4, 4 * 4}, set(batches)
     for config, member in zip(cells, fused, strict=True):
         alone = train_cell(config, "cpu")
         assert member.result is not None and member.result.status == alone.status == "ok"

@@ -39,12 +39,18 @@ def pending(suite: Suite, folder: Path) -> dict:
 
 
 def drop_queue_line(queue: Path, folder: Path) -> bool:
-    """Remove the line that resumes `folder` from the queue file; whether there was one."""
+    """Remove the line that resumes `folder` from the queue file; whether there was one.
+
+    The new queue is a new file renamed over the old: scripts/resume-in-progress.sh, possibly running, reads the queue
+    through an open descriptor line by line, and a rewrite in place would shift the lines under its offset (it would
+    skip or cut the line after the one it is on); renamed, it reads the old file to its end."""
     if not queue.is_file():
         return False
     lines = queue.read_text().splitlines(keepends=True)
     kept = [line for line in lines if line.split()[1:2] != [str(folder)]]
-    queue.write_text("".join(kept))
+    fresh = queue.with_name(queue.name + ".new")
+    fresh.write_text("".join(kept))
+    fresh.replace(queue)
     return len(kept) < len(lines)
 
 

@@ -4,6 +4,7 @@ regenerated there and its queue line gone; one with cells left (or about to be q
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import yaml
 
@@ -41,3 +42,29 @@ def test_a_finished_sweep_is_published_and_one_with_cells_left_is_refused(write_
     assert "report" in (published / "results.csv").read_text()  # its report seed's cell, as the ledger holds it
     assert not folder.exists() and queue.read_text() == f"# in progress\n{suite} results/in-progress/other\n"
     assert publish_in_progress.main(["tiny"]) == 2  # nothing in progress by that name any more
+
+
+def read_line(fd: int) -> str:
+    """One line from `fd`, a byte at a time, as bash's `read` leaves a regular file's offset: right after the line."""
+    line = b""
+    while not line.endswith(b"\n") and (byte := os.read(fd, 1)):
+        line += byte
+    return line.decode()
+
+
+def test_dropping_a_queue_line_leaves_a_reader_in_the_middle_of_the_queue_its_lines(tmp_path):
+    """scripts/resume-in-progress.sh reads the queue line by line while a finished sweep is published: the line after
+    the one it is on must come next, whole."""
+    queue = tmp_path / "queue.txt"
+    queue.write_text("suites/a.yaml results/in-progress/a\nsuites/b.yaml results/in-progress/b\n"
+                     "suites/c.yaml results/in-progress/c\n")
+    fd = os.open(queue, os.O_RDONLY)
+    try:
+        assert read_line(fd).startswith("suites/a.yaml")
+        assert read_line(fd).startswith("suites/b.yaml")   # the resume script is on b when a is published
+        assert publish_in_progress.drop_queue_line(queue, "results/in-progress/a")
+        assert read_line(fd) == "suites/c.yaml results/in-progress/c\n"
+    finally:
+        os.close(fd)
+    assert queue.read_text().splitlines() == ["suites/b.yaml results/in-progress/b",
+                                              "suites/c.yaml results/in-progress/c"]

@@ -6,6 +6,10 @@ first visit. MLflow prints a metric with every digit it has (`98.33333333333333 
 ROUND_SCRIPT shows a metric cell's value of 1 or more with 2 decimals, a smaller one with 3 significant digits.
 LEGEND_STYLE lets a chart's legend list every row (MLflow's is a two-line scroll box). Both checked in a real browser
 by scripts/ui-screenshots.sh (docs/mlflow-table.png, docs/mlflow-charts.png).
+
+The runs table asks for 100 runs a page and averages each group over the runs it has loaded, so a view matching more
+(the modern folder's report runs: 120) showed groups averaged over part of their seeds, and some not at all: the app
+raises each runs search's `max_results` to RUNS_PAGE, so a group is every run of its row.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from normbench.tracking.ui import COLOURS_ENV, COLOURS_FILE_ENV
 
 STORAGE_KEY = "experimentRunColors"  # MLflow UI's localStorage entry of run and group colours
 ASSISTANT_SEEN = "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1"  # set: MLflow's UI does not open its assistant
+RUNS_SEARCH = "/mlflow/runs/search"  # ajax-api/2.0/mlflow/runs/search: the runs table's query (POST, JSON)
+RUNS_PAGE = 10_000  # runs a search returns at once (MLflow's server takes up to 50,000; its UI asks for 100)
 
 
 # every text node in the runs table's metric cells (`col-id` metrics.`name`) that is a number with 3 decimals or more,
@@ -65,7 +71,39 @@ def group_colours() -> dict[str, str]:
     return json.loads(os.environ.get(COLOURS_ENV) or "{}")
 
 
+async def whole_pages(scope: dict[str, Any], receive: Any) -> tuple[dict[str, Any], Any]:
+    """A runs search's scope and request with `max_results` raised to RUNS_PAGE (a body that is not a JSON object
+    passes as it came: MLflow answers it)."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        body.extend(message.get("body", b""))
+        if message["type"] != "http.request" or not message.get("more_body"):
+            break
+    try:
+        query = json.loads(body)
+    except ValueError:
+        query = None
+    if isinstance(query, dict) and int(query.get("max_results") or 0) < RUNS_PAGE:
+        body = bytearray(json.dumps({**query, "max_results": RUNS_PAGE}).encode())
+    headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
+    sent = False
+
+    async def request() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return await receive()  # the disconnect, when it comes
+        sent = True
+        return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+    return {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}, request
+
+
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path", "").endswith(RUNS_SEARCH):
+        scope, receive = await whole_pages(scope, receive)
+        await mlflow_app(scope, receive, send)
+        return
     colours = group_colours()
     if scope["type"] != "http" or scope.get("path") not in ("/", "/index.html") or not colours:
         await mlflow_app(scope, receive, send)

@@ -128,6 +128,14 @@ def test_normbench_ui_answers_with_one_server_process_and_keeps_mlflow_out_of_st
         from normbench.tracking.ui_app import LEGEND_STYLE, ROUND_SCRIPT  # MLflow's server app: imported here only
 
         assert ROUND_SCRIPT.encode() in html and LEGEND_STYLE.encode() in html
+        # a runs search gets every run at once, whatever page the UI asks for: the table averages a group over the
+        # runs it has loaded (its page is 100), so a smaller page would average a row over some of its seeds
+        search = urllib.request.Request(f"http://127.0.0.1:{port}/ajax-api/2.0/mlflow/runs/search", method="POST",
+                                        data=json.dumps({"experiment_ids": [experiment_id], "max_results": 1}).encode(),
+                                        headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(search, timeout=30) as answer:
+            found = json.load(answer)
+        assert len(found["runs"]) > 1 and "next_page_token" not in found, (len(found["runs"]), found.keys())
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -25,9 +25,25 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 
 def device_name(device: str | torch.device | None = None) -> str:
-    """The GPU's name for a CUDA device, else `CPU (<processor>, <N> cores)`; `device` (a torch.device or its name)
-    defaults to the current GPU when there is one. A cell's result records it: where it trained, for its cost."""
+    """The GPU's name for a CUDA device, else `CPU (<processor>, <kernels>, <N> cores)`; `device` (a torch.device or
+    its name) defaults to the current GPU when there is one. A cell's result records it: where it trained, for its
+    cost, and which host: two CPU hosts run other kernels and round otherwise (docs/protocol.md, "Devices")."""
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu") if device is None else torch.device(device)
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
-    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+    return f"CPU ({platform.processor() or platform.machine()}, {cpu_kernels()}, {os.cpu_count()} cores)"
+
+
+def cpu_kernels() -> str:
+    """The vector instructions torch's CPU kernels use here (AVX512, AVX2, ...) and, where Linux says, the CPU's
+    cpuid family and model (`AVX512 6/207`): what picks a matmul's kernel, and so how its sums round."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    try:
+        with open("/proc/cpuinfo") as info:
+            first = info.read().split("\n\n", 1)[0]  # the first processor's block
+    except OSError:
+        return capability
+    fields = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in first.splitlines()
+                                                            if ":" in line)}
+    family, model = fields.get("cpu family"), fields.get("model")
+    return f"{capability} {family}/{model}" if family and model else capability

@@ -4,10 +4,11 @@ Muon's step on a matrix is a chain of small matmuls (5 Newton-Schulz iterations 
 by one launch K times as many: on a GPU, what fusing saves. Here each member's momentum buffer of a hidden matrix is
 its slice of one (K, m, n) tensor, as its parameter is of the stacked one (train/stacked.py), and one step sends the
 Nesterov updates of every member and every matrix of a shape through timm's `zeropower_via_newtonschulz` at once, a
-(K·L, m, n) batch, each member at its own lr (a fused qkv as its three (C, C) blocks, as train/muon.py steps it). The arithmetic per member is the single cell's (timm's
-`_single_tensor_muon`: decay, momentum, Nesterov, Newton-Schulz, scale, update), so each member trains as it does
-alone (tests/train/test_stacked_muon.py); the members' AdamW part steps through their own optimizers as before, with
-the hidden matrices' gradients held back. `adamuon` is not fused (train/fusion_rules.py).
+(K·L, m, n) batch, each member at its own lr (a fused qkv as its three (C, C) blocks, as train/muon.py steps it).
+The arithmetic per member is the single cell's (timm's `_single_tensor_muon`: decay, momentum, Nesterov,
+Newton-Schulz, scale, update), so each member trains as it does alone (tests/train/test_stacked_muon.py); the
+members' AdamW part steps through their own optimizers as before, with the hidden matrices' gradients held back.
+`adamuon` is not fused (train/fusion_rules.py).
 """
 
 from __future__ import annotations

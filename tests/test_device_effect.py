@@ -37,3 +37,19 @@ def test_the_differences_are_set_against_the_sd_of_a_difference_of_two_seeds():
     assert row["seed-to-seed sd (same row and lr, one device)"] == "10.00"
     assert row["sd of a difference of two seeds (√2 × that)"] == f"{math.sqrt(2) * 10:.2f}" == "14.14"
     assert row["cells"] == 3 and row["mean difference (b - a)"] == "+1.33"
+    assert row["median |difference|"] == "2.00" and row["mean |difference|"] == "2.00"  # |2|, |-1|, |3|
+
+
+def test_the_per_cell_table_prints_each_lr_as_it_is():
+    pairs = device_effect.paired_cells(cells("NVIDIA H200", [80.0], [0]), cells("CPU", [82.5], [0]))
+    shown = device_effect.as_text(pairs.assign(lr=[3.16e-3]))
+    assert shown["lr"].tolist() == ["0.00316"] and shown["val_top1_b"].tolist() == ["82.50"]
+
+
+def test_the_published_device_effect_regenerates_from_its_two_folders(tmp_path, monkeypatch):
+    """results/device-effect-digits.md is what the script writes from the two published ledgers, byte for byte."""
+    monkeypatch.chdir(REPO)  # the command the file names, run where it says
+    out = tmp_path / "device-effect-digits.md"
+    assert device_effect.main(["results/depth-sweep-digits-modern", "results/device-effect-digits",
+                               "--out", str(out)]) == 0
+    assert out.read_text() == (REPO / "results" / "device-effect-digits.md").read_text()

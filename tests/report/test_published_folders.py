@@ -21,7 +21,7 @@ RESULTS = Path(__file__).resolve().parents[2] / "results"
 # the published folders (results/README.md; the older 10-epoch folders have no ledger), and the smoke folder a
 # fresh clone's `bash scripts/run-smoke.sh` compares with (README's `normbench leaderboard results/smoke`)
 PUBLISHED = ["depth-sweep-digits-early", "depth-sweep-digits-converged", "depth-sweep-digits-modern",
-             "depth-sweep-digits-wide", "smoke"]
+             "depth-sweep-digits-wide", "device-effect-digits", "smoke"]
 ELSEWHERE = "Asia/Kolkata"  # UTC+05:30: a reader's clock the ledger's UTC times must not leak into
 INPUTS = ("ledger.journal", "suite.yaml", "ceiling.csv")  # what `leaderboard` reads; everything else it writes
 TEXT_OUTPUTS = ("leaderboard.md", "results.csv", "history.csv")

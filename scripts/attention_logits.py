@@ -7,9 +7,9 @@ again with `train.telemetry_every` on, its records written beside the ledger (FO
 
 Telemetry only observes: each re-run's test top-1 is set beside the ledger's cell of the same recipe, seed and lr
 (`ledger test top-1`, `rerun test top-1`) and a difference is printed. The cell the ledger holds matches bit for bit
-when it trained on this host and torch build; one trained elsewhere (the lent H200, or another CPU host: docs/
-protocol.md, "Devices") differs as the device effect says, and the logits are then this host's. Rows already in the file are
-skipped (a row whose selected lr has moved since is trained again): a stopped run resumes by row.
+when it trained on this host and torch build; one trained elsewhere (the lent H200, or another CPU host:
+docs/protocol.md, "Devices") differs as the device effect says, and the logits are then this host's. Rows already in
+the file are skipped (a row whose selected lr has moved since is trained again): a stopped run resumes by row.
 """
 
 from __future__ import annotations

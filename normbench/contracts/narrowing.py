@@ -1,7 +1,8 @@
 """A `--set` that narrows a suite (`--set matrix.layer=[layernorm,rezero]`, `--set matrix.depth=[2]`) leaves out
-layers or depths its claims, interactions and baseline name: those are dropped, a line each saying so, as a quick
-try of a big suite expects, instead of refusing the suite. Only what the override made inapplicable goes: a claim or
-baseline that the file itself gets wrong, or that a `--set` names, is still refused by contracts/suite.py."""
+layers or depths its claims, interactions, baseline and `lr_by_layer` grids name: those are dropped, a line each
+saying so, as a quick try of a big suite expects, instead of refusing the suite. Only what the override made
+inapplicable goes: a claim or baseline that the file itself gets wrong, or that a `--set` names, is still refused by
+contracts/suite.py."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ _DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
 
 
 def drop_left_out(before: dict[str, Any], after: dict[str, Any], set_keys: set[str]) -> list[str]:
-    """Drop from `after` (the suite with its overrides) the claims, interactions and the baseline that `before` (the
-    file) could test and `after` no longer can; returns one line per thing dropped. Keys in `set_keys` (the top-level
-    keys the overrides set) are the user's own words and are left for the suite's checks."""
+    """Drop from `after` (the suite with its overrides) the claims, interactions, lr grids and the baseline that
+    `before` (the file) could test and `after` no longer can; returns one line per thing dropped. Keys in `set_keys`
+    (the top-level keys the overrides set) are the user's own words and are left for the suite's checks."""
     was, now = (_listed(before, "layer"), _listed(before, "depth")), (_listed(after, "layer"), _listed(after, "depth"))
     notes = []
     baseline = after.get("baseline")
@@ -26,6 +27,11 @@ def drop_left_out(before: dict[str, Any], after: dict[str, Any], set_keys: set[s
         after["baseline"] = None  # not the default rule's layernorm: which layer is the reference is the user's call
         notes.append(f"--set leaves the baseline {baseline} out of the matrix, so no layer is compared with a baseline "
                      "(no paired comparisons); --set baseline=LAYER names another")
+    grids = after.get("lr_by_layer")
+    if "lr_by_layer" not in set_keys and isinstance(grids, dict):
+        for layer in [layer for layer in grids if layer in was[0] and layer not in now[0]]:
+            del grids[layer]
+            notes.append(f"--set leaves {layer} out of the suite: dropped its lr_by_layer grid")
     for section in ("claims", "interactions"):
         entries = after.get(section)
         if section in set_keys or not isinstance(entries, list):

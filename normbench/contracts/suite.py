@@ -30,6 +30,7 @@ from normbench.contracts.claim_rounds import ClaimRounds, parse_claim_rounds, ro
 from normbench.contracts.interactions import Interaction, parse_interactions
 from normbench.contracts.layer_tunables import SOURCE, check_layer_space, is_layer_key
 from normbench.contracts.recipe import RUN_KEYS, Cell, CellConfig, ModelConfig, TrainConfig
+from normbench.contracts.row_lrs import parse_lr_by_layer
 from normbench.contracts.suite_file import (
     AXIS_SECTIONS,
     SECTIONS,
@@ -73,6 +74,7 @@ class Suite:
     bracket: bool = False          # add lr cells beyond the grid's edge until the best lr is interior
     bracket_max_steps: int | None = None  # optional cap on v2's grid steps beyond each end (None: lr_bounds only)
     lr_bounds: tuple[float, float] = DEFAULT_LR_BOUNDS  # no bracketing round goes outside these lrs
+    lr_by_layer: dict[str, list[float]] = field(default_factory=dict)  # a layer's own lr grid (contracts/row_lrs.py)
     baseline: str | None = None    # the layer every other is compared with (default layernorm when present)
     claims: list[dict[str, Any]] = field(default_factory=list)  # {layer, beats, depth, by (default: claimed)}
     reference: str | None = None   # another suite's output folder (relative to the cwd): does its ranking hold here?
@@ -88,10 +90,20 @@ class Suite:
     notes: list[str] = field(default_factory=list, compare=False)
 
     def cells(self) -> list[Cell]:
-        """The matrix expanded in file order (the last axis varies fastest)."""
-        names = list(self.matrix)
-        return [self.cell(dict(zip(names, values, strict=True)))
-                for values in itertools.product(*self.matrix.values())]
+        """The matrix expanded in file order (the last axis varies fastest); a layer of `lr_by_layer` takes only its
+        own lrs, the others `matrix.lr`."""
+        names, values = list(self.matrix), list(self.matrix.values())
+        if self.lr_by_layer:  # every lr any row takes, ascending; each cell then keeps its row's own
+            lrs = {float(lr) for lr in self.matrix["lr"]}.union(*self.lr_by_layer.values())
+            values[names.index("lr")] = sorted(lrs)
+        every = (dict(zip(names, v, strict=True)) for v in itertools.product(*values))
+        return [self.cell(axes) for axes in every if "lr" not in axes or axes["lr"] in self.lr_grid(axes.get("layer"))]
+
+    def lr_grid(self, layer: str | None = None) -> list[float]:
+        """The lrs `layer`'s rows start from (its `lr_by_layer` entry, else `matrix.lr`); bracketing steps by their
+        ratio. `None`: the recipe's one layer when the matrix has no layer axis."""
+        layer = layer if layer is not None else self.model.get("layer", "layernorm")
+        return list(self.lr_by_layer.get(layer, self.matrix.get("lr", [])))
 
     def cell(self, axes: dict[str, Any]) -> Cell:
         """The cell of `axes`: matrix axes, or any model/train key (a report cell's seed when the matrix has none)."""
@@ -134,6 +146,10 @@ class Suite:
         if len(lrs) < 2:
             raise SuiteError(f"{self.path}: bracket: needs `matrix.lr` with at least two values (a step beyond the "
                              f"edge is the grid's own ratio), got {lrs or 'no lr axis'}; add lrs or drop bracket")
+        short = {layer: grid for layer, grid in self.lr_by_layer.items() if len(grid) < 2}
+        if short:
+            raise SuiteError(f"{self.path}: bracket: needs at least two lrs in each `lr_by_layer` grid, got {short}; "
+                             "add lrs or drop bracket")
         self.bracket = True
 
     def recipe_hash(self) -> str:
@@ -369,10 +385,12 @@ def _lr_bounds(value: Any, suite: Suite, where: str) -> tuple[float, float]:
     if not ok:
         raise SuiteError(f"{where}: lr_bounds: expected [low, high] with 0 < low < high (the lrs bracketing may "
                          f"reach), got {value!r}")
-    outside = [lr for lr in suite.matrix.get("lr", []) if not value[0] <= lr <= value[1]]
-    if outside:
-        raise SuiteError(f"{where}: lr_bounds: {value} leaves out matrix.lr {outside}; widen lr_bounds or drop "
-                         f"those lrs")
+    for key, lrs in [("matrix.lr", suite.matrix.get("lr", [])),
+                     *((f"lr_by_layer.{layer}", grid) for layer, grid in suite.lr_by_layer.items())]:
+        outside = [lr for lr in lrs if not value[0] <= lr <= value[1]]
+        if outside:
+            raise SuiteError(f"{where}: lr_bounds: {value} leaves out {key} {outside}; widen lr_bounds or drop "
+                             f"those lrs")
     return float(value[0]), float(value[1])
 
 
@@ -384,7 +402,7 @@ def _check_layer_names(suite: Suite, where: str) -> None:
 
 
 def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
-    """bracket, bracket_max_steps, lr_bounds, baseline, claims and reference."""
+    """bracket, bracket_max_steps, lr_by_layer, lr_bounds, baseline, claims and reference."""
     bracket, steps = raw.get("bracket", False), raw.get("bracket_max_steps")
     if not isinstance(bracket, bool):
         raise SuiteError(f"{where}: bracket: expected true or false, got {bracket!r}")
@@ -392,10 +410,13 @@ def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
         raise SuiteError(f"{where}: bracket_max_steps: expected a positive int (grid steps beyond each edge), "
                          f"got {steps!r}; leave it out to stop only at lr_bounds")
     suite.bracket_max_steps = steps
+    suite.lr_by_layer = parse_lr_by_layer(raw.get("lr_by_layer"), suite.matrix, suite.layers(), bracket=bracket,
+                                          where=where)
     if "lr_bounds" in raw:
         suite.lr_bounds = _lr_bounds(raw["lr_bounds"], suite, where)
     else:  # the default widens to hold the suite's own grid
         grid = [float(lr) for lr in suite.matrix.get("lr", []) if isinstance(lr, (int, float))]
+        grid += [lr for lrs in suite.lr_by_layer.values() for lr in lrs]
         suite.lr_bounds = (min([DEFAULT_LR_BOUNDS[0], *grid]), max([DEFAULT_LR_BOUNDS[1], *grid]))
     if bracket:
         suite.enable_bracket()

@@ -20,8 +20,8 @@ from normbench.data.config import DataConfig
 from normbench.errors import SuiteError, did_you_mean
 
 TOP_LEVEL = ("name", "description", "dataset", "model", "train", "matrix", "tune", "device", "bracket",
-             "bracket_max_steps", "lr_bounds", "baseline", "claims", "reference", "adopt_from", "report_seeds",
-             "targets", "budget_check", "sequential", "interactions")
+             "bracket_max_steps", "lr_bounds", "lr_by_layer", "baseline", "claims", "reference", "adopt_from",
+             "report_seeds", "targets", "budget_check", "sequential", "interactions")
 SECTIONS: dict[str, type] = {"dataset": DataConfig, "model": ModelConfig, "train": TrainConfig}
 AXIS_SECTIONS = {"model": ModelConfig, "train": TrainConfig}
 

@@ -8,7 +8,7 @@ lr sensitivity and failure rate; per table: whether the top row is separated fro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -22,6 +22,8 @@ from normbench.report.learning_speed import add_steps_to_targets, speed_rows
 from normbench.report.stats import lr_sensitivity, per_lr, select_lr, selected_cells, selecting, separation
 
 MATRIX_AXES = ("depth", "layer", "lr", "seed")
+# the lrs a row's bracketing steps from: one grid for every row, or a row's own by its layer (Suite.lr_grid)
+LrGrid = Sequence[float] | Callable[[str | None], Sequence[float]] | None
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def table_and_row_keys(cells: pd.DataFrame, matrix_axes: list[str]) -> tuple[lis
 
 
 def analyse(cells: pd.DataFrame, history: pd.DataFrame, *, matrix_axes: list[str], targets: list[float],
-            smoothing: float | None, soft_targets: bool, lr_grid: list[float] | None = None,
+            smoothing: float | None, soft_targets: bool, lr_grid: LrGrid = None,
             bracket_max_steps: int | None = None, bracketing: bool | None = None,
             lr_bounds: Sequence[float] = DEFAULT_LR_BOUNDS) -> Analysis:
     """`lr_grid`, `bracketing`, `bracket_max_steps` and `lr_bounds` let the edge column say why bracketing left each
@@ -133,18 +135,20 @@ def row_devices(cells: pd.DataFrame, at_selected: pd.DataFrame, keys: list[str])
     return pd.DataFrame(rows)
 
 
-def with_edge_reasons(selected: pd.DataFrame, cells: pd.DataFrame, keys: list[str], lr_grid: list[float] | None,
+def with_edge_reasons(selected: pd.DataFrame, cells: pd.DataFrame, keys: list[str], lr_grid: LrGrid,
                       bracket_max_steps: int | None, *, bracketing: bool | None = None,
                       lr_bounds: Sequence[float] = DEFAULT_LR_BOUNDS) -> pd.DataFrame:
     """`edge_why` per row: why bracketing left it where it is (contracts.bracketing.bracket_row, the rule the sweep
     queues by): "bracketing off", "cap reached", "lr bound 1e-05", "unfinished" (a next round is due), or "" (an
-    interior best with signal). `bracketing` defaults to `bracket_max_steps is not None` (the older callers' sign)."""
+    interior best with signal). `bracketing` defaults to `bracket_max_steps is not None` (the older callers' sign).
+    `lr_grid`: the suite's lr axis, or its `Suite.lr_grid` (a row's own grid by its layer: `lr_by_layer`)."""
     on = bracketing if bracketing is not None else bracket_max_steps is not None
     lrs = per_lr(cells, keys)
     why = []
     for row in selected.to_dict("records"):
         side = {"low": "low", "high": "high"}.get(row["edge"])
-        if not lr_grid or len(set(lr_grid)) < 2:
+        grid = lr_grid(row.get("layer")) if callable(lr_grid) else lr_grid
+        if not grid or len(set(grid)) < 2:
             why.append("")
             continue
         if not on:
@@ -153,7 +157,7 @@ def with_edge_reasons(selected: pd.DataFrame, cells: pd.DataFrame, keys: list[st
         mine = lrs
         for k in keys:
             mine = mine[(mine[k] == row[k]) | (mine[k].isna() & (row[k] != row[k]))]
-        plan = bracket_row(dict(zip(mine["lr"], mine["seeds"], strict=True)), lr_grid, bounds=lr_bounds,
+        plan = bracket_row(dict(zip(mine["lr"], mine["seeds"], strict=True)), grid, bounds=lr_bounds,
                            max_steps=bracket_max_steps)
         why.append(stop_text(plan, side))
     return selected.assign(edge_why=why)

@@ -84,7 +84,9 @@ def recipe_lines(suite: Suite) -> list[str]:
         return ", ".join(f"{k}={_value_text(k, v)}" for k, v in values.items()
                          if k not in axes and (v is not None or k in NONE_MEANS))
 
-    return [f"- matrix: {', '.join(f'{k} {_axis_text(k, v)}' for k, v in suite.matrix.items())}"
+    own = "".join(f"; {layer} starts from lr {_axis_text('lr', grid)} instead" for layer, grid in
+                  suite.lr_by_layer.items())
+    return [f"- matrix: {', '.join(f'{k} {_axis_text(k, v)}' for k, v in suite.matrix.items())}{own}"
             + (f"; {bracketing_text(suite)}" if suite.bracket else "")
             + (f"; report seeds {suite.report_seeds}" if suite.report_seeds else ""),
             # block_kwargs only when set (a family's expansion rate): the recipes written before it read as they did

@@ -124,7 +124,7 @@ def _analyse(cells: pd.DataFrame, suite: Suite | None) -> Analysis:
     return analyse(cells, history, matrix_axes=axes, targets=list(suite.targets if suite else DEFAULT_TARGETS),
                    smoothing=train.label_smoothing if train else None,
                    soft_targets=bool(train and (train.mixup > 0 or train.cutmix > 0)),
-                   lr_grid=list(suite.matrix.get("lr", [])) if suite else None,
+                   lr_grid=suite.lr_grid if suite else None,
                    bracket_max_steps=suite.bracket_max_steps if suite else None,
                    bracketing=bool(suite and suite.bracket),
                    lr_bounds=suite.lr_bounds if suite else DEFAULT_LR_BOUNDS)

@@ -66,14 +66,16 @@ def within(lr: float, bounds: Sequence[float]) -> bool:
 
 
 def bracket_row(by_lr: Mapping[float, Iterable[Triple]], grid: Sequence[float], *,
-                bounds: Sequence[float] = DEFAULT_LR_BOUNDS, max_steps: int | None = None) -> RowBracket:
-    """The next round for one row (module docstring). `grid` is the suite's lr axis; `max_steps` the optional cap
-    on v2's steps beyond each end of it (None: only `bounds` stop)."""
+                bounds: Sequence[float] = DEFAULT_LR_BOUNDS, max_steps: int | None = None,
+                ratio: float | None = None) -> RowBracket:
+    """The next round for one row (module docstring). `grid` is the row's start grid (the suite's lr axis, or its
+    `lr_by_layer` entry); `max_steps` the optional cap on v2's steps beyond each end of it (None: only `bounds`
+    stop); `ratio` the step (default the grid's own; a row's own grid steps by `matrix.lr`'s, its lattice)."""
     cells = {float(lr): list(triples) for lr, triples in by_lr.items()}
     tried = sorted(cells)
     means = {lr: seed_mean(v for v, _, _ in cells[lr]) for lr in tried}
     best = choose_lr(means)
-    ratio = grid_ratio(grid)
+    ratio = ratio or grid_ratio(grid)
     signal = lr_signal(cells)
     if signal not in (AT_CHANCE, FLAT):  # v2: step from an edge the best sits on (or ties with), one grid step
         new, stopped = [], {}

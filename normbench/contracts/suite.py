@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from normbench.contracts.bracketing import DEFAULT_LR_BOUNDS
+from normbench.contracts.bracketing import DEFAULT_LR_BOUNDS, grid_ratio
 from normbench.contracts.cell_checks import check_cell, check_dataset, check_device
 from normbench.contracts.claim_rounds import ClaimRounds, parse_claim_rounds, round_seeds
 from normbench.contracts.interactions import Interaction, parse_interactions
@@ -104,6 +104,12 @@ class Suite:
         ratio. `None`: the recipe's one layer when the matrix has no layer axis."""
         layer = layer if layer is not None else self.model.get("layer", "layernorm")
         return list(self.lr_by_layer.get(layer, self.matrix.get("lr", [])))
+
+    def lr_step(self) -> float | None:
+        """The ratio every row's bracketing steps by: `matrix.lr`'s (a row's own grid sits on its lattice, and its
+        4-significant-digit values would give a ratio a hair off); None without two lrs."""
+        lrs = self.matrix.get("lr", [])
+        return grid_ratio(lrs) if len(set(lrs)) > 1 else None
 
     def cell(self, axes: dict[str, Any]) -> Cell:
         """The cell of `axes`: matrix axes, or any model/train key (a report cell's seed when the matrix has none)."""

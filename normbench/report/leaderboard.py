@@ -127,7 +127,8 @@ def _analyse(cells: pd.DataFrame, suite: Suite | None) -> Analysis:
                    lr_grid=suite.lr_grid if suite else None,
                    bracket_max_steps=suite.bracket_max_steps if suite else None,
                    bracketing=bool(suite and suite.bracket),
-                   lr_bounds=suite.lr_bounds if suite else DEFAULT_LR_BOUNDS)
+                   lr_bounds=suite.lr_bounds if suite else DEFAULT_LR_BOUNDS,
+                   lr_step=suite.lr_step() if suite else None)
 
 
 def _ceiling(folder: OutputFolder, suite: Suite | None) -> str | None:

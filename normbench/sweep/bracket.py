@@ -40,7 +40,7 @@ def bracket_axes(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, An
             new.extend(missing[row])
             continue
         plan = bracket_row(by_lr, suite.lr_grid(dict(row).get("layer")), bounds=suite.lr_bounds,
-                           max_steps=suite.bracket_max_steps)
+                           max_steps=suite.bracket_max_steps, ratio=suite.lr_step())
         for lr in plan.new:
             for seed in seeds:
                 new.append(_axes(suite, row, lr, seed))

@@ -58,6 +58,16 @@ def test_bracketing_steps_from_the_rows_own_grid():
     assert added == {("layernorm", 3.333e-4), ("peri_ln", 8.1e-2)}
 
 
+def test_a_rows_own_grid_steps_on_the_shared_lattice():
+    """Its 4-significant-digit lrs have a ratio a hair off the shared grid's (3.156e-2 / 9.986e-3 = 3.1605): stepping
+    by that would leave the lattice (0.09974) where every other row's next lr is 0.09973."""
+    lattice = suite(matrix={**MATRIX, "lr": [1.0e-3, 3.16e-3]}, lr_by_layer={"peri_ln": [9.986e-3, 3.156e-2]})
+    cells = [*_done("layernorm", 1e-3, [80, 82]), *_done("layernorm", 3.16e-3, [70, 72]),
+             *_done("peri_ln", 9.986e-3, [60, 62]), *_done("peri_ln", 3.156e-2, [70, 72])]
+    assert {(a["layer"], a["lr"]) for a in bracket_axes(lattice, cells)} == {("layernorm", 3.165e-4),
+                                                                           ("peri_ln", 0.09973)}
+
+
 def test_the_edge_column_counts_a_cap_from_the_rows_own_grid():
     """bracket_max_steps counts steps beyond the row's grid: peri_ln's 2.7e-2 is its own grid's top, so a step is
     still due ("unfinished"); read against the shared grid it would be two steps beyond, "cap reached"."""

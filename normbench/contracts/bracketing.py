@@ -61,21 +61,48 @@ def step(lr: float, ratio: float, side: str, steps: int = 1) -> float:
     return lr
 
 
+def lattice_value(grid: Sequence[float], position: int) -> float:
+    """The lr at `position` on `grid`'s lattice: its own values (0 the smallest), then `step`'s chain beyond each end,
+    the values bracketing a row of that grid reaches (1e-3 / 3.16 is 0.0003165)."""
+    lrs = sorted(set(grid))
+    if position < 0:
+        return step(lrs[0], grid_ratio(lrs), "low", -position)
+    if position >= len(lrs):
+        return step(lrs[-1], grid_ratio(lrs), "high", position - len(lrs) + 1)
+    return lrs[position]
+
+
+def lattice_position(lr: float, grid: Sequence[float]) -> int:
+    """The lattice position nearest `lr` (whole steps of the grid's ratio from its smallest value)."""
+    lrs = sorted(set(grid))
+    return round(math.log(lr / lrs[0]) / math.log(grid_ratio(lrs)))
+
+
+def lattice_step(lr: float, grid: Sequence[float], side: str, steps: int = 1) -> float:
+    """`lr` (a lattice value) moved `steps` positions down or up `grid`'s lattice."""
+    return lattice_value(grid, lattice_position(lr, grid) + (steps if side == "high" else -steps))
+
+
 def within(lr: float, bounds: Sequence[float]) -> bool:
     return bounds[0] * (1 - 1e-9) <= lr <= bounds[1] * (1 + 1e-9)
 
 
 def bracket_row(by_lr: Mapping[float, Iterable[Triple]], grid: Sequence[float], *,
                 bounds: Sequence[float] = DEFAULT_LR_BOUNDS, max_steps: int | None = None,
-                ratio: float | None = None) -> RowBracket:
+                lattice: Sequence[float] | None = None) -> RowBracket:
     """The next round for one row (module docstring). `grid` is the row's start grid (the suite's lr axis, or its
     `lr_by_layer` entry); `max_steps` the optional cap on v2's steps beyond each end of it (None: only `bounds`
-    stop); `ratio` the step (default the grid's own; a row's own grid steps by `matrix.lr`'s, its lattice)."""
+    stop); `lattice`: for a row with its own grid, the suite's lr axis, whose lattice its steps land on (the values
+    the shared rows step to, not steps from its own edges, which 4-digit rounding would set apart: 0.003166 for
+    0.003165)."""
     cells = {float(lr): list(triples) for lr, triples in by_lr.items()}
     tried = sorted(cells)
     means = {lr: seed_mean(v for v, _, _ in cells[lr]) for lr in tried}
     best = choose_lr(means)
-    ratio = ratio or grid_ratio(grid)
+    ratio = grid_ratio(lattice or grid)
+
+    def beyond(lr: float, side: str, steps: int = 1) -> float:
+        return lattice_step(lr, lattice, side, steps) if lattice else step(lr, ratio, side, steps)
     signal = lr_signal(cells)
     if signal not in (AT_CHANCE, FLAT):  # v2: step from an edge the best sits on (or ties with), one grid step
         new, stopped = [], {}
@@ -86,7 +113,7 @@ def bracket_row(by_lr: Mapping[float, Iterable[Triple]], grid: Sequence[float], 
             if max_steps is not None and lrs_beyond(tried, sorted(grid), side) >= max_steps:
                 stopped[side] = "cap reached"
                 continue
-            lr = step(tried[0] if side == "low" else tried[-1], ratio, side)
+            lr = beyond(tried[0] if side == "low" else tried[-1], side)
             if within(lr, bounds):
                 new.append(lr)
             else:
@@ -99,7 +126,7 @@ def bracket_row(by_lr: Mapping[float, Iterable[Triple]], grid: Sequence[float], 
         if max_steps is not None and lrs_beyond(tried, sorted(grid), side) >= max_steps:
             stopped[side] = "cap reached"
             continue
-        lr = step(tried[0] if side == "low" else tried[-1], ratio, side, steps_per_round(ratio))
+        lr = beyond(tried[0] if side == "low" else tried[-1], side, steps_per_round(ratio))
         if within(lr, bounds):
             new.append(lr)
         else:

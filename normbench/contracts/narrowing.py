@@ -27,11 +27,8 @@ def drop_left_out(before: dict[str, Any], after: dict[str, Any], set_keys: set[s
         after["baseline"] = None  # not the default rule's layernorm: which layer is the reference is the user's call
         notes.append(f"--set leaves the baseline {baseline} out of the matrix, so no layer is compared with a baseline "
                      "(no paired comparisons); --set baseline=LAYER names another")
-    grids = after.get("lr_by_layer")
-    if "lr_by_layer" not in set_keys and isinstance(grids, dict):
-        for layer in [layer for layer in grids if layer in was[0] and layer not in now[0]]:
-            del grids[layer]
-            notes.append(f"--set leaves {layer} out of the suite: dropped its lr_by_layer grid")
+    if "lr_by_layer" not in set_keys:
+        notes += _drop_grids(before, after, was[0], now[0])
     for section in ("claims", "interactions"):
         entries = after.get(section)
         if section in set_keys or not isinstance(entries, list):
@@ -46,6 +43,27 @@ def drop_left_out(before: dict[str, Any], after: dict[str, Any], set_keys: set[s
                 kept.append(entry)
         after[section] = kept
     return notes
+
+
+def _drop_grids(before: dict[str, Any], after: dict[str, Any], was: list[Any], now: list[Any]) -> list[str]:
+    """`lr_by_layer` grids: all of them when the overrides change matrix.lr (they sit on the file's lattice and were
+    chosen beside its grid), else those of the layers the overrides leave out."""
+    grids = after.get("lr_by_layer")
+    if not isinstance(grids, dict) or not grids:
+        return []
+    if _matrix_lr(before) != _matrix_lr(after):
+        after["lr_by_layer"] = {}
+        return [f"--set changes matrix.lr: dropped the lr_by_layer grids of {', '.join(map(str, grids))}, so every "
+                "layer trains the new lrs (--set lr_by_layer={...} gives grids of their own)"]
+    gone = [layer for layer in grids if layer in was and layer not in now]
+    for layer in gone:
+        del grids[layer]
+    return [f"--set leaves {layer} out of the suite: dropped its lr_by_layer grid" for layer in gone]
+
+
+def _matrix_lr(raw: dict[str, Any]) -> Any:
+    matrix = raw.get("matrix")
+    return matrix.get("lr") if isinstance(matrix, dict) else None
 
 
 def _listed(raw: dict[str, Any], axis: str) -> list[Any]:

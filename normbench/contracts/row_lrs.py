@@ -2,9 +2,10 @@
 others' (a variant whose selected lr at the shorter budget was 100x its baseline's). Starting such a row on the shared
 grid buys nothing: bracketing walks it there one grid step a round, each step a cell per selection seed.
 
-A row's own grid must sit on the shared grid's lattice (the same ratio, within the 4 significant digits bracketing
-rounds to), so that its lrs, its bracketing steps and every other row's meet on one set of values: plots, the
-`compare` of two folders and the cells another suite adopts line up. Pure: read by contracts/suite.py.
+A row's own grid must sit on the shared grid's lattice (contracts/bracketing.py `lattice_value`: the grid's lrs, then
+the values bracketing steps to beyond its ends, each rounded to 4 significant digits), and its bracketing steps along
+that lattice, so its lrs and every other row's meet on one set of values: the lr sensitivity (over the lrs rows
+share), plots and the cells another suite adopts line up. Pure: read by contracts/suite.py.
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from normbench.contracts.bracketing import grid_ratio, step
+from normbench.contracts.bracketing import grid_ratio, lattice_position, lattice_value
 from normbench.errors import SuiteError, did_you_mean
-
-LATTICE_TOLERANCE = 1e-3  # relative: bracketing rounds each step to 4 significant digits (0.0003165 for 1e-3 / 3.16)
 
 
 def parse_lr_by_layer(raw: Any, matrix: dict[str, list[Any]], layers: Sequence[str], *, bracket: bool,
@@ -57,12 +56,11 @@ def parse_lr_by_layer(raw: Any, matrix: dict[str, list[Any]], layers: Sequence[s
 
 
 def on_lattice(lr: float, grid: Sequence[float]) -> bool:
-    """Whether `lr` is a whole number of `grid`'s ratio steps from its smallest lr (to bracketing's rounding)."""
+    """Whether `lr` is a value of `grid`'s lattice: one of its lrs, or one bracketing steps to from its ends."""
     if len(set(grid)) < 2:
         return True
-    steps = math.log(lr / min(grid)) / math.log(grid_ratio(grid))
-    nearest = min(grid) * grid_ratio(grid) ** round(steps)
-    return abs(lr - nearest) <= LATTICE_TOLERANCE * nearest
+    value = lattice_value(grid, lattice_position(lr, grid))
+    return abs(lr - value) <= 1e-9 * value
 
 
 def _ratio(grid: Sequence[float]) -> float:
@@ -70,13 +68,7 @@ def _ratio(grid: Sequence[float]) -> float:
 
 
 def _nearest(lr: float, grid: Sequence[float]) -> str:
-    """The lattice lr nearest `lr`, as bracketing would step to it from the grid (4 significant digits each step)."""
+    """The lattice lr nearest `lr`, as bracketing steps to it from the grid (4 significant digits each step)."""
     if len(set(grid)) < 2:
         return f"{lr:.4g}"
-    ratio = grid_ratio(grid)
-    steps = round(math.log(lr / min(grid)) / math.log(ratio))
-    start = min(grid) if steps <= 0 else max(grid)
-    steps = steps if steps <= 0 else steps - (len(set(grid)) - 1)
-    if steps == 0:
-        return f"{start:.4g}"
-    return f"{step(start, ratio, 'low' if steps < 0 else 'high', abs(steps)):.4g}"
+    return f"{lattice_value(grid, lattice_position(lr, grid)):.4g}"

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from normbench.contracts.bracketing import DEFAULT_LR_BOUNDS, grid_ratio
+from normbench.contracts.bracketing import DEFAULT_LR_BOUNDS
 from normbench.contracts.cell_checks import check_cell, check_dataset, check_device
 from normbench.contracts.claim_rounds import ClaimRounds, parse_claim_rounds, round_seeds
 from normbench.contracts.interactions import Interaction, parse_interactions
@@ -105,11 +105,11 @@ class Suite:
         layer = layer if layer is not None else self.model.get("layer", "layernorm")
         return list(self.lr_by_layer.get(layer, self.matrix.get("lr", [])))
 
-    def lr_step(self) -> float | None:
-        """The ratio every row's bracketing steps by: `matrix.lr`'s (a row's own grid sits on its lattice, and its
-        4-significant-digit values would give a ratio a hair off); None without two lrs."""
-        lrs = self.matrix.get("lr", [])
-        return grid_ratio(lrs) if len(set(lrs)) > 1 else None
+    def lr_lattice(self, layer: str | None = None) -> list[float] | None:
+        """For a layer with its own grid, `matrix.lr`: the lattice its bracketing steps land on (contracts/
+        bracketing.py `lattice_step`); None for the others, which step from their edges as they always have."""
+        layer = layer if layer is not None else self.model.get("layer", "layernorm")
+        return list(self.matrix["lr"]) if layer in self.lr_by_layer else None
 
     def cell(self, axes: dict[str, Any]) -> Cell:
         """The cell of `axes`: matrix axes, or any model/train key (a report cell's seed when the matrix has none)."""
@@ -453,6 +453,7 @@ def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
         if claim["depth"] not in depths:
             raise SuiteError(f"{where}: {key}.depth: {claim['depth']!r} is not a depth of this suite "
                              f"(depths: {', '.join(map(str, depths))})")
+        _check_steadier_grids(suite, claim, f"{where}: {key}")
         for k in ("by", "claimed"):
             value = claim.get(k, 0)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -473,6 +474,18 @@ def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
     suite.budget_check = _budget_check(raw.get("budget_check", False), suite, where)
     suite.sequential = parse_claim_rounds(raw.get("sequential"), suite.report_seeds, where)
     suite.interactions = parse_interactions(raw.get("interactions"), layers, depths, where)
+
+
+def _check_steadier_grids(suite: Suite, claim: dict[str, Any], at: str) -> None:
+    """A steadier_than claim pairs the lrs both rows tried; rows that start from grids of their own (`lr_by_layer`)
+    sharing fewer than two would have nothing to pair unless bracketing happened to meet."""
+    if "steadier_than" not in claim or not suite.lr_by_layer:
+        return
+    shared = set(suite.lr_grid(claim["layer"])) & set(suite.lr_grid(claim["steadier_than"]))
+    if len(shared) < 2:
+        raise SuiteError(f"{at}: {claim['layer']} steadier_than {claim['steadier_than']} compares the lrs both rows "
+                         f"tried, and their start grids share {sorted(shared) or 'none'} (lr_by_layer); give both at "
+                         "least two common lrs or drop the claim")
 
 
 def _adopt_from(raw: Any, where: str) -> list[str]:

@@ -4,13 +4,12 @@ a search trial is labelled by."""
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import replace
 from typing import Any
 
 from normbench.contracts.layer_tunables import PREFIX, declared, is_layer_key
 from normbench.contracts.recipe import ADAM_BETA2_DEFAULT, Cell, CellConfig
-from normbench.contracts.suite import Suite, TuneConfig, with_overrides
+from normbench.contracts.suite import Suite, TuneConfig, cell_id, with_overrides
 from normbench.errors import SuiteError
 
 LABEL = "label"  # a search trial's user attr: trial_label's text (its cell_id attr is its budget slot, `slot-3`)
@@ -33,10 +32,14 @@ def tune_section(suite: Suite) -> TuneConfig:
 
 
 def search_keys(suite: Suite) -> list[dict[str, Any]]:
-    """The matrix points that get their own study: every axis except seed and the tuned keys."""
+    """The matrix points that get their own study: every axis except seed and the tuned keys, in matrix order (from
+    the suite's cells, so a layer's own lr grid, `lr_by_layer`, gives its studies)."""
     assert suite.tune is not None
-    axes = {k: v for k, v in suite.matrix.items() if k != "seed" and k not in suite.tune.space}
-    return [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
+    keys: dict[str, dict[str, Any]] = {}
+    for cell in suite.cells():
+        point = {k: v for k, v in cell.axes.items() if k != "seed" and k not in suite.tune.space}
+        keys.setdefault(cell_id(point), point)
+    return list(keys.values())
 
 
 def seeds(suite: Suite) -> list[int]:

@@ -24,6 +24,7 @@ from normbench.report.stats import lr_sensitivity, per_lr, select_lr, selected_c
 MATRIX_AXES = ("depth", "layer", "lr", "seed")
 # the lrs a row's bracketing steps from: one grid for every row, or a row's own by its layer (Suite.lr_grid)
 LrGrid = Sequence[float] | Callable[[str | None], Sequence[float]] | None
+RowLattice = Callable[[str | None], Sequence[float] | None] | None  # a row's lattice by its layer (Suite.lr_lattice)
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def table_and_row_keys(cells: pd.DataFrame, matrix_axes: list[str]) -> tuple[lis
 def analyse(cells: pd.DataFrame, history: pd.DataFrame, *, matrix_axes: list[str], targets: list[float],
             smoothing: float | None, soft_targets: bool, lr_grid: LrGrid = None,
             bracket_max_steps: int | None = None, bracketing: bool | None = None,
-            lr_bounds: Sequence[float] = DEFAULT_LR_BOUNDS, lr_step: float | None = None) -> Analysis:
+            lr_bounds: Sequence[float] = DEFAULT_LR_BOUNDS, lr_lattice: RowLattice = None) -> Analysis:
     """`lr_grid`, `bracketing`, `bracket_max_steps` and `lr_bounds` let the edge column say why bracketing left each
     row where it is (`bracketing` None: on when `bracket_max_steps` is given, as older callers say it)."""
     budget = cells[cells[ROLE] == BUDGETS] if ROLE in cells else cells.iloc[0:0]
@@ -92,7 +93,7 @@ def analyse(cells: pd.DataFrame, history: pd.DataFrame, *, matrix_axes: list[str
     cells = add_steps_to_targets(cells, history, targets)
     regime = Regime.of(cells, smoothing, soft_targets)
     selected = with_edge_reasons(select_lr(cells, keys), cells, keys, lr_grid, bracket_max_steps,
-                                 bracketing=bracketing, lr_bounds=lr_bounds, lr_step=lr_step)
+                                 bracketing=bracketing, lr_bounds=lr_bounds, lr_lattice=lr_lattice)
     at_selected = selected_cells(cells, selected, keys)
     converged = convergence_rows(at_selected, history, keys, regime.threshold)
     checked = budget_rows(at_selected, budget, keys, value=SELECT)
@@ -137,12 +138,12 @@ def row_devices(cells: pd.DataFrame, at_selected: pd.DataFrame, keys: list[str])
 
 def with_edge_reasons(selected: pd.DataFrame, cells: pd.DataFrame, keys: list[str], lr_grid: LrGrid,
                       bracket_max_steps: int | None, *, bracketing: bool | None = None,
-                      lr_bounds: Sequence[float] = DEFAULT_LR_BOUNDS, lr_step: float | None = None) -> pd.DataFrame:
+                      lr_bounds: Sequence[float] = DEFAULT_LR_BOUNDS, lr_lattice: RowLattice = None) -> pd.DataFrame:
     """`edge_why` per row: why bracketing left it where it is (contracts.bracketing.bracket_row, the rule the sweep
     queues by): "bracketing off", "cap reached", "lr bound 1e-05", "unfinished" (a next round is due), or "" (an
     interior best with signal). `bracketing` defaults to `bracket_max_steps is not None` (the older callers' sign).
     `lr_grid`: the suite's lr axis, or its `Suite.lr_grid` (a row's own grid by its layer: `lr_by_layer`), and
-    `lr_step` the ratio every row steps by (`Suite.lr_step`; None: each grid's own)."""
+    `lr_lattice` the lattice a row with its own grid steps on (`Suite.lr_lattice`; None: each grid's own)."""
     on = bracketing if bracketing is not None else bracket_max_steps is not None
     lrs = per_lr(cells, keys)
     why = []
@@ -159,7 +160,7 @@ def with_edge_reasons(selected: pd.DataFrame, cells: pd.DataFrame, keys: list[st
         for k in keys:
             mine = mine[(mine[k] == row[k]) | (mine[k].isna() & (row[k] != row[k]))]
         plan = bracket_row(dict(zip(mine["lr"], mine["seeds"], strict=True)), grid, bounds=lr_bounds,
-                           max_steps=bracket_max_steps, ratio=lr_step)
+                           max_steps=bracket_max_steps, lattice=lr_lattice(row.get("layer")) if lr_lattice else None)
         why.append(stop_text(plan, side))
     return selected.assign(edge_why=why)
 

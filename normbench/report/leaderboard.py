@@ -128,7 +128,7 @@ def _analyse(cells: pd.DataFrame, suite: Suite | None) -> Analysis:
                    bracket_max_steps=suite.bracket_max_steps if suite else None,
                    bracketing=bool(suite and suite.bracket),
                    lr_bounds=suite.lr_bounds if suite else DEFAULT_LR_BOUNDS,
-                   lr_step=suite.lr_step() if suite else None)
+                   lr_lattice=suite.lr_lattice if suite else None)
 
 
 def _ceiling(folder: OutputFolder, suite: Suite | None) -> str | None:

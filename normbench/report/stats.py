@@ -376,11 +376,15 @@ def verdict(low: float, high: float, by: float = 0.0, words: Verdicts = CLAIM_VE
     return words.above if low > by else words.below if high < by else words.neither
 
 
+MIN_COMMON_LRS = 2  # an lr sensitivity compares a row's best lr with others: one shared lr is no comparison
+
+
 def lr_sensitivity(cells: pd.DataFrame, keys: list[str], group_keys: list[str]) -> pd.DataFrame:
     """Per row of `keys`: Wortsman et al. (2023)'s lr sensitivity, the mean over the lrs every row of its group
     (`group_keys`, e.g. the depth) tried of (the row's best seed-mean score over those lrs) minus (its seed-mean
     score at that lr), a diverged cell counting at chance (not 0: a failure is no worse than not learning), on the
-    selection cells. Also the failure rate: the diverged share of the row's selection cells over all its lrs.
+    selection cells. Also the failure rate: the diverged share of the row's selection cells over all its lrs. Fewer
+    than two common lrs measure nothing (one lr is its own best: 0 by construction): NaN, printed "—".
     Columns: keys, sensitivity, common_lrs, failed, cells."""
     chosen = _at_chance_when_diverged(selecting(cells))
     rows = []
@@ -391,7 +395,7 @@ def lr_sensitivity(cells: pd.DataFrame, keys: list[str], group_keys: list[str]) 
         for key, row in group.groupby(keys, dropna=False, sort=True):
             key = key if isinstance(key, tuple) else (key,)
             means = row[row["lr"].isin(common)].groupby("lr")["_acc"].agg(seed_mean)
-            value = float((means.max() - means).mean()) if len(means) else math.nan
+            value = float((means.max() - means).mean()) if len(means) >= MIN_COMMON_LRS else math.nan
             rows.append({**dict(zip(keys, key, strict=True)), "sensitivity": value, "common_lrs": len(means),
                          "failed": int((row["status"] == DIVERGED).sum()), "cells": len(row)})
     return pd.DataFrame(rows)
@@ -415,6 +419,8 @@ def sensitivity_difference(cells: pd.DataFrame, selected: pd.DataFrame, keys: li
     chosen = _at_chance_when_diverged(_matching(selecting(cells), where))
     rows = {name: chosen[chosen["layer"] == name] for name in (layer, rival)}
     common = sorted(set(rows[layer]["lr"]) & set(rows[rival]["lr"]))
+    if len(common) < MIN_COMMON_LRS:  # rows with their own grids (`lr_by_layer`) may share too few: no pairs
+        common = []
     floor = chance(chosen["num_classes"].iloc[0]) if "num_classes" in chosen and len(chosen) else math.nan
 
     def per_seed(row: pd.DataFrame) -> pd.Series:

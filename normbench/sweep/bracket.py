@@ -39,8 +39,9 @@ def bracket_axes(suite: Suite, finished: list[tuple[dict[str, Any], dict[str, An
         if row in missing:  # its lrs' means first rest on the same seeds
             new.extend(missing[row])
             continue
-        plan = bracket_row(by_lr, suite.lr_grid(dict(row).get("layer")), bounds=suite.lr_bounds,
-                           max_steps=suite.bracket_max_steps, ratio=suite.lr_step())
+        layer = dict(row).get("layer")
+        plan = bracket_row(by_lr, suite.lr_grid(layer), bounds=suite.lr_bounds, max_steps=suite.bracket_max_steps,
+                           lattice=suite.lr_lattice(layer))
         for lr in plan.new:
             for seed in seeds:
                 new.append(_axes(suite, row, lr, seed))

@@ -68,6 +68,16 @@ def test_a_rows_own_grid_steps_on_the_shared_lattice():
                                                                            ("peri_ln", 0.09973)}
 
 
+def test_a_row_stepping_down_from_its_own_grid_meets_the_shared_rows_value():
+    """The long suite's lattice ([3.16e-4, 1e-3], ratio 3.1646): pre-LN stepping up from 1e-3 reaches 0.003165; the
+    gamma variant stepping down from its own 1.002e-2 must reach the same value (1.002e-2 / 3.1646 is 0.003166)."""
+    long = suite(matrix={**MATRIX, "lr": [3.16e-4, 1.0e-3]}, lr_by_layer={"peri_ln": [1.002e-2, 3.171e-2]})
+    cells = [*_done("layernorm", 3.16e-4, [70, 72]), *_done("layernorm", 1e-3, [80, 82]),
+             *_done("peri_ln", 1.002e-2, [80, 82]), *_done("peri_ln", 3.171e-2, [70, 72])]
+    assert {(a["layer"], a["lr"]) for a in bracket_axes(long, cells)} == {("layernorm", 0.003165),
+                                                                        ("peri_ln", 0.003165)}
+
+
 def test_the_edge_column_counts_a_cap_from_the_rows_own_grid():
     """bracket_max_steps counts steps beyond the row's grid: peri_ln's 2.7e-2 is its own grid's top, so a step is
     still due ("unfinished"); read against the shared grid it would be two steps beyond, "cap reached"."""
@@ -91,6 +101,7 @@ def test_the_leaderboard_header_names_each_layers_own_grid():
     ({"peri_ln": [1e-2, 3e-2]}, "lr_by_layer.peri_ln: [0.01, 0.03] off the lattice of matrix.lr [0.001, 0.003] "
                                 "(ratio 3), where bracketing and every other row step; use lrs a whole number of its "
                                 "steps from it, e.g. 0.009"),
+    ({"peri_ln": [9.001e-3, 2.7e-2]}, "lr_by_layer.peri_ln: [0.009001] off the lattice"),
     ({"peri_ln": [9e-3]}, "lr_by_layer.peri_ln: bracketing needs at least two lrs per grid (a step beyond the edge "
                           "is the grid's ratio), got [0.009]; add one a grid step away, e.g. 0.027"),
     ({"peri_ln": [9e-3, 9e-3]}, "lr_by_layer.peri_ln: repeated lr in [0.009, 0.009]"),
@@ -108,6 +119,23 @@ def test_lr_bounds_that_leave_out_a_layers_own_lrs_are_refused():
         suite(lr_bounds=[1e-5, 1e-2])
 
 
+def test_a_steadier_claim_between_rows_whose_grids_share_too_few_lrs_is_refused():
+    with pytest.raises(SuiteError, match="peri_ln steadier_than layernorm compares the lrs both rows tried, and their "
+                                         r"start grids share none \(lr_by_layer\)"):
+        suite(claims=[{"layer": "peri_ln", "steadier_than": "layernorm", "depth": 6}])
+    shared = suite(lr_by_layer={"peri_ln": [1e-3, 3e-3, 9e-3]},
+                   claims=[{"layer": "peri_ln", "steadier_than": "layernorm", "depth": 6}])
+    assert shared.claims[0]["steadier_than"] == "layernorm"
+
+
+def test_tune_makes_a_study_per_lr_of_each_rows_own_grid():
+    from normbench.contracts.tuning import search_keys
+
+    tuned = suite(tune={"trials": 2, "space": {"weight_decay": {"low": 0.0, "high": 0.1}}})
+    assert [(k["layer"], k["lr"]) for k in search_keys(tuned)] == [("layernorm", 1e-3), ("layernorm", 3e-3),
+                                                                   ("peri_ln", 9e-3), ("peri_ln", 2.7e-2)]
+
+
 def test_a_suite_without_matrix_lr_cannot_replace_it():
     with pytest.raises(SuiteError, match="the suite has no matrix.lr; add the lrs every other layer trains at"):
         suite(matrix={k: v for k, v in MATRIX.items() if k != "lr"}, bracket=False)
@@ -120,3 +148,12 @@ def test_narrowing_the_layers_with_set_drops_the_grid_of_a_layer_left_out(write_
     assert "--set leaves peri_ln out of the suite: dropped its lr_by_layer grid" in narrowed.notes
     assert main(["run", str(path), "--dry-run", "--set", "matrix.layer=[layernorm]"]) == 0
     assert "dropped its lr_by_layer grid" in capsys.readouterr().err
+
+
+def test_changing_matrix_lr_with_set_drops_every_grid(write_suite):
+    path = write_suite(matrix=MATRIX, lr_by_layer={"peri_ln": HIGH})
+    moved = load_suite(path, ["matrix.lr=[1e-3]"])
+    assert moved.lr_by_layer == {} and {c.axes["lr"] for c in moved.cells()} == {1e-3}
+    assert moved.notes == ["--set changes matrix.lr: dropped the lr_by_layer grids of peri_ln, so every layer trains "
+                           "the new lrs (--set lr_by_layer={...} gives grids of their own)"]
+    assert load_suite(path, ["matrix.lr=[1e-3]", "lr_by_layer={peri_ln: [0.5]}"]).lr_by_layer == {"peri_ln": [0.5]}

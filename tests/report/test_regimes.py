@@ -136,8 +136,9 @@ def test_an_unfinished_folders_claim_names_the_seeds_it_paired():
     from normbench.report.stats import select_lr
     from tests.report.test_stats import cell
 
-    rows = [{**cell(name, 1e-3, seed, val + seed, val + seed), "role": "select"}
-            for name, val in (("a", 80.0), ("b", 70.0), ("c", 60.0)) for seed in (0, 1)]
+    rows = [{**cell(name, lr, seed, val + seed - gap, val + seed - gap), "role": "select"}
+            for name, val in (("a", 80.0), ("b", 70.0), ("c", 60.0)) for seed in (0, 1)
+            for lr, gap in ((1e-3, 0.0), (3e-3, 5.0))]  # two lrs: a steadiness claim compares a row's lrs
     rows += [{**cell(name, 1e-3, seed, 90.0 + seed, 90.0 + seed), "role": "report"}
              for name in ("a", "b") for seed in (100, 101, 102)]
     cells = add_scores(pd.DataFrame(rows))

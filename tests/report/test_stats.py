@@ -222,6 +222,16 @@ def test_lr_sensitivity_counts_a_failure_at_chance_over_the_common_lrs():
     assert lr_sensitivity(alone, ["layer", "depth"], ["depth"])["sensitivity"].iloc[0] == pytest.approx(80 / 3)
 
 
+def test_rows_sharing_one_lr_have_no_lr_sensitivity_rather_than_zero():
+    """Rows on grids of their own (`lr_by_layer`) may share one lr: a row's best over one lr is that lr, so the
+    difference would read 0.00 for every row, steady or not."""
+    rows = [cell("a", 1e-3, 0, 60.0, 60.0), cell("a", 3e-3, 0, 80.0, 80.0), cell("a", 9e-3, 0, 40.0, 40.0),
+            cell("b", 9e-3, 0, 30.0, 30.0), cell("b", 2.7e-2, 0, 85.0, 85.0)]
+    table = lr_sensitivity(add_scores(pd.DataFrame(rows)), ["layer", "depth"], ["depth"]).set_index("layer")
+    assert table["common_lrs"].tolist() == [1, 1]
+    assert table["sensitivity"].isna().all()
+
+
 def test_the_top_row_is_separated_only_when_the_holm_adjusted_p_says_so():
     clear = paired_cells([10.0, 11.0, 12.0])   # learnable_scaler 81 vs 70: t = 19, p = 0.003
     noisy = paired_cells([1.0, -1.0, 2.0])
@@ -264,6 +274,13 @@ def test_a_seed_missing_an_lr_is_left_out_and_a_diverged_cell_counts_at_chance()
     diverged = sensitivity_cells({0: (90.0, 80.0)}, {0: (90.0, 0.0)}).assign(num_classes=10)
     diverged.loc[(diverged["layer"] == "shaky") & (diverged["lr"] == 3e-3), "status"] = "diverged"
     assert sensitivity(add_scores(diverged), "steady", "shaky")["mean"] == pytest.approx((90.0 - 10.0) / 2 - 5.0)
+
+
+def test_rows_sharing_one_lr_give_no_pairs_for_a_steadier_claim():
+    cells = sensitivity_cells({0: (90.0, 80.0), 1: (90.0, 70.0)}, {0: (90.0, 50.0), 1: (60.0, 90.0)})
+    one = cells[~((cells["layer"] == "shaky") & (cells["lr"] == 3e-3))]  # shared: 1e-3 alone
+    assert sensitivity(one, "steady", "shaky")["n"] == 0
+    assert sensitivity(cells, "steady", "shaky")["n"] == 2
 
 
 def test_a_row_that_learnt_nothing_is_never_the_steady_one():

@@ -342,7 +342,7 @@ def write_accuracy_vs_step(history: pd.DataFrame, at_selected: pd.DataFrame, out
     """accuracy_vs_step.png (step_figure): learning speed and final accuracy in one picture; a curve that starts
     late but ends high crosses the others."""
     fig = step_figure(history, at_selected, dataset=dataset, order=order, references=references)
-    return None if fig is None else _save(fig, out_dir / OutputFolder.ACCURACY_VS_STEP)
+    return _save_or_clear(fig, out_dir / OutputFolder.ACCURACY_VS_STEP)
 
 
 def sensitivity_figure(selected: pd.DataFrame, *, dataset: str, table_keys: list[str],
@@ -374,7 +374,7 @@ def write_lr_sensitivity(selected: pd.DataFrame, out_dir: Path, *, dataset: str,
                          order: Sequence[str] | None = None) -> Path | None:
     """lr_sensitivity.png (sensitivity_figure)."""
     fig = sensitivity_figure(selected, dataset=dataset, table_keys=table_keys, order=order)
-    return None if fig is None else _save(fig, out_dir / OutputFolder.LR_SENSITIVITY)
+    return _save_or_clear(fig, out_dir / OutputFolder.LR_SENSITIVITY)
 
 
 def lr_depth_figure(selected: pd.DataFrame, cells: pd.DataFrame, *, dataset: str,
@@ -409,7 +409,7 @@ def write_lr_vs_depth(selected: pd.DataFrame, cells: pd.DataFrame, out_dir: Path
                       order: Sequence[str] | None = None) -> Path | None:
     """lr_vs_depth.png (lr_depth_figure)."""
     fig = lr_depth_figure(selected, cells, dataset=dataset, order=order)
-    return None if fig is None else _save(fig, out_dir / OutputFolder.LR_VS_DEPTH)
+    return _save_or_clear(fig, out_dir / OutputFolder.LR_VS_DEPTH)
 
 
 def _pyplot():  # matplotlib.pyplot, imported only when a figure is drawn
@@ -419,6 +419,16 @@ def _pyplot():  # matplotlib.pyplot, imported only when a figure is drawn
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _save_or_clear(fig: Any | None, path: Path) -> Path | None:
+    """A figure the folder's cells can draw is saved; one they cannot (one lr, one depth, no history) is removed if
+    an earlier leaderboard left it, so the folder never shows a figure its leaderboard no longer links."""
+    if fig is not None:
+        return _save(fig, path)
+    for stale in (path, path.with_suffix(".svg")):
+        stale.unlink(missing_ok=True)
+    return None
 
 
 def _save(fig: Any, path: Path) -> Path:

@@ -17,7 +17,7 @@ from normbench.contracts.selection import add_scores
 from normbench.contracts.suite import load_suite
 from normbench.report.header import recipe_lines, seeds_line
 from normbench.report.plots import depth_figure, lr_figure, sensitivity_figure, step_figure, write_plots
-from normbench.report.stats import select_lr, selected_cells
+from normbench.report.stats import lr_sensitivity, select_lr, selected_cells
 from normbench.report.style import (
     CANONICAL,
     DIVERGED_LABEL,
@@ -209,6 +209,22 @@ def test_every_figure_is_a_200_dpi_png_with_an_svg_twin(tmp_path):
         assert round(Image.open(path).info["dpi"][0]) >= 200
         twin = path.with_suffix(".svg")
         assert twin.read_text().lstrip().startswith("<?xml") and "<svg" in twin.read_text()
+
+
+def test_a_figure_the_cells_no_longer_draw_is_removed_not_left_stale(tmp_path):
+    """An lr sensitivity needs two lrs the rows share: from one lr there is none, so a figure an earlier leaderboard
+    of the folder drew (PNG and SVG) goes rather than stay beside a leaderboard that no longer links it."""
+    from normbench.report.plots import write_lr_sensitivity
+
+    cells = make_cells(depths=(6,))
+    table = lr_sensitivity(cells, ["layer", "depth"], ["depth"])
+    selected = select_lr(cells, ["layer", "depth"]).merge(table, on=["layer", "depth"])
+    drawn = write_lr_sensitivity(selected, tmp_path, dataset="digits", table_keys=["depth"])
+    assert drawn is not None and drawn.is_file() and drawn.with_suffix(".svg").is_file()
+    one_lr = select_lr(cells[cells["lr"] == LRS[0]], ["layer", "depth"]).merge(
+        lr_sensitivity(cells[cells["lr"] == LRS[0]], ["layer", "depth"], ["depth"]), on=["layer", "depth"])
+    assert write_lr_sensitivity(one_lr, tmp_path, dataset="digits", table_keys=["depth"]) is None
+    assert not drawn.exists() and not drawn.with_suffix(".svg").exists()
 
 
 def test_accuracy_axes_fit_the_data_and_draw_chance_and_the_ceiling_as_references():

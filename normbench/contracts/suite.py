@@ -100,16 +100,17 @@ class Suite:
         return [self.cell(axes) for axes in every if "lr" not in axes or axes["lr"] in self.lr_grid(axes.get("layer"))]
 
     def lr_grid(self, layer: str | None = None) -> list[float]:
-        """The lrs `layer`'s rows start from (its `lr_by_layer` entry, else `matrix.lr`); bracketing steps by their
-        ratio. `None`: the recipe's one layer when the matrix has no layer axis."""
-        layer = layer if layer is not None else self.model.get("layer", "layernorm")
-        return list(self.lr_by_layer.get(layer, self.matrix.get("lr", [])))
+        """The lrs `layer`'s rows start from (its `lr_by_layer` entry, else `matrix.lr`). `None`: the recipe's one
+        layer when the matrix has no layer axis."""
+        return list(self.lr_by_layer.get(self._row_layer(layer), self.matrix.get("lr", [])))
 
     def lr_lattice(self, layer: str | None = None) -> list[float] | None:
         """For a layer with its own grid, `matrix.lr`: the lattice its bracketing steps land on (contracts/
         bracketing.py `lattice_step`); None for the others, which step from their edges as they always have."""
-        layer = layer if layer is not None else self.model.get("layer", "layernorm")
-        return list(self.matrix["lr"]) if layer in self.lr_by_layer else None
+        return list(self.matrix["lr"]) if self._row_layer(layer) in self.lr_by_layer else None
+
+    def _row_layer(self, layer: str | None) -> str:
+        return layer if layer is not None else self.model.get("layer", "layernorm")
 
     def cell(self, axes: dict[str, Any]) -> Cell:
         """The cell of `axes`: matrix axes, or any model/train key (a report cell's seed when the matrix has none)."""

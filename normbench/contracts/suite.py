@@ -57,6 +57,7 @@ class TuneConfig:
     startup_trials: int = 5                      # trials before TPE and the pruner act
     confirm_top: int = 0                         # the best trials re-trained on a second search seed, then chosen
                                                  # on the mean of both (docs/protocol.md, "Tuned"); 0: the best one
+    prune_after: float = 0.25                    # the share of a trial's epochs before the pruner may stop it
 
 
 @dataclass
@@ -327,6 +328,10 @@ def _tune(raw: Any, suite: Suite, where: str) -> TuneConfig | None:
     if isinstance(confirm, bool) or not isinstance(confirm, int) or confirm < 0:
         raise SuiteError(f"{where}: tune.confirm_top: expected a whole number of the best trials to train again on a "
                          f"second search seed (0: none), got {confirm!r}")
+    after = raw.get("prune_after", 0.25)
+    if isinstance(after, bool) or not isinstance(after, (int, float)) or not 0 <= after <= 1:
+        raise SuiteError(f"{where}: tune.prune_after: expected the share of a trial's epochs (0 to 1) before the "
+                         f"pruner may stop it, got {after!r}")
     for key in ("sampler", "pruner"):
         options = {"sampler": ("tpe", "random"), "pruner": ("median", "none")}[key]
         if key in raw and raw[key] not in options:

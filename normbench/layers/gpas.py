@@ -9,9 +9,9 @@ The official code (dandingsky/GPAS, peft_pretraining/modeling_llama.py, `GPASBlo
 
 Forward: x·(1 - SiLU(g)); backward: ∂/∂x is the identity, so every earlier block's gradient is preserved. g is one
 learnable scalar per block, initialised to 0 (`gate_init_value = 0.0`): SiLU(0) = 0, so the block starts as pre-LN's,
-forward and backward, and g still gets a gradient (SiLU'(0) = 1/2). Of the official Pre + GPAS runs only the 7B one clips
-g's gradient (0.01; run_1b.sh: --clip_gate_grad 0.0); not here. The paper's placements beyond pre-LN (Sandwich, LNS, DeepNorm, Mix-LN + GPAS) are not
-registered.
+forward and backward, and g still gets a gradient (SiLU'(0) = 1/2). Of the official Pre + GPAS runs only the 7B
+one clips g's gradient (0.01; run_1b.sh: --clip_gate_grad 0.0); not here. The paper's placements beyond pre-LN
+(Sandwich, LNS, DeepNorm, Mix-LN + GPAS) are not registered.
 """
 
 # No `from __future__ import annotations`: torch.fx copies forward annotations into code TorchScript must resolve

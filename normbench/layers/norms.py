@@ -15,7 +15,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normbench.layers.registry import register_layer
+from normbench.layers.registry import Tunable, register_layer
+
+# α's init as `normbench tune` may search it (`layer.alpha_init`), where each source says which values it trained
+DYT_ALPHA = Tunable("alpha_init", "norm_kwargs.alpha_init", low=0.5, high=1.2, default=lambda depth: 0.5,
+                    source="DyT Sec. 7.1 (Fig. 9): on non-LLM models α0 from 0.5 to 1.2 generally trains well (ViT-L "
+                           "diverges above 0.6); Table 13: ViT-B 82.5 at 0.5, 82.6 at 1.0")
+DERF_ALPHA = Tunable("alpha_init", "norm_kwargs.alpha_init", choices=(0.5, 1.0), default=lambda depth: 0.5,
+                     source="zlab-princeton/Derf's own values: ViT 0.5 (ViT/dynamic_erf.py), DiT-XL 1.0 "
+                            "(DiT/train.py); no ablation of α's init is published")
 
 
 @register_layer("layernorm", kind="norm", formula="γ ⊙ (x - μ) / √(σ² + ε) + β, over channels",
@@ -108,7 +116,7 @@ class LearnableScaler2d(LearnableScaler):
         return self._affine(x)
 
 
-@register_layer("dyt", kind="norm", formula="γ ⊙ tanh(α x) + β; scalar α = 0.5, γ = 1, β = 0",
+@register_layer("dyt", kind="norm", formula="γ ⊙ tanh(α x) + β; scalar α = 0.5, γ = 1, β = 0", tunables=(DYT_ALPHA,),
                 source="Zhu et al. 2025, Transformers without Normalization (DyT); jiachenzhu/DyT dynamic_tanh.py")
 class DyT(nn.Module):
     """Dynamic Tanh. `alpha_init=0.5` is the paper's default for non-LLM models such as ViT."""
@@ -131,6 +139,7 @@ class DyT(nn.Module):
 
 
 @register_layer("derf", kind="norm", formula="γ ⊙ erf(α x + s) + β; scalars α = 0.5, s = 0; γ = 1, β = 0 per channel",
+                tunables=(DERF_ALPHA,),
                 source="Chen et al. 2025, Stronger Normalization-Free Transformers (Derf), arXiv 2512.10938; "
                        "zlab-princeton/Derf ViT/dynamic_erf.py (Dynamic_erf, alpha_init_value=0.5, "
                        "shift_init_value=0.0)")

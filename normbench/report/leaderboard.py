@@ -222,28 +222,40 @@ def tuning_budget_section(ledger: Ledger, names: StudyNames) -> list[str]:
 
 
 def importance_section(ledger: Ledger, names: StudyNames) -> list[str]:
-    """Per search, how much each searched value mattered to the final val: Optuna's own fANOVA importances
-    (`optuna.importance.get_param_importances`, seeded so a regenerated leaderboard reads the same), as
-    optuna-dashboard shows them; a search of one value, or with fewer than two finished trials, has none."""
-    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
-
+    """Per search, how much each searched value mattered to reaching a high final val: Optuna's own PED-ANOVA
+    importances (`optuna.importance.get_param_importances`), computed as optuna-dashboard 0.21 computes the ones it
+    shows (the value negated, since the studies maximize, and the evaluator's defaults), so the table and the
+    dashboard read alike; deterministic, so a regenerated leaderboard reads the same. A search of one value, or with
+    fewer than two finished trials, has none."""
     rows = []
     for name in sorted(n for n in ledger.study_names() if names.tune_point(n) is not None):
         study = ledger.study(name)
         complete = ledger.trials(study, (TrialState.COMPLETE,))
         searched = {k for t in complete for k in t.params}
-        if len(complete) < 2 or len(searched) < 2:
-            continue
-        try:
-            importances = get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=0))
-        except (RuntimeError, ValueError):  # every trial alike (no variance to apportion)
+        if len(complete) < 2 or len(searched) < 2 or not (importances := search_importances(study)):
             continue
         rows.append({"study": names.tune_point(name),
                      **{k: f"{v:.2f}" for k, v in sorted(importances.items())}})
     if not rows:
         return []
-    return ["## what mattered in each search (Optuna's fANOVA importance of each searched value for the final val "
-            "top-1; each row sums to 1)", "", markdown_table(pd.DataFrame(rows).fillna("—")), ""]
+    return ["## what mattered in each search (Optuna's PED-ANOVA importance of each searched value for reaching the "
+            "best final val top-1, as optuna-dashboard shows it; each row sums to 1)", "",
+            markdown_table(pd.DataFrame(rows).fillna("—")), ""]
+
+
+def search_importances(study: optuna.Study) -> dict[str, float]:
+    """Optuna's PED-ANOVA importance of each searched value, as optuna-dashboard computes it; {} when the trials
+    leave no variance to apportion."""
+    import warnings
+
+    from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
+
+    with warnings.catch_warnings():  # Optuna warns whenever a target is passed; this one is the dashboard's
+        warnings.filterwarnings("ignore", message="PedAnovaImportanceEvaluator computes the importances")
+        try:
+            return get_param_importances(study, target=lambda t: -t.value, evaluator=PedAnovaImportanceEvaluator())
+        except (RuntimeError, ValueError):
+            return {}
 
 
 def _with_recipe_columns(cells: pd.DataFrame, suite: Suite | None) -> pd.DataFrame:

@@ -19,7 +19,7 @@ import pandas as pd
 
 from normbench.report.folder import FolderRead
 from normbench.report.stats import REPORTS, reading, versus_baseline
-from normbench.report.style import lr_text
+from normbench.report.style import lr_text, window_text
 from normbench.report.tables import BASELINE_VERDICTS
 
 MOVES = "moves"
@@ -65,12 +65,21 @@ class Side:
     label: str
     selected: pd.DataFrame
     versus: pd.DataFrame
+    tuned: bool = False  # a tune folder: its lrs are a search's draws, so no grid edge and no lr window
 
 
 def side(read: FolderRead, baseline: str, label: str | None = None) -> Side:
     a = read.analysis
     return Side(label or f"width {width_of(read)}", a.selected, versus_baseline(a.cells, a.selected, a.keys,
-                                                                                baseline))
+                                                                                baseline), bool(read.tuned))
+
+
+def window_cell(row: pd.Series, tuned: bool) -> str:
+    """A row's lr window as the leaderboard writes it; "—" for a tuned row or one without a window."""
+    low, high = row.get("window_low", math.nan), row.get("window_high", math.nan)
+    if tuned or pd.isna(low) or pd.isna(high):
+        return "—"
+    return window_text(low, high)
 
 
 def row_verdict(before: str, after: str, labels: tuple[str, str] = ("narrow", "wide"), factor: str = "width") -> str:
@@ -84,8 +93,9 @@ def row_verdict(before: str, after: str, labels: tuple[str, str] = ("narrow", "w
 
 
 def width_rows(narrow: Side, wide: Side, baseline: str, factor: str = "width") -> tuple[pd.DataFrame, str]:
-    """Per (depth, row both ran): its selected lr (e: at an edge of the lrs tried), rank and gap to `baseline` in
-    each folder and the verdict across the `factor` the two folders differ in; and the quantity read."""
+    """Per (depth, row both ran): its score (the mean of `quantity`, the quantity returned), selected lr (e: at an
+    edge of the lrs tried), lr window, rank and gap to `baseline` in each folder, and the verdict across the `factor`
+    the two folders differ in; and the quantity read."""
     both = finished(narrow.selected) and finished(wide.selected)
     column = "mean" if both else "select_mean"
     rows = []
@@ -105,8 +115,11 @@ def width_rows(narrow: Side, wide: Side, baseline: str, factor: str = "width") -
                     v = s.versus[(s.versus["depth"] == depth) & (s.versus["layer"] == layer)]
                     word = reading(v["mean"].iloc[0], v["p_holm"].iloc[0], BASELINE_VERDICTS) if len(v) else "—"
                 words.append(word)
-                edge = " e" if p.loc[layer].get("edge") in ("low", "high") else ""
-                line |= {f"{s.label}: lr": f"{lr_text(p.loc[layer, 'lr'])}{edge}",
+                edge = " e" if p.loc[layer].get("edge") in ("low", "high") and not s.tuned else ""
+                score = p.loc[layer, column]
+                line |= {f"{s.label}: score": "—" if math.isnan(score) else f"{score:.2f}",
+                         f"{s.label}: lr": f"{lr_text(p.loc[layer, 'lr'])}{edge}",
+                         f"{s.label}: lr window": window_cell(p.loc[layer], s.tuned),
                          f"{s.label}: rank": f"{r[layer]} of {len(common)}",
                          f"{s.label}: gap to {baseline}": "—" if layer == baseline or math.isnan(gap)
                          else f"{gap:+.1f}" + (f" ({word})" if both else "")}

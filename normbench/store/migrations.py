@@ -39,9 +39,9 @@ def trial_axes(trial: FrozenTrial) -> dict[str, Any]:
 
 
 def trial_cell_id(trial: FrozenTrial) -> str | None:
-    """The cell's id in the current format: recomputed from its axes (a version-1 id listed them unsorted); None for
-    a trial that is no cell (a tuning slot)."""
-    if "axes" in trial.user_attrs:
+    """The cell's id in the current format: recomputed from its axes (a version-1 id listed them unsorted); a tune
+    search's slot (no axes: it samples them) keeps its own id, `slot-3`, so a restart does not queue it again."""
+    if trial.user_attrs.get("axes"):
         return cell_id(trial.user_attrs["axes"])
     return trial.user_attrs.get("cell_id")
 

@@ -187,7 +187,7 @@ def _train(members: list[_Member], *, tracker: Tracker, device: str, progress: P
             if shown[0] is m:
                 progress.epoch(record)
             m.claim.report(record["val_top1"], record["step"])
-            prune = m.job.report and m.claim.should_prune()
+            prune = m.job.may_prune(record["epoch"], m.config.train.epochs) and m.claim.should_prune()
             between_epochs += time.perf_counter() - started
             return prune
         return on_epoch

@@ -4,6 +4,7 @@ Its own module so that the loop's helpers (sweep/time_limit.py) can name a Job w
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,8 +23,14 @@ class Job:
 
     study: optuna.Study
     cell_for: Callable[[Claim], tuple[str, TrialRun, CellConfig]]  # -> cell_id, its MLflow run (cells.py), recipe
-    report: bool = False  # feed per-epoch val accuracy to the study's pruner
+    # the share of a cell's epochs after which the study's pruner may stop it (tune's searches); None: never asked
+    prune_after: float | None = None
     listed: Callable[[FrozenTrial], bool] = lambda trial: True  # the suite's own (contracts/matrix_scope.py)
+
+    def may_prune(self, epoch: int, epochs: int) -> bool:
+        """Whether the pruner is asked after (0-based) `epoch` of a cell of `epochs`: once `prune_after` of them
+        are trained, at least one."""
+        return self.prune_after is not None and epoch + 1 >= max(1, math.ceil(self.prune_after * epochs))
 
 
 @dataclass

@@ -9,6 +9,7 @@ reported by test top-1 like `normbench run`."""
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,13 @@ from normbench.contracts.tuning import (
     seeds,
     tune_section,
 )
-from normbench.errors import ClaimLostError
+from normbench.errors import ClaimLostError, SuiteError
 from normbench.store.claim import Claim
 from normbench.store.ledger import UNFINISHED, Ledger
 from normbench.sweep.cells import cell_run, check_recipe, open_study_of_recipe
 from normbench.sweep.plan import Job, Plan
 from normbench.sweep.progress import Progress
+from normbench.sweep.trial_sampler import TrialSeededSampler
 
 
 def trial_label(key: dict[str, Any], sampled: dict[str, Any], number: int) -> str:
@@ -56,11 +58,42 @@ def suggest(trial: optuna.Trial, key: str, dist: dict[str, Any]) -> Any:
 
 
 def _sampler_and_pruner(tune: TuneConfig) -> dict[str, Any]:
-    sampler = (optuna.samplers.TPESampler(n_startup_trials=tune.startup_trials, seed=0) if tune.sampler == "tpe"
-               else optuna.samplers.RandomSampler(seed=0))
-    pruner = (optuna.pruners.MedianPruner(n_startup_trials=tune.startup_trials, n_warmup_steps=1)
+    """Each trial its own seeded sampler (sweep/trial_sampler.py: workers and restarts draw different trials); the
+    pruner's warm-up is `tune.prune_after` of a trial's epochs (Job.may_prune), not Optuna's `n_warmup_steps`: the
+    steps reported are optimizer steps (~16 an epoch here), and a trial judged after its first epoch loses slow
+    starters (a small lr, a long warmup): in the modern folder the lr best at epoch 40 sat below its row's median
+    after epoch 1 in 7 of 23 rows, after epoch 8 in none."""
+    def make(seed: int) -> optuna.samplers.BaseSampler:
+        if tune.sampler == "tpe":
+            return optuna.samplers.TPESampler(n_startup_trials=tune.startup_trials, seed=seed, constant_liar=True)
+        return optuna.samplers.RandomSampler(seed=seed)
+
+    pruner = (optuna.pruners.MedianPruner(n_startup_trials=tune.startup_trials, n_warmup_steps=0)
               if tune.pruner == "median" else optuna.pruners.NopPruner())
-    return {"sampler": sampler, "pruner": pruner}
+    return {"sampler": TrialSeededSampler(make), "pruner": pruner}
+
+
+SEARCH_ATTR = "search"  # a search study's user attr: the terms its trials were drawn under (search_terms)
+
+
+def search_terms(tune: TuneConfig, layer: str) -> dict[str, Any]:
+    """What a row's search draws its trials under: its space (the recipe's keys and its layer's own) and how trials
+    are sampled, pruned and confirmed. A resume under other terms would mix two searches in one study; a larger
+    `trials` only extends every row's budget alike."""
+    return {"space": space_for(tune.space, layer), "sampler": tune.sampler,
+            "pruner": tune.pruner, "startup_trials": tune.startup_trials, "prune_after": tune.prune_after,
+            "confirm_top": tune.confirm_top}
+
+
+def check_search(ledger: Ledger, suite: Suite, study: optuna.Study, terms: dict[str, Any]) -> None:
+    """Refuse (SuiteError, exit 2) to resume a search whose `tune:` terms changed since its trials were drawn."""
+    before = study.user_attrs.get(SEARCH_ATTR)
+    if before is None or json.loads(json.dumps(terms)) == before:  # a ledger older than the stamp: nothing to compare
+        return
+    changed = ", ".join(k for k in terms if before.get(k) != json.loads(json.dumps(terms[k])))
+    raise SuiteError(f"{suite.path}: tune: {changed} changed since the trials of {study.study_name} were drawn "
+                     f"({ledger.url}); resuming would mix two searches in one budget. Put the old values back, or use "
+                     "another --out (or --storage)")
 
 
 def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
@@ -71,17 +104,26 @@ def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
     keys = search_keys(suite)
     searches = {cell_id(key): names.tune(cell_id(key)) for key in keys}
     existing = set(ledger.study_names())
+
+    def row_layer(key: dict[str, Any]) -> str:
+        return str(key.get("layer", suite.model.get("layer", "layernorm")))
+
     for name in [*searches.values(), names.confirm, names.tuned]:  # every check before any write: a refused tune
         if name in existing:                                         # changes nothing
             check_recipe(ledger, suite, ledger.study(name))
+    for key in keys:
+        if searches[cell_id(key)] in existing:
+            check_search(ledger, suite, ledger.study(searches[cell_id(key)]), search_terms(tune, row_layer(key)))
     studies = []
     for key in keys:
         study = open_study_of_recipe(ledger, suite, searches[cell_id(key)], **_sampler_and_pruner(tune))
+        if SEARCH_ATTR not in study.user_attrs:
+            ledger.call(study.set_user_attr, SEARCH_ATTR, search_terms(tune, row_layer(key)))
         ledger.enqueue(study, {f"slot-{i}": {} for i in range(tune.trials)})
         studies.append((key, study))
 
     def search_job(key: dict[str, Any], study: optuna.Study) -> Job:
-        space = space_for(tune.space, str(key.get("layer", suite.model.get("layer", "layernorm"))))
+        space = space_for(tune.space, row_layer(key))
 
         def cell_for(claim: Claim) -> tuple[str, dict[str, Any], Any]:
             axes = {**key, "seed": search_seed(suite)}
@@ -92,7 +134,7 @@ def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
                 claim.set_attr(LABEL, label)  # for the parent of local workers, which prints it
             return label, cell_run(suite, claim), config
 
-        return Job(study=study, cell_for=cell_for, report=True)
+        return Job(study=study, cell_for=cell_for, prune_after=tune.prune_after)
 
     def overrides_job(study: optuna.Study) -> Job:
         """The confirmations and the re-runs: a cell at its axes with a search trial's sampled values."""
@@ -164,7 +206,7 @@ def confirmation_values(ledger: Ledger, name: str) -> dict[str, dict[int, float]
     for t in ledger.trials(ledger.study(name), (TrialState.COMPLETE, TrialState.PRUNED)):
         axes = t.user_attrs["axes"]
         point = {k: v for k, v in axes.items() if k not in ("seed", SEARCH_TRIAL)}
-        values.setdefault(cell_id(point), {})[int(axes[SEARCH_TRIAL])] = _value(t)
+        values.setdefault(cell_id(point), {})[int(axes[SEARCH_TRIAL])] = math.nan if t.value is None else t.value
     return values
 
 
@@ -174,21 +216,26 @@ def _value(trial: FrozenTrial) -> float:
 
 
 def best_trial(complete: list[FrozenTrial], confirmed: dict[int, float] | None = None) -> FrozenTrial:
-    """A search's winner. Without confirmations (`confirmed` None): by the selection rule (contracts/selection.py
-    `choose_lr`, as report/tune_frame.py reads the search back), the lr with the best mean final-epoch val (a trial
-    without one counts as none), ties to the smaller lr; among that lr's trials the best val, ties to the earlier
-    trial. With them: among the confirmed trials, the best mean of the search's and the confirmation's val (a lucky
-    search draw alone does not win), ties to the earlier trial."""
-    if confirmed:
-        candidates = [t for t in complete if t.number in confirmed]
-        return max(candidates, key=lambda t: ((_value(t) + confirmed[t.number]) / 2, -t.number))
-
+    """A search's winner, by the selection rule (contracts/selection.py `choose_lr`) as report/tune_frame.py reads
+    the search back, so the leaderboard scores the configuration that was re-run: the lr with the best mean
+    final-epoch val (a trial without one counts as none), ties to the smaller lr; among that lr's trials the best
+    val, ties to the earlier trial. With confirmations (`confirmed`: search trial number -> its val on the
+    confirmation seed), only the confirmed trials, each by the mean of its two seeds (a lucky search draw alone does
+    not win): two confirmed trials whose means tie go to the smaller lr, as the leaderboard's rule does."""
     def value(trial: FrozenTrial) -> float:
         return math.nan if trial.value is None else trial.value
 
+    seeds_of = {t.number: [value(t)] for t in complete}
+    if confirmed:
+        seeds_of = {t.number: [value(t), confirmed[t.number]] for t in complete if t.number in confirmed}
+    candidates = [t for t in complete if t.number in seeds_of]
     by_lr: dict[float, list[float]] = {}
-    for t in complete:
-        by_lr.setdefault(t.params.get("lr", 0.0), []).append(value(t))
+    for t in candidates:  # in trial order, each trial's seeds in the order the leaderboard's frame lists them
+        by_lr.setdefault(t.params.get("lr", 0.0), []).extend(seeds_of[t.number])
     lr = choose_lr({lr: seed_mean(values) for lr, values in by_lr.items()})
-    at_lr = [t for t in complete if t.params.get("lr", 0.0) == lr]
-    return max(at_lr, key=lambda t: (-math.inf if math.isnan(value(t)) else value(t), -t.number))
+
+    def rank(trial: FrozenTrial) -> tuple[float, int]:
+        mean = seed_mean(seeds_of[trial.number])
+        return (-math.inf if math.isnan(mean) else mean), -trial.number
+
+    return max((t for t in candidates if t.params.get("lr", 0.0) == lr), key=rank)

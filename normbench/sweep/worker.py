@@ -263,7 +263,7 @@ def run_cell(job: Job, claim: Claim, *, ledger: Ledger, tracker: Tracker, device
         tracker.log_epoch(run_id, record)
         progress.epoch(record)
         claim.report(record["val_top1"], record["step"])  # at step = optimizer steps
-        prune = job.report and claim.should_prune()
+        prune = job.may_prune(record["epoch"], config.train.epochs) and claim.should_prune()
         between_epochs += time.perf_counter() - started
         return prune
 

@@ -71,3 +71,24 @@ def test_a_space_outside_a_sources_range_is_refused_in_one_line(space, message):
 ])
 def test_how_far_a_tuned_value_moved_from_the_grids(value, reference, expected):
     assert distance_text(value, reference) == expected
+
+
+@pytest.mark.parametrize(("layer", "value", "source_space"), [
+    ("dyt", 0.9, {"low": 0.5, "high": 1.2, "log": False}), ("derf", 1.0, {"choices": [0.5, 1.0]})])
+def test_dyt_and_derf_alpha_is_searched_in_its_sources_values_and_reaches_the_norms(layer, value, source_space):
+    import timm
+
+    import normbench  # noqa: F401  (registers the template)
+
+    suite = suite_with({"layer.alpha_init": "source"}, layers=("layernorm", layer))
+    assert space_for(suite.tune.space, layer)["layer.alpha_init"] == source_space
+    assert "layer.alpha_init" not in space_for(suite.tune.space, "layernorm")
+    config = apply_sampled(suite.cell({"depth": 2, "layer": layer, "seed": 0}), {"layer.alpha_init": value})
+    assert config.model.norm_kwargs == {"alpha_init": value}
+    model = timm.create_model("normbench_vit", layer=layer, depth=2, embed_dim=16, num_heads=2, patch_size=4,
+                              img_size=8, num_classes=3, norm_kwargs=config.model.norm_kwargs)
+    alphas = [float(m.alpha.detach()) for m in model.modules() if type(m).__name__ in ("DyT", "Derf")]
+    assert len(alphas) == 2 * 2 + 1 and all(a == pytest.approx(value) for a in alphas)  # 2 per block + the final
+    with pytest.raises(SuiteError, match=f"outside {layer}'s source range|{layer}'s source tried"):
+        suite_with({"layer.alpha_init": {"low": 0.1, "high": 0.4} if layer == "dyt" else {"choices": [0.3]}},
+                   layers=("layernorm", layer))

@@ -25,6 +25,7 @@ PUBLISHED = ["depth-sweep-digits-early", "depth-sweep-digits-converged", "depth-
 ELSEWHERE = "Asia/Kolkata"  # UTC+05:30: a reader's clock the ledger's UTC times must not leak into
 INPUTS = ("ledger.journal", "suite.yaml", "ceiling.csv")  # what `leaderboard` reads; everything else it writes
 TEXT_OUTPUTS = ("leaderboard.md", "results.csv", "history.csv")
+OPTIONAL_INPUTS = ("attention-logits.csv",)  # scripts/attention_logits.py's re-runs (the AdamW side of a comparison)
 # `normbench compare` files: one grid at two budgets (README's command), and the modern rows at widths 64 and 192
 COMPARISONS = {"depth-sweep-digits-regimes.md": ("depth-sweep-digits-early", "depth-sweep-digits-converged"),
                "depth-sweep-digits-width-64-vs-192.md": ("depth-sweep-digits-modern", "depth-sweep-digits-wide")}
@@ -48,6 +49,9 @@ def regenerate(published: Path, workdir: Path, monkeypatch) -> Path:
         shutil.copy2(published / name, copy / name)
     for cost in published.glob("cost-*.csv"):  # `normbench bench SUITE` measured beside the ledger: an input too
         shutil.copy2(cost, copy / cost.name)
+    for extra in OPTIONAL_INPUTS:  # re-runs a script wrote beside the ledger, which `compare` reads where present
+        if (published / extra).is_file():
+            shutil.copy2(published / extra, copy / extra)
     reference = yaml.safe_load((published / "suite.yaml").read_text()).get("reference")
     if reference and not (workdir / reference / "results.csv").exists():  # what the ranking-transfer section reads
         (workdir / reference).mkdir(parents=True, exist_ok=True)

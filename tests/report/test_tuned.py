@@ -7,10 +7,11 @@ from pathlib import Path
 
 import optuna
 import pandas as pd
+import pytest
 
 from normbench.contracts.names import StudyNames
 from normbench.contracts.suite import parse_suite
-from normbench.report.leaderboard import importance_section, tuned_section
+from normbench.report.leaderboard import importance_section, search_importances, tuned_section
 from normbench.report.tables import tuned_table
 from normbench.store.ledger import Ledger
 
@@ -80,5 +81,26 @@ def test_importances_are_optunas_own_and_name_the_value_that_mattered(tmp_path):
     table = "\n".join(lines)
     row = next(line for line in table.splitlines() if line.startswith("| depth=2,layer=layernorm"))
     lr, wd = (float(x) for x in row.strip("|").split("|")[1:3])
-    assert "fANOVA" in table and lr > 0.8 > wd
-    assert importance_section(ledger, names) == lines  # seeded: a regenerated leaderboard reads the same
+    assert "PED-ANOVA" in table and lr > 0.8 > wd
+    assert importance_section(ledger, names) == lines  # deterministic: a regenerated leaderboard reads the same
+
+
+def test_importances_are_the_ones_optuna_dashboard_shows(tmp_path):
+    from tests.store.test_ledger_dashboard import Dashboard
+
+    ledger = Ledger(None, tmp_path)
+    names = StudyNames("t")
+    study = ledger.study(names.tune("depth=2,layer=layernorm"))
+    study.sampler = optuna.samplers.RandomSampler(seed=2)
+    for _ in range(16):
+        trial = study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True),
+                           "weight_decay": optuna.distributions.FloatDistribution(0.0, 0.1)})
+        study.tell(trial, 100.0 - 1000.0 * abs(trial.params["lr"] - 3e-3) - 50 * trial.params["weight_decay"])
+    dashboard = Dashboard(str(tmp_path / "ledger.journal"))  # its JSON API, as its page reads it
+    code, shown = dashboard.get(f"/api/studies/{dashboard.study(study.study_name)['id']}/param_importances")
+    assert code == 200
+    ours = search_importances(study)
+    assert set(ours) == {"lr", "weight_decay"}
+    assert {i["name"]: i["importance"] for i in shown["param_importances"][0]} == pytest.approx(ours, abs=1e-12)
+    table = "\n".join(importance_section(ledger, names))
+    assert f"| {ours['lr']:.2f} " in table and f"| {ours['weight_decay']:.2f} " in table

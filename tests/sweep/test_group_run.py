@@ -110,7 +110,7 @@ def test_when_the_member_shown_is_pruned_the_progress_line_follows_the_next_and_
             super().epoch(record)
 
     progress = Watched(total=8, quiet=True)
-    turn = run_group(dataclasses.replace(job, report=True), group, tracker=Tracker(tmp_path, suite.name),
+    turn = run_group(dataclasses.replace(job, prune_after=0.0), group, tracker=Tracker(tmp_path, suite.name),
                      device="cpu", progress=progress, suite_name=suite.name)
     assert turn.outcomes == ["trained", "trained"] and not turn.refused
     # epoch 0 from the first member (pruned then, and recorded before the next epoch), epochs 1-2 from the other;

@@ -157,9 +157,72 @@ def test_the_best_trials_are_confirmed_on_a_second_seed_then_the_winner_reruns_o
     best_two = sorted(searched, key=lambda t: (-t.value, t.number))[:2]
     assert sorted(t.user_attrs["axes"]["search_trial"] for t in confirmed) == sorted(t.number for t in best_two)
     assert {t.user_attrs["axes"]["seed"] for t in confirmed} == {103} and len(confirmed) == 2  # each queued once
-    mean = {t.user_attrs["axes"]["search_trial"]: (searched[t.user_attrs["axes"]["search_trial"]].value + t.value) / 2
-            for t in confirmed}
-    winner = max(mean, key=lambda n: (mean[n], -n))
+    # the winner is the lr the leaderboard's rule picks from both seeds of the confirmed trials (ties: smaller lr)
+    both = [(searched[n].params["lr"], value) for t in confirmed
+            for n in [t.user_attrs["axes"]["search_trial"]] for value in (searched[n].value, t.value)]
+    lr = chosen_lrs(pd.DataFrame({"layer": "ls", "lr": [b[0] for b in both], "select": [b[1] for b in both]}),
+                    ["layer"])["lr"].item()
+    [winner] = [n for n in (t.user_attrs["axes"]["search_trial"] for t in confirmed) if searched[n].params["lr"] == lr]
     tuned = ledger.study("tuned:tc").get_trials(deepcopy=False)
     assert {t.user_attrs["axes"]["seed"] for t in tuned} == {100, 101}
     assert all(t.user_attrs["overrides"] == searched[winner].params for t in tuned)
+
+
+def test_confirmed_trials_whose_means_tie_go_to_the_smaller_lr_as_the_leaderboard_chooses():
+    """Two confirmed trials tie on the mean of their two seeds (val on 360 images moves in steps of 1/3.6 points):
+    the re-run must be the configuration the leaderboard's rule scores, or its report cells sit at an lr it did not
+    choose. The old rule took the earlier trial."""
+    search = [search_trial(0, 3e-3, 90.0), search_trial(1, 1e-3, 90.5), search_trial(2, 5e-3, 70.0)]
+    confirmed = {0: 91.0, 1: 90.5}  # both mean 90.5
+    frame = pd.DataFrame({"layer": "ln", "lr": [3e-3, 3e-3, 1e-3, 1e-3], "select": [90.0, 91.0, 90.5, 90.5]})
+    assert best_trial(search, confirmed).number == 1
+    assert best_trial(search, confirmed).params["lr"] == chosen_lrs(frame, ["layer"])["lr"].item() == 1e-3
+
+
+def test_a_restarted_tune_queues_no_search_slot_twice(write_suite, tmp_path):
+    path = write_suite(name="rs", matrix={"depth": [1], "layer": ["layernorm"], "seed": [0]},
+                       tune={"trials": 2, "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}}})
+    out = tmp_path / "out"
+    for _ in range(2):  # the second run finds every slot finished: it must neither queue nor fail any
+        assert main(["tune", str(path), "--out", str(out), "--quiet"]) == 0
+    searched = Ledger(None, out).study("tune:rs:depth=1,layer=layernorm").get_trials(deepcopy=False)
+    assert len(searched) == 2 and {t.state for t in searched} == {TrialState.COMPLETE}
+
+
+def test_the_pruner_is_asked_only_after_prune_after_of_a_trials_epochs(write_suite, tmp_path, monkeypatch):
+    from normbench.store.claim import Claim
+
+    asked: list[int] = []
+
+    def always(claim: Claim) -> bool:  # a pruner that stops every trial it is asked about
+        asked.append(len(claim.trial.storage.get_trial(claim.id).intermediate_values))
+        return True
+
+    monkeypatch.setattr(Claim, "should_prune", always)
+    path = write_suite(name="pa", matrix={"depth": [1], "layer": ["layernorm"], "seed": [0]},
+                       train={"epochs": 4, "batch_size": 256, "warmup_epochs": 0},
+                       tune={"trials": 1, "prune_after": 0.5, "space": {"lr": {"low": 1e-3, "high": 1e-2}}})
+    out = tmp_path / "out"
+    assert main(["tune", str(path), "--out", str(out), "--quiet"]) == 0
+    [trial] = Ledger(None, out).study("tune:pa:depth=1,layer=layernorm").get_trials(deepcopy=False)
+    assert asked == [2] and trial.state == TrialState.PRUNED  # epochs 1 and 2 trained, then asked once
+    assert len(trial.user_attrs["history"]) == 2
+
+
+def test_a_tune_resumed_with_another_search_space_is_refused_and_the_ledger_kept(write_suite, tmp_path, capsys):
+    matrix = {"depth": [1], "layer": ["layernorm"], "seed": [0]}
+    tune = {"trials": 1, "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}}}
+    out = tmp_path / "out"
+    assert main(["tune", str(write_suite(name="ts", matrix=matrix, tune=tune)), "--out", str(out), "--quiet"]) == 0
+    journal = (out / "ledger.journal").read_bytes()
+    wider = {**tune, "space": {**tune["space"], "weight_decay": {"low": 0.0, "high": 0.2}}}
+    assert main(["tune", str(write_suite(name="ts", matrix=matrix, tune=wider)), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "tune: space changed since the trials of tune:ts:depth=1,layer=layernorm were drawn" in err, err
+    assert (out / "ledger.journal").read_bytes() == journal
+    stricter = {**tune, "prune_after": 0.5}  # how trials are judged, too
+    assert main(["tune", str(write_suite(name="ts", matrix=matrix, tune=stricter)), "--out", str(out), "--quiet"]) == 2
+    assert "tune: prune_after changed" in capsys.readouterr().err
+    more = {**tune, "trials": 2}  # a larger budget extends every row's search alike
+    assert main(["tune", str(write_suite(name="ts", matrix=matrix, tune=more)), "--out", str(out), "--quiet"]) == 0
+    assert len(Ledger(None, out).study("tune:ts:depth=1,layer=layernorm").get_trials(deepcopy=False)) == 2

@@ -56,8 +56,21 @@ def open_client(uri: str, out_dir: Path) -> Any:
     from mlflow.tracking import MlflowClient
 
     if own_store(uri, out_dir):
-        _create_sqlite_store(Path(out_dir))
+        _skip_fsync(OutputFolder(out_dir).mlflow_db)
+        _create_sqlite_store(OutputFolder(out_dir).mlflow_db, Path(out_dir))
+    elif (db := sqlite_file(uri)) is not None:  # a store the user named: its workers must not race to create it
+        _create_sqlite_store(db, db.parent)
     return MlflowClient(tracking_uri=uri)
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The file of a `sqlite:///path` URI (relative to the working directory unless absolute); None for any other
+    store and SQLite's in-memory one."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix):
+        return None
+    path = uri[len(prefix):].split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
 
 
 def experiment_id(client: Any, name: str, uri: str, out_dir: Path) -> str:
@@ -119,20 +132,21 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0][:300]}" if lines else type(error).__name__
 
 
-def _create_sqlite_store(out_dir: Path) -> None:
-    """Create `<out>/mlflow.db` under the folder's lock, in a temp file renamed into place: a kill -9 during MLflow's
-    table creation leaves no half-made store. An empty file (SQLite's leftover at a deleted store's path) is missing."""
-    db = OutputFolder(out_dir).mlflow_db
-    _skip_fsync(db)
+def _create_sqlite_store(db: Path, lock_dir: Path) -> None:
+    """Create the SQLite store `db` under `lock_dir`'s lock, in a temp file renamed into place: two processes
+    opening a new store at once (the workers of `run --workers 2`) would both run MLflow's migrations on it, and the
+    loser's leaves `_alembic_tmp_*` tables that fail every later open; a kill -9 during MLflow's table creation
+    leaves no half-made store. An empty file (SQLite's leftover at a deleted store's path) is missing."""
     if _has_store(db):
         return
-    with folder_lock(out_dir):
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with folder_lock(lock_dir):
         if _has_store(db):
             return
-        for stale in out_dir.glob(".mlflow.db.creating-*"):  # left by a process killed while creating
+        for stale in db.parent.glob(f".{db.name}.creating-*"):  # left by a process killed while creating
             stale.unlink(missing_ok=True)
         # a name of its own each time: MLflow keeps the store it opened per URI, tables checked once, for the process
-        tmp = (out_dir / f".mlflow.db.creating-{os.getpid()}-{uuid.uuid4().hex[:8]}").resolve()
+        tmp = (db.parent / f".{db.name}.creating-{os.getpid()}-{uuid.uuid4().hex[:8]}").resolve()
         from mlflow.tracking import MlflowClient
 
         _skip_fsync(tmp)

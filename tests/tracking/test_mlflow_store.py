@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from normbench.store.retry import causes
-from normbench.tracking.mlflow_store import describe_error, log_batches
+from normbench.tracking.mlflow_store import describe_error, log_batches, open_client, sqlite_file
 
 
 class Recorder:
@@ -52,3 +52,27 @@ def test_an_error_is_described_by_the_root_of_its_chain_even_a_chain_that_loops(
     a.__cause__, b.__cause__ = b, a  # a loop: each error once, then stop
     assert [type(e) for e in causes(a)] == [ValueError, KeyError]
     assert describe_error(a) == "KeyError: 'b'"
+
+
+def test_a_named_sqlite_store_is_created_once_under_a_lock_not_by_each_worker(tmp_path) -> None:
+    """Two workers opening a new store named by MLFLOW_TRACKING_URI both ran MLflow's migrations on it; the loser's
+    `_alembic_tmp_*` tables then failed every later open and sync. Creation now waits for the folder's lock (held
+    here, as a peer creating it would) and lands whole by a rename."""
+    import threading
+    import time
+
+    from normbench.store.locks import folder_lock
+
+    db = tmp_path / "stores" / "team.db"
+    uri = f"sqlite:///{db}"
+    assert sqlite_file(uri) == db and sqlite_file("sqlite://") is None and sqlite_file("http://h:5000") is None
+    opened: list[object] = []
+    db.parent.mkdir()
+    with folder_lock(db.parent):
+        worker = threading.Thread(target=lambda: opened.append(open_client(uri, tmp_path / "out").search_experiments()))
+        worker.start()
+        time.sleep(1.0)
+        assert not db.exists() and not opened  # waits for the peer that holds the lock
+    worker.join(timeout=120)
+    assert opened and db.stat().st_size > 0
+    assert not list(db.parent.glob(".team.db.creating-*"))

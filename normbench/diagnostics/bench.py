@@ -230,14 +230,14 @@ def bench_batch(setup: StepSetup) -> tuple[torch.Tensor, torch.Tensor]:
             torch.randint(0, NUM_CLASSES, (setup.batch,), device=setup.dev))
 
 
-def make_train_step(model: nn.Module, setup: StepSetup,
-                    batch: tuple[torch.Tensor, torch.Tensor] | None = None) -> Callable[[], None]:
+def make_train_step(model: nn.Module, setup: StepSetup, batch: tuple[torch.Tensor, torch.Tensor] | None = None,
+                    optimizer: torch.optim.Optimizer | None = None) -> Callable[[], None]:
     """A closure running one full train step on a fixed batch (`batch`, else `bench_batch`): no data loading is
-    timed."""
+    timed. `optimizer`: the recipe's (train/optimizer.py, `bench SUITE`); else AdamW over every parameter."""
     model.train()
     # what train_cell runs, applied alike to both models: the attention path and fused AdamW (train/fastpath.py)
     fastpath.set_attention_path(model, setup.dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **fastpath.optimizer_kwargs("adamw", setup.dev))
+    opt = optimizer or torch.optim.AdamW(model.parameters(), lr=1e-4, **fastpath.optimizer_kwargs("adamw", setup.dev))
     forward = torch.compile(model) if setup.compile else model
     x, y = batch or bench_batch(setup)
     loss_fn = nn.CrossEntropyLoss()

@@ -76,6 +76,7 @@ def measure(configs: dict[tuple[int, str], CellConfig], dev: torch.device, warmu
     """Step time and memory of each recipe's model, the models of one depth timed in turn."""
     from normbench.data import build_data
     from normbench.train.loop import build_model
+    from normbench.train.optimizer import build_optimizer
 
     first = next(iter(configs.values()))
     data = build_data(first.data, batch_size=first.train.batch_size, device=dev, seed=0, img_size=first.model.img_size)
@@ -92,7 +93,7 @@ def measure(configs: dict[tuple[int, str], CellConfig], dev: torch.device, warmu
                 torch.manual_seed(0)
                 model = build_model(config, data).to(dev)
                 estimate = train_memory_mib(model, setup, x)
-                step = make_train_step(model, setup, (x, y))
+                step = make_train_step(model, setup, (x, y), build_optimizer(model, config.train, dev))
                 peak = warm_up(step, setup, warmup, before)
                 models[layer] = (config, setup, model, step, peak, estimate)
             times = time_interleaved({k: v[3] for k, v in models.items()}, dev, steps, repeats)

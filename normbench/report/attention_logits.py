@@ -6,6 +6,7 @@ steps): per cell at its row's val-selected lr, the largest over blocks at the la
 over blocks and steps; then the mean over the cells that scored (report seeds; 2x cells left out). A folder that
 recorded no telemetry reads the re-runs scripts/attention_logits.py wrote beside its ledger (`RERUNS`: each row's
 report cell trained again with telemetry on, at the lr the row has selected now), else shows "—" and says so.
+Beside a folder read from re-runs, the others are read on the re-runs' seeds only: like for like.
 """
 
 from __future__ import annotations
@@ -24,12 +25,16 @@ QUANTITY = "attn_logit_max"
 RERUNS = "attention-logits.csv"  # scripts/attention_logits.py's records, in the folder they re-ran cells of
 
 
-def logit_summary(read: FolderRead) -> pd.DataFrame:
-    """Per (depth, layer): `final` and `peak` (seed means, see above) and `n` cells, from the folder's own telemetry,
-    else from its re-runs (attrs["source"] says which); empty when neither has any."""
+def logit_summary(read: FolderRead, seeds: set[int] | None = None) -> pd.DataFrame:
+    """Per (depth, layer): `final` and `peak` (seed means, see above) and `n` cells, from the folder's own telemetry
+    (only its cells of `seeds` when given: the seeds another folder's re-runs trained), else from its re-runs
+    (attrs["source"] says which); empty when neither has any."""
     frame = telemetry_frame(read.cells)
     if not frame.empty and QUANTITY in frame and not frame[QUANTITY].isna().all():
-        return _per_row(scoring_cells(at_selected_lrs(frame, read.analysis.selected, read.analysis.keys)), "telemetry")
+        cells = scoring_cells(at_selected_lrs(frame, read.analysis.selected, read.analysis.keys))
+        if seeds and "seed" in cells:
+            cells = cells[cells["seed"].isin(seeds)]
+        return _per_row(cells, "telemetry")
     return _per_row(rerun_records(read), RERUNS)
 
 
@@ -79,7 +84,13 @@ def scoring_cells(at_best: pd.DataFrame) -> pd.DataFrame:
 def logit_lines(reads: Sequence[FolderRead], labels: Sequence[str]) -> list[str]:
     """The comparison's section: a row per layer any folder recorded, each folder's final and peak largest logit
     (3 significant digits); nothing when no folder recorded telemetry."""
+    # a folder read from re-runs has one cell a row (scripts/attention_logits.py): the others are read on the same
+    # seeds, so both sides are the same cells under two recipes, not one cell against a mean over 4 to 16
+    rerun_seeds = {int(s) for r in reads for s in rerun_records(r).get("seed", [])}
     summaries = [logit_summary(r) for r in reads]
+    if rerun_seeds and any(s.attrs.get("source") == RERUNS for s in summaries):
+        summaries = [s if s.attrs.get("source") == RERUNS else logit_summary(r, rerun_seeds)
+                     for r, s in zip(reads, summaries, strict=True)]
     if all(s.empty for s in summaries):
         return []
     keys = sorted({(int(d), str(layer)) for s in summaries if not s.empty for d, layer in zip(s["depth"], s["layer"],
@@ -100,7 +111,9 @@ def logit_lines(reads: Sequence[FolderRead], labels: Sequence[str]) -> list[str]
              "`train.telemetry_every` is 0, or its cells predate the quantity) and has no re-runs: its columns are "
              "empty, not zero.", ""] if silent else [])
     note += ([f"{', '.join(reran)} trained without telemetry: its columns are re-runs of report cells at each row's "
-              f"selected lr with telemetry on (scripts/attention_logits.py, `{RERUNS}` in the folder).", ""]
+              f"selected lr with telemetry on (scripts/attention_logits.py, `{RERUNS}` in the folder); every "
+              f"folder's columns read the re-runs' seed{'s' * (len(rerun_seeds) != 1)} "
+              f"({', '.join(map(str, sorted(rerun_seeds)))}), so each row compares the same cells.", ""]
              if reran else [])
     return ["## largest attention logit q·k/√d_h in each folder (telemetry, max over blocks; each row at its "
             "val-selected lr, mean over its scoring cells: at the last observed step, and the peak over training)",

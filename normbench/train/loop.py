@@ -21,12 +21,11 @@ import timm
 import torch
 from timm.data import Mixup
 from timm.loss import SoftTargetCrossEntropy
-from timm.optim import create_optimizer_v2
 from torch import nn
 
 import normbench
 from normbench import stopping
-from normbench.contracts.recipe import MUON_OPTIMIZERS, CellConfig, TrainConfig
+from normbench.contracts.recipe import CellConfig, TrainConfig
 from normbench.contracts.results import CellResult, EpochRecord, Status
 from normbench.data import DataBundle, build_data
 from normbench.errors import SuiteError
@@ -39,8 +38,7 @@ from normbench.train.checkpoint import Keeper
 from normbench.train.checkpoint import restore as restore_checkpoint
 from normbench.train.device import device_name, resolve_device
 from normbench.train.distributed import Dist, all_sum, broadcast, wrap_ddp
-from normbench.train.muon import ADAM_BETA1, create_muon
-from normbench.train.optim_groups import param_groups
+from normbench.train.optimizer import build_optimizer
 from normbench.train.schedule import warmup_cosine
 from normbench.train.telemetry import BlockTelemetry
 
@@ -117,13 +115,7 @@ def build_fit(cell: CellConfig, device: str | torch.device, data: DataBundle | N
                               img_size=cell.model.img_size, shard=shard)
     model = build_model(cell, data).to(dev)
     fastpath.set_attention_path(model, dev)
-    if tc.optimizer.lower() in MUON_OPTIMIZERS:  # Muon on the hidden matrices, AdamW on the rest (train/muon.py)
-        optimizer: torch.optim.Optimizer = create_muon(model, tc)
-    else:
-        betas = {"betas": (ADAM_BETA1, tc.adam_beta2)} if tc.adam_beta2 is not None else {}
-        optimizer = create_optimizer_v2(param_groups(model, tc.lr, tc.weight_decay), tc.optimizer, lr=tc.lr,
-                                        weight_decay=tc.weight_decay, **betas,
-                                        **fastpath.optimizer_kwargs(tc.optimizer, dev))
+    optimizer = build_optimizer(model, tc, dev)  # Muon on the hidden matrices and AdamW on the rest, or timm's
     aux = aux_losses_from_config(model, tc)
     parallel = model if dist is None else wrap_ddp(model, dev)
     forward = parallel

@@ -101,3 +101,26 @@ def test_a_depth_or_layer_the_suite_lacks_is_one_line_and_exit_2(write_suite, ca
 def test_cost_configs_refuse_what_the_suite_lacks(write_suite):
     with pytest.raises(NormbenchError, match="no depth 3"):
         cost_configs(load_suite(write_suite()), [3], None)
+
+
+@pytest.mark.parametrize("optimizer", ["muon", "adamw"])
+def test_each_step_is_timed_with_the_optimizer_its_suite_trains_with(write_suite, tmp_path, monkeypatch,
+                                                                     one_torch_thread, optimizer):
+    """A Muon suite's cost table was timed with AdamW's step, missing its Newton-Schulz (~3x AdamW's step at depth
+    36 on this CPU, before it was batched): the bench builds the optimizer as training does (train/optimizer.py)."""
+    from normbench.diagnostics import bench as bench_module
+    from normbench.train.muon import BlockwiseMuon
+
+    used = []
+    real = bench_module.make_train_step
+
+    def spy(model, setup, batch=None, optimizer=None):
+        used.append(optimizer)
+        return real(model, setup, batch, optimizer)
+
+    monkeypatch.setattr(cost_module, "make_train_step", spy)
+    suite = load_suite(write_suite(matrix={"depth": [1], "layer": ["layernorm", "rezero"], "lr": [1e-3], "seed": [0]},
+                                   train={"epochs": 2, "batch_size": 64, "optimizer": optimizer}))
+    suite_cost(suite, tmp_path, device="cpu", repeats=1)
+    assert len(used) == 2
+    assert all(isinstance(o, BlockwiseMuon) == (optimizer == "muon") and o is not None for o in used)

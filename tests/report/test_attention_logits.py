@@ -84,3 +84,19 @@ def test_reruns_of_one_layer_at_two_depths_stay_two_rows(tmp_path):
                              analysis=SimpleNamespace(selected=selected, keys=["layer", "depth"]))
     summary = logit_summary(folder).set_index("depth")
     assert summary.loc[12, "final"] == 1.0 and summary.loc[36, "final"] == 5.0
+
+
+def test_beside_reruns_the_other_folder_is_read_on_the_reruns_seeds(tmp_path):
+    """The AdamW side is one re-run a row (seed 100); the Muon side was the mean over all its scoring cells (4 to 16
+    seeds): now both read seed 100, the same cell under the two optimizers."""
+    pd.DataFrame([{"layer": "layernorm", "depth": 36, "lr": 1e-3, "seed": 100, "step": 0, "block": 0,
+                   "attn_logit_max": 7.0}]).to_csv(tmp_path / RERUNS, index=False)
+    adamw = SimpleNamespace(path=tmp_path, cells=pd.DataFrame([{**c, "telemetry": None} for c in MUON]),
+                            analysis=SimpleNamespace(selected=SELECTED, keys=["layer", "depth"]))
+    text = "\n".join(logit_lines([adamw, read("muon", MUON)], ["adamw", "muon"]))
+    row = next(line for line in text.splitlines() if line.startswith("| 36 ") and "| layernorm " in line)
+    # Muon's seed-100 report cell alone: 10 at its last step (step 50), 30 at its peak; not the 2-seed means 8 and 18
+    assert [c.strip() for c in row.strip("|").split("|")][2:] == ["7", "7 (1 cell)", "10", "30 (1 cell)"]
+    assert "read the re-runs' seed (100)" in text
+    alone = "\n".join(logit_lines([read("muon", MUON)], ["muon"]))  # no re-runs anywhere: every scoring cell
+    assert "18 (2 cells)" in alone

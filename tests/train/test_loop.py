@@ -117,7 +117,7 @@ def test_grad_accumulation_never_carries_gradients_into_the_next_epoch(monkeypat
     import normbench.train.loop as loop
 
     epoch, since_zero, steps = [0], [], []  # the epoch of each backward summed into .grad since it was last cleared
-    create_optimizer = loop.create_optimizer_v2
+    create_optimizer = loop.build_optimizer
 
     def spy(*args, **kwargs):
         optimizer = create_optimizer(*args, **kwargs)
@@ -133,7 +133,7 @@ def test_grad_accumulation_never_carries_gradients_into_the_next_epoch(monkeypat
         optimizer.zero_grad = zero_and_forget
         return optimizer
 
-    monkeypatch.setattr(loop, "create_optimizer_v2", spy)
+    monkeypatch.setattr(loop, "build_optimizer", spy)
 
     def next_epoch(record) -> None:
         epoch[0] = record["epoch"] + 1

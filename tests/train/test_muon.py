@@ -5,6 +5,7 @@ the sphere), and a suite that trains with it end to end."""
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import math
 import re
@@ -263,3 +264,31 @@ def test_a_suite_with_optimizer_muon_trains_end_to_end_and_mlflow_names_the_opti
                                       key=lambda m: m.step)]
     assert len(losses) == 4 and losses[-1] < losses[0] - 0.05, losses
     assert "optimizer=muon" in (out / "leaderboard.md").read_text()
+
+
+def test_the_batched_newton_schulz_step_equals_timms_matrix_by_matrix_step():
+    """One Newton-Schulz per shape over every hidden matrix (train/muon.py `_step_batched`, ~3x faster a step at
+    depth 36) changes no number: proj, fc1 and fc2 after three steps equal timm's own Muon, which orthogonalises
+    them one at a time (the fused qkv, stepped as three blocks, has its own reference test above)."""
+    from timm.optim import Muon
+
+    model = tiny_vit("layernorm")
+    reference = copy.deepcopy(model)
+    config = TrainConfig(optimizer="muon", lr=0.02, weight_decay=0.1)
+    ours, theirs = create_muon(model, config), create_muon(reference, config)
+    for group in theirs.param_groups:
+        group.pop("muon_blocks", None)
+    theirs.__class__ = Muon  # timm's step, matrix by matrix
+    gen = torch.Generator().manual_seed(11)
+    for _ in range(3):
+        for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+            p.grad = torch.randn(p.shape, generator=gen)
+            q.grad = p.grad.clone()
+        ours.step()
+        theirs.step()
+    compared = 0
+    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+        if "qkv.weight" not in name:
+            assert torch.equal(p, q), name
+            compared += "mlp.fc" in name or "attn.proj.weight" in name
+    assert compared >= 3

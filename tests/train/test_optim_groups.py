@@ -53,12 +53,13 @@ def test_fixup_default_keeps_the_benchmark_recipe():
 def test_the_training_loop_keeps_the_lr_multiplier(monkeypatch):
     # the loop sets every group's lr from the schedule at each step: the multiplier must survive it
     made = []
+    build = normbench.train.loop.build_optimizer
 
     def spy(*args, **kwargs):
-        made.append(create_optimizer_v2(*args, **kwargs))
+        made.append(build(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(normbench.train.loop, "create_optimizer_v2", spy)
+    monkeypatch.setattr(normbench.train.loop, "build_optimizer", spy)
     cell = CellConfig(model=ModelConfig(layer="fixup_official", depth=1, embed_dim=16, num_heads=2, patch_size=4),
                       train=TrainConfig(epochs=1, batch_size=256, lr=1e-3, warmup_epochs=0, min_lr=1e-3))
     result = normbench.train.loop.train_cell(cell, device="cpu")

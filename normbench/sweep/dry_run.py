@@ -95,6 +95,12 @@ def dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
         lines.append(f"convergence check: then each row's chosen lr on report seeds {suite.report_seeds[:BUDGET_SEEDS]}"
                      f" at {BUDGET_FACTOR}x the epochs (schedule stretched); a row is converged when that changes its "
                      "val by less than the threshold the leaderboard states")
+    if suite.claims and suite.report_seeds and len(extra := suite.claim_seeds()[len(suite.report_seeds):]) > 0:
+        rounds = -(-len(extra) // len(suite.report_seeds))
+        lines.append(f"claim rounds: then each claim still open that more seeds could decide gets the next "
+                     f"{len(suite.report_seeds)} report seeds for both its rows, up to {rounds} round"
+                     f"{'s' * (rounds != 1)} (seeds {extra}; `sequential.max_seeds` {suite.sequential.max_seeds}), "
+                     "not counted in the time below")
     if not left:  # no cell finished on this host yet: the cost of a step measured here, or what is missing
         left = time_left_from_steps(suite, out, to_run)
     return "\n".join([*lines, left] if left else lines)

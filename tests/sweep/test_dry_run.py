@@ -71,3 +71,18 @@ def test_before_any_cell_finished_the_time_left_comes_from_the_train_step_measur
     assert main(["run", str(path), "--out", str(out), "--dry-run"]) == 0
     assert "no train step of layerscale at depth 1" in capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == ["cost-cpu-2.x.csv"]  # a dry run writes nothing
+
+
+def test_the_dry_run_names_the_claim_rounds_a_suite_may_add(write_suite, tmp_path: Path, capsys):
+    """Claim rounds train up to `sequential.max_seeds` report seeds for the rows of claims still open: a cost the
+    time left cannot count yet, so the plan says it; with max_seeds at the report seeds, there are none."""
+    matrix = {"depth": [1], "layer": ["layernorm", "rezero"], "lr": [1e-3], "seed": [0]}
+    claims = [{"layer": "rezero", "beats": "layernorm", "depth": 1}]
+    path = write_suite(name="cr", matrix=matrix, report_seeds=[100, 101], claims=claims,
+                       sequential={"max_seeds": 6})
+    assert main(["run", str(path), "--out", str(tmp_path / "a"), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "claim rounds: then each claim still open" in text and "up to 2 rounds (seeds [102, 103, 104, 105]" in text
+    none = write_suite(name="cr", matrix=matrix, report_seeds=[100, 101], claims=claims, sequential={"max_seeds": 2})
+    assert main(["run", str(none), "--out", str(tmp_path / "b"), "--dry-run"]) == 0
+    assert "claim rounds" not in capsys.readouterr().out

@@ -52,6 +52,7 @@ class Claim:
     id: int
     lost: bool = False  # another worker took it over (seen by the heartbeat or a refused write)
     failed_here: bool = False  # `release` failed the trial: a second call only queues it again
+    requeued: bool = False  # `release` queued its copy: a later call (a stop's give-back of a whole turn) does nothing
 
     @property
     def number(self) -> int:
@@ -124,13 +125,17 @@ class Claim:
 
     def release(self) -> None:
         """Give the trial back (Ctrl-C, SIGTERM, a full disk): failed here, queued again for the next run. Called
-        again after it raised midway (a full disk frees room at its first refused write), it finishes the job."""
+        again after it raised midway (a full disk frees room at its first refused write), it finishes the job; called
+        again after it landed, it does nothing (one copy in the queue, never two)."""
+        if self.requeued:
+            return
         with self.ledger.queue_guard(self.study.study_name):  # the FAIL and its copy land as one (Ledger.queue_guard)
             if not self.failed_here:
                 self.failed_here = self.ledger.fail_trial(self.id)
                 if not self.failed_here:  # someone else already finished or failed it
                     return
             self.ledger.requeue(self.study, self.frozen())
+            self.requeued = True
 
     @contextmanager
     def heartbeat(self) -> Iterator[None]:

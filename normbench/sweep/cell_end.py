@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import errno
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,19 @@ def give_back(claim: Claim) -> None:
                       "this process ends)", file=sys.stderr)
         except Exception:  # the ledger is away: the heartbeat (database) or the lock (journal) frees the cell instead
             break
+
+
+@contextmanager
+def given_back_on_stop(claims: list[Claim]) -> Iterator[list[Claim]]:
+    """A worker's turn, from claiming its cells to training them: on a stop (Ctrl-C, SIGTERM) anywhere in it, every
+    claim in `claims` (the turn adds to the list as it claims more) goes back to the queue. One already trained,
+    recorded, given back or taken over is left as it is (its FAIL does not land; `Claim.release` acts once)."""
+    try:
+        yield claims
+    except KeyboardInterrupt:
+        for claim in claims:
+            give_back(claim)
+        raise
 
 
 def settle(claim: Claim, run_id: str, tracker: Tracker) -> None:

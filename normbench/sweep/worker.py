@@ -24,6 +24,8 @@ from normbench.sweep.cell_end import (
     FAILED,
     LOST,
     TRAINED,
+    give_back,
+    given_back_on_stop,
     ledger_state,
     lost_claim,
     release,
@@ -179,34 +181,36 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
             reclaim(ledger, job.study)  # dead workers' cells back to the queue (their runs: the next sync's)
         claimed = next(((job, c) for job in current if (c := ledger.claim(job.study, job.listed)) is not None), None)
         if claimed is not None:
-            if share is not None:
-                share.apply()  # the cores' share as of now: another run may have started or ended since the last cell
             job, first = claimed
-            claims = [first]
-            if fuse.k > 1 and dist is None and row_key(first.trial.user_attrs.get("axes", {})) not in unfusable:
-                claims = fill_group(ledger, job, first, fuse, current, wait=stage_start)
-                stage_start = False
-            estimate = turn_seconds(plan.pace(), job, claims, checkpoints) if time_limit is not None else None
-            if time_limit is not None and (why := time_limit.refusal(estimate)):
-                summary.time_limited = leave_queued(job, claims, why, progress)
-                return summary
-            if len(claims) > 1:
-                turn = run_group(job, claims, tracker=tracker, device=device, progress=progress,
-                                 suite_name=suite_name, checkpoints=checkpoints, share=share, jobs=current,
-                                 compile=fuse.compile, graphs=fuse.graphs)
-                if turn.unfusable:
-                    unfusable.add(row_key(first.trial.user_attrs.get("axes", {})))
-                if turn.alone is not None:  # not fused: it trains alone below; the others went back to the queue
-                    progress.note(f"cells of the row of {job.cell_for(first)[0]} train one by one: {turn.refused} "
-                                  f"({turn.given_back} given back to the queue)")
-                summary.tally(turn.outcomes, turn.trained_seconds, time.perf_counter() - turn_started)
-                claims, turn_started = [turn.alone] if turn.alone is not None else [], time.perf_counter()
-            for claim in claims:
-                outcome, trained = run_cell(job, claim, ledger=ledger, tracker=tracker, device=device,
-                                            progress=progress, suite_name=suite_name, dist=dist,
-                                            checkpoints=checkpoints, share=share)
-                summary.tally([outcome], trained, time.perf_counter() - turn_started)
-                turn_started = time.perf_counter()
+            with given_back_on_stop([first]) as held:  # the turn's claims: none stays RUNNING after a stop
+                if share is not None:
+                    share.apply()  # the cores' share now: another run may have started or ended since the last cell
+                claims = [first]
+                if fuse.k > 1 and dist is None and row_key(first.trial.user_attrs.get("axes", {})) not in unfusable:
+                    claims = fill_group(ledger, job, first, fuse, current, wait=stage_start)
+                    held.extend(claims[1:])
+                    stage_start = False
+                estimate = turn_seconds(plan.pace(), job, claims, checkpoints) if time_limit is not None else None
+                if time_limit is not None and (why := time_limit.refusal(estimate)):
+                    summary.time_limited = leave_queued(job, claims, why, progress)
+                    return summary
+                if len(claims) > 1:
+                    turn = run_group(job, claims, tracker=tracker, device=device, progress=progress,
+                                     suite_name=suite_name, checkpoints=checkpoints, share=share, jobs=current,
+                                     compile=fuse.compile, graphs=fuse.graphs)
+                    if turn.unfusable:
+                        unfusable.add(row_key(first.trial.user_attrs.get("axes", {})))
+                    if turn.alone is not None:  # not fused: it trains alone below; the others went back to the queue
+                        progress.note(f"cells of the row of {job.cell_for(first)[0]} train one by one: {turn.refused} "
+                                      f"({turn.given_back} given back to the queue)")
+                    summary.tally(turn.outcomes, turn.trained_seconds, time.perf_counter() - turn_started)
+                    claims, turn_started = [turn.alone] if turn.alone is not None else [], time.perf_counter()
+                for claim in claims:
+                    outcome, trained = run_cell(job, claim, ledger=ledger, tracker=tracker, device=device,
+                                                progress=progress, suite_name=suite_name, dist=dist,
+                                                checkpoints=checkpoints, share=share)
+                    summary.tally([outcome], trained, time.perf_counter() - turn_started)
+                    turn_started = time.perf_counter()
             continue
         if unfinished(current, ledger):
             if time_limit is not None and time_limit.left() <= 0:  # what the others train is theirs to finish
@@ -242,16 +246,24 @@ def run_cell(job: Job, claim: Claim, *, ledger: Ledger, tracker: Tracker, device
     """Train one claimed cell. Returns its outcome, TRAINED, FAILED (it raised: a failed trial, retried next run) or
     LOST (another worker took the claim over), and the seconds spent training (not the between-epoch logging)."""
     trial = claim.trial
-    cell_id, run, config = job.cell_for(claim)
-    run_id = tracker.start(run)  # queued: never waits for MLflow
-    if not claim.held(ask=True):  # stalled between the claim and here: another worker's cell now
-        return lost_claim(cell_id, run_id, tracker, progress), 0.0
-    progress.start_cell(cell_id, config.train.epochs)
+    run_id = ""
+    try:  # a stop before training starts (reading a checkpoint takes a while) gives the cell back, as one during it
+        cell_id, run, config = job.cell_for(claim)
+        run_id = tracker.start(run)  # queued: never waits for MLflow
+        if not claim.held(ask=True):  # stalled between the claim and here: another worker's cell now
+            return lost_claim(cell_id, run_id, tracker, progress), 0.0
+        progress.start_cell(cell_id, config.train.epochs)
+        kept = CellCheckpoints(checkpoints, job.study.study_name, cell_id, config) if checkpoints is not None else None
+        resume = kept.resume(trial, dist.world if dist else 1) if kept is not None else None
+        if resume is not None:  # this attempt's run and trial get the epochs the checkpoint holds
+            replay(resume["progress"]["history"], claim, run_id, tracker, progress)
+    except (KeyboardInterrupt, NormbenchError):
+        if run_id:
+            release(claim, run_id, tracker)
+        else:
+            give_back(claim)
+        raise
     between_epochs = 0.0
-    kept = CellCheckpoints(checkpoints, job.study.study_name, cell_id, config) if checkpoints is not None else None
-    resume = kept.resume(trial, dist.world if dist else 1) if kept is not None else None
-    if resume is not None:  # this attempt's run and trial get the epochs the checkpoint holds
-        replay(resume["progress"]["history"], claim, run_id, tracker, progress)
 
     def on_epoch(record: EpochRecord) -> bool:
         nonlocal between_epochs

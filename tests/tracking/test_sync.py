@@ -1,8 +1,8 @@
 """`normbench sync`: MLflow rebuilt from the ledger. The published converged folder synced into a fresh store: one
 finished run per results.csv row with its score (and one failed run per attempt that trained or crashed first) and a
 point per epoch at step = optimizer steps; a second sync adds nothing; deleting the store and syncing rebuilds it;
-`normbench ui` opens the folder. A run logged live and cut short is completed in place, never duplicated. The README's
-pandas example gives the leaderboard's scores."""
+`normbench ui` opens the folder. A run logged live and cut short is completed in place, never duplicated. The pandas
+example in docs/usage.md gives the leaderboard's scores."""
 
 from __future__ import annotations
 
@@ -270,18 +270,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         assert err.count("\n") == 1 and unreachable in err and "Traceback" not in err, err
 
 
-def readme_pandas_example() -> str:
-    """The README's one ```python block that reads MLflow with pandas."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def usage_pandas_example() -> str:
+    """docs/usage.md's one ```python block that reads MLflow with pandas (README links to it)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "usage.md").read_text()
     blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
     [block] = [b for b in blocks if "mlflow.search_runs" in b]
     return block
 
 
-def test_the_readmes_pandas_example_gives_the_leaderboards_scores(converged):
-    """Run exactly the README's block where it runs (the repository root: results/<name>/mlflow.db), here the synced
+def test_the_usage_docs_pandas_example_gives_the_leaderboards_scores(converged):
+    """Run exactly the docs' block where it runs (the repository root: results/<name>/mlflow.db), here the synced
     copy's parent, then compare its `board` with results.csv's report rows."""
-    code = readme_pandas_example() + "\nprint('BOARD', board.reset_index().to_json(orient='records'))\n"
+    code = usage_pandas_example() + "\nprint('BOARD', board.reset_index().to_json(orient='records'))\n"
     done = subprocess.run([sys.executable, "-c", code], cwd=converged.parents[1], capture_output=True, text=True,
                           timeout=300, env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
     assert done.returncode == 0, done.stderr

@@ -14,7 +14,7 @@ from typing import Any
 from optuna.trial import TrialState
 
 from normbench.contracts.results import EpochRecord
-from normbench.errors import ClaimLostError
+from normbench.errors import ClaimLostError, NormbenchError
 from normbench.store import reserve
 from normbench.store.claim import Claim
 from normbench.store.journal import LedgerWriteError
@@ -68,14 +68,19 @@ def give_back(claim: Claim) -> None:
 
 @contextmanager
 def given_back_on_stop(claims: list[Claim]) -> Iterator[list[Claim]]:
-    """A worker's turn, from claiming its cells to training them: on a stop (Ctrl-C, SIGTERM) anywhere in it, every
-    claim in `claims` (the turn adds to the list as it claims more) goes back to the queue. One already trained,
-    recorded, given back or taken over is left as it is (its FAIL does not land; `Claim.release` acts once)."""
+    """A worker's turn, from claiming its cells to training them: on a stop anywhere in it (Ctrl-C, SIGTERM, or a
+    NormbenchError: the ledger or the disk failing), every claim in `claims` (the turn adds to the list as it claims
+    more) goes back to the queue uncounted. One already trained, recorded, given back or taken over is left as it is
+    (its FAIL does not land; `Claim.release` acts once). A crash is left to `reclaim`, which counts it as an attempt."""
     try:
         yield claims
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, NormbenchError):
         for claim in claims:
-            give_back(claim)
+            try:
+                give_back(claim)
+            except Exception as e:  # the ledger that stopped the turn may refuse this too: the others still go back
+                print(f"normbench: warning: could not give trial {claim.number} back to the queue ({e}); the next "
+                      "run's reclaim does", file=sys.stderr)
         raise
 
 

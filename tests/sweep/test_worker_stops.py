@@ -10,6 +10,7 @@ import pytest
 from optuna.trial import TrialState
 
 from normbench.contracts.suite import load_suite
+from normbench.store.journal import LedgerWriteError
 from normbench.store.ledger import Ledger
 from normbench.sweep import worker
 from normbench.sweep.fuse_plan import FusePlan
@@ -70,15 +71,16 @@ def test_a_stop_after_the_claim_and_before_training_gives_the_cell_back_once(wri
     assert tracker.closed == {"run-0": "KILLED"}  # its run opened, then closed as a stopped cell's, not left open
 
 
-def test_a_stop_while_a_group_is_being_assembled_gives_every_member_back(write_suite, tmp_path, monkeypatch):
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, LedgerWriteError])  # SIGTERM; the ledger's disk full
+def test_a_stop_while_a_group_is_being_assembled_gives_every_member_back(stop, write_suite, tmp_path, monkeypatch):
     suite, ledger, study = _queued(write_suite, tmp_path)
 
     def stopped(job, claims, **kwargs):  # a stop in the group's set-up: its checkpoints read, its runs not started
         assert len(claims) == 2
-        raise KeyboardInterrupt
+        raise stop("stopped")
 
     monkeypatch.setattr(worker, "run_group", stopped)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(stop):
         worker.work(run_jobs(suite, study, ledger), Ledger(None, tmp_path), Tracker(tmp_path, suite.name), "cpu",
                     Progress(total=2, quiet=True), suite.name, fuse=FusePlan(k=2, wait_s=0.0))
     running, waiting = _queue_of(study)

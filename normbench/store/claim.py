@@ -53,6 +53,7 @@ class Claim:
     lost: bool = False  # another worker took it over (seen by the heartbeat or a refused write)
     failed_here: bool = False  # `release` failed the trial: a second call only queues it again
     requeued: bool = False  # `release` queued its copy: a later call (a stop's give-back of a whole turn) does nothing
+    told: bool = False  # this worker's finish or fail landed: the trial is recorded, `release` leaves it
 
     @property
     def number(self) -> int:
@@ -122,12 +123,14 @@ class Claim:
 
         with self.owned():
             self.ledger.call(self.study.tell, self.trial, values=value, state=state, unsafe=True, landed=landed)
+        self.told = True
 
     def release(self) -> None:
         """Give the trial back (Ctrl-C, SIGTERM, a full disk): failed here, queued again for the next run. Called
         again after it raised midway (a full disk frees room at its first refused write), it finishes the job; called
-        again after it landed, it does nothing (one copy in the queue, never two)."""
-        if self.requeued:
+        again after it landed, or on a trial this worker recorded or lost, it does nothing (one copy in the queue,
+        never two, and no write the ledger would refuse)."""
+        if self.requeued or self.told or self.lost:
             return
         with self.ledger.queue_guard(self.study.study_name):  # the FAIL and its copy land as one (Ledger.queue_guard)
             if not self.failed_here:

@@ -94,3 +94,15 @@ def test_a_claim_given_back_twice_is_queued_once(write_suite, tmp_path):
     claim.release()  # the turn's give-back after the cell's own
     running, waiting = _queue_of(study)
     assert running == [] and sorted(waiting.values()) == [1, 1]
+
+
+def test_giving_back_a_claim_this_worker_recorded_writes_nothing(write_suite, tmp_path):
+    """A stop's give-back of a whole turn reaches claims already recorded: the ledger gets no line for them."""
+    suite, ledger, study = _queued(write_suite, tmp_path)
+    claim = ledger.claim(study)
+    claim.fail("RuntimeError: a crash, recorded")
+    journal = tmp_path / "ledger.journal"
+    before = journal.read_bytes()
+    claim.release()
+    assert journal.read_bytes() == before
+    assert [t.state for t in study.get_trials(deepcopy=False)].count(TrialState.WAITING) == 1  # the other cell only

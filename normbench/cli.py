@@ -105,8 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", type=Path, help="another suite's output folder: check whether its layer ranking "
                    "holds here (overrides the suite's `reference:`)")
 
-    p = sub.add_parser("compare", help="one grid's output folders at different budgets (or model widths) side by "
-                       "side: which conclusions hold in every regime and which change")
+    p = sub.add_parser("compare", help="one grid's output folders at different budgets, widths or optimizers, or "
+                       "grid against tuned, side by side: which conclusions hold and which change; or folders of one "
+                       "recipe holding different rows (a later folder's new layers), every row ranked together")
     p.add_argument("outs", type=Path, nargs="+", metavar="out", help="output folders, e.g. results/A results/B")
     p.add_argument("--out", dest="write_to", type=Path, help="write the markdown here (default: print it)")
 

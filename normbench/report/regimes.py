@@ -42,6 +42,7 @@ from normbench.report.tables import (
     markdown_table,
     p_text,
 )
+from normbench.report.union import compare_rows, one_recipe
 from normbench.report.width import (
     epochs_of,
     finished,
@@ -320,7 +321,11 @@ def rank_correlation_lines(reads: Sequence[FolderRead], labels: list[str]) -> li
 def compare_regimes(reads: Sequence[FolderRead]) -> list[str]:
     """The comparison as markdown lines."""
     if len(reads) < 2:
-        raise NormbenchError("compare needs at least two output folders (the same grid at different budgets)")
+        raise NormbenchError("compare needs at least two output folders (one grid at different budgets, widths or "
+                             "optimizers, or different rows of one recipe)")
+    if len({r.path.resolve() for r in reads}) < len(reads):
+        raise NormbenchError("compare got the same folder twice: pass folders of one grid at different budgets, "
+                             "widths or optimizers, or folders holding different rows of one recipe")
     factors = differing(reads)
     if factors:
         several = ["epochs"] * (len({epochs_of(r) for r in reads}) > 1) + factors
@@ -328,6 +333,14 @@ def compare_regimes(reads: Sequence[FolderRead]) -> list[str]:
             raise NormbenchError(f"these folders differ in {' and '.join(several)}; compare folders that differ in "
                                  "one of them")
         return compare_sides(reads, factors[0])
+    if len({budget_of(r) for r in reads}) == 1:  # one budget, width, optimizer: different rows of one regime?
+        if not one_recipe(reads):
+            raise NormbenchError("these folders train one budget at one width with one optimizer, but under different "
+                                 "recipes (their dataset, model or train sections differ, e.g. the heads): nothing to "
+                                 "rank together, and no single factor to compare across; compare folders that differ "
+                                 "in one thing: epochs, embed_dim, the optimizer, or grid against tuned")
+        return compare_rows(reads, "normbench compare " + " ".join(shown_path(r.path) for r in reads),
+                            claims_rows(reads, axis="folder", regime_of=lambda r: r.path.name))
     reads = ordered(reads)
     names = " vs ".join(label(r) for r in reads)
     lines = [f"# normbench regimes: {names}", "",

@@ -61,8 +61,8 @@ def test_compare_refuses_folders_it_cannot_line_up(write_suite, tmp_path: Path, 
     from normbench.cli import main
 
     short = run(write_suite, tmp_path, 1)
-    assert main(["compare", str(short), str(short)]) == 2  # one budget twice: nothing to compare across
-    assert "same number of epochs" in capsys.readouterr().err
+    assert main(["compare", str(short), str(short)]) == 2  # one folder twice: nothing to compare
+    assert "the same folder twice" in capsys.readouterr().err
     assert main(["compare", str(short)]) == 2
     assert "at least two output folders" in capsys.readouterr().err
     assert main(["compare", str(short), str(tmp_path / "missing")]) == 2

@@ -3,6 +3,7 @@ versus_baseline frames; an unfinished folder is named so and compared on its sel
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -76,7 +77,8 @@ def test_finished_needs_report_seeds_on_every_row_in_either_column_name():
 def fake_read(width: int, epochs: int, optimizer: str = "adamw", tuned: bool = False) -> SimpleNamespace:
     config = SimpleNamespace(model=SimpleNamespace(embed_dim=width),
                              train=SimpleNamespace(epochs=epochs, optimizer=optimizer))
-    return SimpleNamespace(suite=SimpleNamespace(cell=lambda _: SimpleNamespace(config=config)), tuned=tuned)
+    return SimpleNamespace(suite=SimpleNamespace(cell=lambda _: SimpleNamespace(config=config)), tuned=tuned,
+                           path=Path(f"/folders/w{width}-e{epochs}-{optimizer}-{'tuned' if tuned else 'grid'}"))
 
 
 def test_compare_refuses_folders_that_differ_in_more_than_one_thing():

@@ -42,7 +42,7 @@ from normbench.report.tables import (
     markdown_table,
     p_text,
 )
-from normbench.report.union import compare_rows, one_recipe
+from normbench.report.union import compare_rows, union_refusal
 from normbench.report.width import (
     epochs_of,
     finished,
@@ -334,11 +334,8 @@ def compare_regimes(reads: Sequence[FolderRead]) -> list[str]:
                                  "one of them")
         return compare_sides(reads, factors[0])
     if len({budget_of(r) for r in reads}) == 1:  # one budget, width, optimizer: different rows of one regime?
-        if not one_recipe(reads):
-            raise NormbenchError("these folders train one budget at one width with one optimizer, but under different "
-                                 "recipes (their dataset, model or train sections differ, e.g. the heads): nothing to "
-                                 "rank together, and no single factor to compare across; compare folders that differ "
-                                 "in one thing: epochs, embed_dim, the optimizer, or grid against tuned")
+        if (why := union_refusal(reads)) is not None:
+            raise NormbenchError(why)
         return compare_rows(reads, "normbench compare " + " ".join(shown_path(r.path) for r in reads),
                             claims_rows(reads, axis="folder", regime_of=lambda r: r.path.name))
     reads = ordered(reads)

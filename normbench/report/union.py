@@ -1,7 +1,7 @@
 """Folders of one regime that hold different rows, read as one table (`normbench compare MODERN FRONTIER`): a later
 folder's new layers ranked beside an earlier folder's, under one recipe (dataset, model and train sections, the
-budget included: `Suite.recipe_hash`) and one protocol. Folders that differ in width, optimizer, grid-vs-tuned or
-budget are compared as regimes instead (report/regimes.py).
+budget included: `Suite.recipe_hash`) and one baseline; each folder keeps its own seeds and claims. Folders that
+differ in width, optimizer, grid-vs-tuned or budget are compared as regimes instead (report/regimes.py).
 
 A row both folders hold is shown once when one folder's scoring cells are the other's, seed for seed (adopted:
 sweep/adopt.py copies the donor's records), as the folder with more of them holds it; else once per folder, each
@@ -27,9 +27,24 @@ from normbench.report.width import TEST, VAL, finished, regime_rows, window_cell
 DIGITS = 2  # as the leaderboards print their scores
 
 
-def one_recipe(reads: Sequence[FolderRead]) -> bool:
-    """Whether the folders train one recipe (dataset, model, train section: what `adopt_from` requires too)."""
-    return len({r.suite.recipe_hash() for r in reads}) == 1
+def union_refusal(reads: Sequence[FolderRead]) -> str | None:
+    """Why the folders' rows cannot be ranked as one table (None: they can): another recipe (dataset, model, train
+    section: what `adopt_from` requires too), another baseline (each reading is against its folder's), a tuned
+    folder (`compare` sets tuned against grid), or a row axis beyond the layer (rows would merge)."""
+    if len({r.suite.recipe_hash() for r in reads}) > 1:
+        return ("these folders train one budget at one width with one optimizer, but under different recipes (their "
+                "dataset, model or train sections differ, e.g. the heads): nothing to rank together, and no single "
+                "factor to compare across; compare folders that differ in one thing: epochs, embed_dim, the "
+                "optimizer, or grid against tuned")
+    if len({r.suite.baseline or "layernorm" for r in reads}) > 1:
+        named = ", ".join(f"{r.path.name}: {r.suite.baseline or 'layernorm'}" for r in reads)
+        return f"these folders read their rows against different baselines ({named}); give their suites one baseline"
+    if any(r.tuned for r in reads):
+        return "a tuned folder is compared against a grid folder of its recipe, not ranked beside another tuned one"
+    if any(r.analysis.row_keys != ["layer"] for r in reads):
+        return ("a folder's rows vary more than the layer (another matrix axis): its rows would merge with the "
+                "other folder's; compare folders whose rows are layers")
+    return None
 
 
 def scoring_cells(read: FolderRead, depth: int, layer: str, lr: float, role: str) -> dict[int, float]:
@@ -90,7 +105,7 @@ def union_table(reads: Sequence[FolderRead], depth: int, baseline: str) -> tuple
     versus = {id(r): versus_baseline(r.analysis.cells, r.analysis.selected, r.analysis.keys, baseline)
               for r in reads}
     scores = pd.Series([e["row"][column] for e in entries], dtype=float)
-    ranks = scores.rank(ascending=False, method="min")
+    ranks = scores.rank(ascending=False, method="min", na_option="bottom")  # a row without a score ranks last
     best = scores.max()
     order = sorted(range(len(entries)), key=lambda i: (ranks[i], entries[i]["layer"]))
     table = []
@@ -100,7 +115,7 @@ def union_table(reads: Sequence[FolderRead], depth: int, baseline: str) -> tuple
         interval = (f" [{row['low']:.{DIGITS}f}, {row['high']:.{DIGITS}f}]"
                     if done and not (math.isnan(row["low"]) or math.isnan(row["high"])) else "")
         text = "—" if math.isnan(score) else f"{score:.{DIGITS}f}"
-        line = {"rank": str(int(ranks[i])) if not math.isnan(ranks[i]) else "—",
+        line = {"rank": str(int(ranks[i])),
                 "layer": e["layer"] + (f" ({e['read'].path.name})" if e["apart"] else ""),
                 "folder": folder_text(e),
                 "score": (f"**{text}**" if score == best else text) + interval,
@@ -130,14 +145,15 @@ def compare_rows(reads: Sequence[FolderRead], regenerate: str, claims: pd.DataFr
     baseline = reads[-1].suite.baseline or "layernorm"
     names = " + ".join(f"`{r.path.name}`" for r in reads)
     lines = [f"# normbench: one regime, several folders: {names}", "",
-             "Folders of one recipe (dataset, model and train sections alike: the same width, budget, optimizer and "
-             "protocol), each holding its own rows, ranked as one table. A row two folders hold is shown once where "
-             "one folder's scoring cells are the other's seed for seed (adopted, not trained again), as the folder "
-             "with more of them holds it; else once per folder. Each reading against the baseline is its row's "
-             "folder's own, as its leaderboard states it: the union adds no test, and ranks across folders are "
+             "Folders of one recipe (dataset, model and train sections alike: the same width, budget and "
+             "optimizer), each holding its own rows under its own seeds and claims, ranked as one table. A row two"
+             " folders hold is shown once where one folder's scoring cells are the other's seed for seed (adopted,"
+             " not trained again), as the folder with more of them holds it; else once per folder. Each reading "
+             "against the baseline is its row's folder's own, as its leaderboard states it: the union adds no "
+             "test, and ranks across folders are "
              f"orderings, not comparisons. Regenerate with `{regenerate}`.", "",
              markdown_table(regime_rows(list(reads))), ""]
-    depths = sorted(set.intersection(*(set(r.analysis.selected["depth"]) for r in reads)))
+    depths = sorted(set.union(*(set(r.analysis.selected["depth"]) for r in reads)))
     for depth in depths:
         table, quantity = union_table(reads, depth, baseline)
         lines += [f"## depth {depth}: every row, ranked together ({quantity}; mean [95% t interval] once every "

@@ -88,13 +88,14 @@ def fill_group(ledger: Ledger, job: Any, first: Claim, fuse: FusePlan, jobs: lis
     (`wait`), up to `fuse.wait_s` more for the group to fill while peers queue the stage. A group under `fuse.min_k`
     is not worth fusing (the fuse bench measured it slower than its cells alone): the others go back to the queue at
     once and `first` trains alone."""
-    claims = claim_group(ledger, job, first, fuse.k, jobs)
+    claims = [first]  # filled in place: a claim made before a failure is in it, to be given back
     deadline = time.monotonic() + (fuse.wait_s if wait else 0.0)
     try:
+        claim_group(ledger, job, first, fuse.k, jobs, claims)
         while len(claims) < fuse.k and time.monotonic() < deadline:
             stopping.wait(min(0.5, max(0.0, deadline - time.monotonic())))
-            claims = claim_group(ledger, job, first, fuse.k, jobs, claims)
-    except BaseException:  # a stop (SIGTERM, Ctrl-C) while waiting: no claim stays RUNNING untrained
+            claim_group(ledger, job, first, fuse.k, jobs, claims)
+    except BaseException:  # a stop (SIGTERM, Ctrl-C) or a ledger failure while filling: none stays RUNNING untrained
         for claim in claims:
             give_back(claim)
         raise

@@ -19,8 +19,8 @@ RECIPE = {"train": {"epochs": 1, "batch_size": 256, "warmup_epochs": 0, "telemet
 
 def trained(write_suite, tmp_path: Path, name: str, layers: list[str], lrs: tuple[float, ...] = (1e-3,),
             **extra) -> Path:
-    path = write_suite(name, matrix={"depth": [1], "layer": layers, "lr": list(lrs), "seed": [0, 1]}, **RECIPE,
-                       **extra)
+    path = write_suite(name, matrix={"depth": [1], "layer": layers, "lr": list(lrs), "seed": [0, 1]},
+                       **{**RECIPE, **extra})
     out = tmp_path / f"{name}-out"
     assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
     return out
@@ -85,3 +85,17 @@ def test_one_folder_twice_and_folders_of_other_recipes_are_refused(reference, wr
     assert main(["compare", str(reference), str(heads)]) == 2
     err = capsys.readouterr().err
     assert "different recipes" in err and "differ in one thing" in err
+    other_baseline = trained(write_suite, tmp_path, "rival", ["layerscale", "rezero"], baseline="layerscale")
+    assert main(["compare", str(reference), str(other_baseline)]) == 2
+    assert "different baselines (reference-out: layernorm, rival-out: layerscale)" in capsys.readouterr().err
+
+
+def test_the_folder_with_more_of_a_rows_seeds_shows_it(reference, write_suite, tmp_path):
+    # the adopting folder has two more report seeds: its layernorm holds the reference's cells and two of its own
+    more = trained(write_suite, tmp_path, "more", ["layernorm", "rezero"], adopt_from=[str(reference)],
+                   report_seeds=[100, 101, 102, 103])
+    target = tmp_path / "union.md"
+    assert main(["compare", str(reference), str(more), "--out", str(target)]) == 0
+    rows = {r["layer"]: r for r in union_rows(target.read_text())}
+    assert rows["layernorm"]["folder"] == "more-out (reference-out: 2 of these 4 seeds)"
+    assert rows["layernorm"]["seeds"] == "4"

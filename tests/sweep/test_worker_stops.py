@@ -21,8 +21,8 @@ from normbench.tracking.tracker import Tracker
 MATRIX = {"depth": [1], "layer": ["layernorm"], "lr": [1e-3, 3e-3], "seed": [0]}
 
 
-def _queued(write_suite, tmp_path):
-    suite = load_suite(write_suite(matrix=MATRIX))
+def _queued(write_suite, tmp_path, matrix=MATRIX):
+    suite = load_suite(write_suite(matrix=matrix))
     ledger = Ledger(None, tmp_path)
     study = open_run_study(ledger, suite)
     ledger.enqueue(study, {c.cell_id: c.axes for c in suite.cells()})
@@ -85,6 +85,25 @@ def test_a_stop_while_a_group_is_being_assembled_gives_every_member_back(stop, w
                     Progress(total=2, quiet=True), suite.name, fuse=FusePlan(k=2, wait_s=0.0))
     running, waiting = _queue_of(study)
     assert running == [] and sorted(waiting.values()) == [1, 1]
+
+
+def test_a_ledger_failure_while_a_group_claims_its_cells_gives_back_those_it_claimed(write_suite, tmp_path):
+    suite, ledger, study = _queued(write_suite, tmp_path, {**MATRIX, "seed": [0, 1]})  # one row, 4 cells
+    worker_ledger = Ledger(None, tmp_path)
+    claim, claimed = worker_ledger.claim, []
+
+    def third_claim_refused(*args, **kwargs):  # the disk fills as the group takes its third cell
+        if len(claimed) == 2:
+            raise LedgerWriteError("ledger.journal: cannot write the ledger (No space left)")
+        claimed.append(claim(*args, **kwargs))
+        return claimed[-1]
+
+    worker_ledger.claim = third_claim_refused
+    with pytest.raises(LedgerWriteError):
+        worker.work(run_jobs(suite, study, ledger), worker_ledger, _Runs(), "cpu", Progress(total=4, quiet=True),
+                    suite.name, fuse=FusePlan(k=4, wait_s=0.0))
+    running, waiting = _queue_of(study)
+    assert len(claimed) == 2 and running == [] and sorted(waiting.values()) == [1, 1, 1, 1]
 
 
 def test_a_claim_given_back_twice_is_queued_once(write_suite, tmp_path):

@@ -113,7 +113,7 @@ def union_table(reads: Sequence[FolderRead], depth: int, baseline: str) -> tuple
         e, row = entries[i], entries[i]["row"]
         score = scores[i]
         interval = (f" [{row['low']:.{DIGITS}f}, {row['high']:.{DIGITS}f}]"
-                    if done and not (math.isnan(row["low"]) or math.isnan(row["high"])) else "")
+                    if done and not (math.isnan(score) or math.isnan(row["low"]) or math.isnan(row["high"])) else "")
         text = "—" if math.isnan(score) else f"{score:.{DIGITS}f}"
         line = {"rank": str(int(ranks[i])),
                 "layer": e["layer"] + (f" ({e['read'].path.name})" if e["apart"] else ""),

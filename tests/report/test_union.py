@@ -99,3 +99,15 @@ def test_the_folder_with_more_of_a_rows_seeds_shows_it(reference, write_suite, t
     rows = {r["layer"]: r for r in union_rows(target.read_text())}
     assert rows["layernorm"]["folder"] == "more-out (reference-out: 2 of these 4 seeds)"
     assert rows["layernorm"]["seeds"] == "4"
+
+
+def test_a_row_without_a_score_ranks_last_and_reads_as_a_dash(reference, write_suite, tmp_path):
+    from normbench.report.union import union_table
+
+    newer = trained(write_suite, tmp_path, "newer", ["layernorm", "rezero"], adopt_from=[str(reference)])
+    reads = [read_folder(reference), read_folder(newer)]
+    selected = reads[0].analysis.selected
+    selected.loc[selected["layer"] == "layerscale", "mean"] = float("nan")  # e.g. every report cell diverged
+    table, _ = union_table(reads, 1, "layernorm")
+    assert list(table["layer"])[-1] == "layerscale" and table["score"].iloc[-1] == "—"
+    assert list(table["rank"]) == sorted(table["rank"], key=int)  # the order is the ranks' order

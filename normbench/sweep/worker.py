@@ -218,12 +218,15 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
                 return summary
             stopping.wait(poll)  # others are training; if one dies, its cell comes back to the queue
             continue
+        known = queued_trials(current, ledger)
         plan.queue_next()
         current = plan.jobs()
         stage_start = True
         # the next stage's cells, in a new study or in one already here (a report stage queued again): judged by
         # its cells, not its study names, or the worker that queued them would leave the rest to its peers
         if not unfinished(current, ledger):
+            if queued_trials(current, ledger) > known:  # a stage queued finished (adopted from a donor folder): the
+                continue  # next one may follow it now; asking again adds nothing once no stage is left
             summary.failed_for_good = failed_cells(current, ledger)  # nothing left to run: what will never finish
             return summary
 
@@ -232,6 +235,12 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
 def unfinished(jobs: list[Job], ledger: Ledger) -> bool:
     """Whether any of the jobs' own cells waits or trains."""
     return any(job.listed(t) for job in jobs for t in ledger.trials(job.study, UNFINISHED))
+
+
+def queued_trials(jobs: list[Job], ledger: Ledger) -> int:
+    """How many trials the jobs' studies hold, in any state: grows whenever a stage is queued, even one whose every
+    cell was adopted finished."""
+    return sum(len(ledger.trials(job.study)) for job in jobs)
 
 
 def failed_cells(jobs: list[Job], ledger: Ledger) -> dict[str, int]:

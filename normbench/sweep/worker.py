@@ -45,6 +45,7 @@ from normbench.train.distributed import Dist, broadcast
 from normbench.train.loop import CellAbandoned, train_cell
 
 UNFUSED = FusePlan()  # --fuse 1
+MAX_FINISHED_STAGES = 32  # stages queued finished in a row before a worker calls its suite done
 
 
 def poll_seconds() -> float:
@@ -174,6 +175,7 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
     poll = poll_seconds()  # a bad setting is refused before the first claim, not when the queue runs dry
     current = plan.jobs()
     stage_start = True  # the first group of a stage may wait a moment to fill (its peers may be queueing it)
+    finished_stages = 0  # stages in a row that were queued finished (every cell adopted)
     while True:
         stopping.check()  # between cells
         turn_started = time.perf_counter()
@@ -181,6 +183,7 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
             reclaim(ledger, job.study)  # dead workers' cells back to the queue (their runs: the next sync's)
         claimed = next(((job, c) for job in current if (c := ledger.claim(job.study, job.listed)) is not None), None)
         if claimed is not None:
+            finished_stages = 0
             job, first = claimed
             with given_back_on_stop([first]) as held:  # the turn's claims: none stays RUNNING after a stop
                 if share is not None:
@@ -225,8 +228,11 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
         # the next stage's cells, in a new study or in one already here (a report stage queued again): judged by
         # its cells, not its study names, or the worker that queued them would leave the rest to its peers
         if not unfinished(current, ledger):
-            if queued_trials(current, ledger) > known:  # a stage queued finished (adopted from a donor folder): the
-                continue  # next one may follow it now; asking again adds nothing once no stage is left
+            # a stage queued finished (adopted from a donor folder): the next may follow it now; asking again adds
+            # nothing once no stage is left (and a bound keeps a queue that only ever adds finished records finite)
+            finished_stages += 1
+            if queued_trials(current, ledger) > known and finished_stages <= MAX_FINISHED_STAGES:
+                continue
             summary.failed_for_good = failed_cells(current, ledger)  # nothing left to run: what will never finish
             return summary
 

@@ -48,3 +48,22 @@ def test_a_stage_queued_finished_is_followed_by_the_next_not_taken_for_the_end(w
     assert summary.cells_run == 1
     [trained] = stages[1].get_trials(deepcopy=False)
     assert trained.state == TrialState.COMPLETE and trained.user_attrs["cell_id"] == report.cell_id
+
+
+def test_a_queue_that_only_ever_adds_finished_records_ends(write_suite, tmp_path, monkeypatch):
+    """A bound, not a hang: a plan whose every call queues one more finished record is called done after
+    MAX_FINISHED_STAGES of them in a row."""
+    suite = load_suite(write_suite(matrix={"depth": [1], "layer": ["layernorm"], "lr": [1e-3], "seed": [0]}))
+    ledger = Ledger(None, tmp_path)
+    study = open_run_study(ledger, suite)
+    calls = []
+
+    def queue_next() -> None:
+        calls.append(1)
+        finished_copy(study, suite.cell({**suite.cells()[0].axes, "seed": len(calls)}))
+
+    monkeypatch.setattr(worker, "MAX_FINISHED_STAGES", 3)
+    plan = Plan(jobs=lambda: [run_job(suite, study)], queue_next=queue_next)
+    summary = worker.work(plan, Ledger(None, tmp_path), Tracker(tmp_path, suite.name), "cpu",
+                          Progress(total=1, quiet=True), suite.name)
+    assert summary.cells_run == 0 and len(calls) == 4  # 3 followed, the 4th taken for the end

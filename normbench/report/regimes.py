@@ -44,6 +44,7 @@ from normbench.report.tables import (
 )
 from normbench.report.union import compare_rows, union_refusal
 from normbench.report.width import (
+    converged_word,
     epochs_of,
     finished,
     optimizer_of,
@@ -128,10 +129,6 @@ def depth_table(reads: Sequence[FolderRead], depth: int) -> pd.DataFrame:
                      f"{name}: converged": converged_word(row["converged"])}
         table.append(line)
     return pd.DataFrame(table)
-
-
-def converged_word(flag: object) -> str:
-    return "?" if flag is None or flag != flag else "yes" if bool(flag) else "no"
 
 
 def difference_text(mean: float, low: float, high: float) -> str:

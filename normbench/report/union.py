@@ -22,7 +22,7 @@ from normbench.report.folder import FolderRead
 from normbench.report.stats import REPORTS, reading, versus_baseline
 from normbench.report.style import lr_text
 from normbench.report.tables import BASELINE_VERDICTS, markdown_table, p_text
-from normbench.report.width import TEST, VAL, finished, regime_rows, window_cell
+from normbench.report.width import TEST, VAL, converged_word, finished, regime_rows, window_cell
 
 DIGITS = 2  # as the leaderboards print their scores
 
@@ -84,10 +84,6 @@ def union_entries(reads: Sequence[FolderRead], depth: int, role: str) -> list[di
     return entries
 
 
-def converged_text(flag: object) -> str:
-    return "?" if flag is None or pd.isna(flag) else "yes" if bool(flag) else "no"
-
-
 def folder_text(entry: dict) -> str:
     name = entry["read"].path.name
     if not entry["also"]:
@@ -122,7 +118,7 @@ def union_table(reads: Sequence[FolderRead], depth: int, baseline: str) -> tuple
                 "seeds": str(int(row["n"])) if done else "selection",
                 "lr (val-selected)": lr_text(row["lr"]) + (" e" if row.get("edge") in ("low", "high") else ""),
                 "lr window": window_cell(row, False),
-                "converged": converged_text(row["converged"]),
+                "converged": converged_word(row["converged"]),
                 "devices": str(row.get("devices", "")) or "—"}
         v = versus[id(e["read"])]
         v = v[(v["depth"] == depth) & (v["layer"] == e["layer"])]

@@ -51,6 +51,11 @@ def recipe_of(read: FolderRead) -> str:
     return "tuned" if read.tuned else "grid"
 
 
+def converged_word(flag: object) -> str:
+    """A row's `converged` as a table writes it: yes, no, or ? (unknown)."""
+    return "?" if flag is None or flag != flag else "yes" if bool(flag) else "no"
+
+
 def finished(selected: pd.DataFrame) -> bool:
     """Every row scored by report seeds (select_lr's `seeds`; `seeds_x` once analysis merged the 2x check's own
     `seeds` beside it); else its scores are the selection seeds'."""

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from normbench.contracts.selection import BUDGETS, REPORTS, ROLE
-from normbench.report.folder import FolderRead
+from normbench.report.folder import FolderRead, folder_name
 from normbench.report.tables import markdown_table
 from normbench.report.telemetry_figures import telemetry_frame
 
@@ -105,8 +105,9 @@ def logit_lines(reads: Sequence[FolderRead], labels: Sequence[str]) -> list[str]
                            if len(row) else ("—", "—"))
             line |= {f"{label}: at the end": final, f"{label}: peak in training": peak}
         table.append(line)
-    silent = [f"`{r.path.name}`" for r, s in zip(reads, summaries, strict=True) if s.empty]
-    reran = [f"`{r.path.name}`" for r, s in zip(reads, summaries, strict=True) if s.attrs.get("source") == RERUNS]
+    silent = [f"`{folder_name(r, reads)}`" for r, s in zip(reads, summaries, strict=True) if s.empty]
+    reran = [f"`{folder_name(r, reads)}`" for r, s in zip(reads, summaries, strict=True)
+             if s.attrs.get("source") == RERUNS]
     note = ([f"{', '.join(silent)} recorded no attention telemetry (no cell holds `{QUANTITY}`: its suite's "
              "`train.telemetry_every` is 0, or its cells predate the quantity) and has no re-runs: its columns are "
              "empty, not zero.", ""] if silent else [])

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,3 +52,14 @@ def read_folder(out_dir: Path, *, storage: str | None = None) -> FolderRead:
     if cells.empty:
         raise NormbenchError(f"{out_dir}: no finished cells yet; run (or resume) `normbench run {suite.path}` first")
     return FolderRead(folder.path, suite, cells, _analyse(cells, suite), tuned)
+
+
+def folder_name(read: FolderRead, reads: Sequence[FolderRead]) -> str:
+    """`read`'s folder as the tables name it: its last path part, or as many parts as tell it from the others'
+    (`in-progress/frontier` beside `results/frontier`)."""
+    parts = read.path.resolve().parts
+    for n in range(1, len(parts) + 1):
+        name = "/".join(parts[-n:])
+        if all(r is read or "/".join(r.path.resolve().parts[-n:]) != name for r in reads):
+            return name
+    return str(read.path)

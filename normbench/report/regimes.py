@@ -22,7 +22,7 @@ from normbench.errors import NormbenchError
 from normbench.report.attention_logits import logit_lines
 from normbench.report.budget import BUDGET_AXIS, MIN_LAYERS, budget_agreement, budget_verdict
 from normbench.report.claims import OPEN, check_claims, round_seeds
-from normbench.report.folder import FolderRead
+from normbench.report.folder import FolderRead, folder_name
 from normbench.report.header import budget_text, converged_counts, regime_word, seeds_line
 from normbench.report.interactions import interaction_lines
 from normbench.report.rank_agreement import permutation_p, spearman, swapped_pairs
@@ -98,7 +98,7 @@ def runs_table(reads: Sequence[FolderRead]) -> pd.DataFrame:
     for r in reads:
         selected = r.analysis.selected
         converged, unconfirmed = converged_counts(selected)
-        rows.append({"folder": f"`{r.path.name}`", "budget": budget_text(r.analysis),
+        rows.append({"folder": f"`{folder_name(r, reads)}`", "budget": budget_text(r.analysis),
                      "seeds": seeds_line(r.cells).removeprefix("- seeds: ").split("; lrs tried")[0],
                      "rows converged": f"{converged} of {len(selected)}",
                      "regime": regime_word(converged, len(selected), unconfirmed).split(":")[0]})
@@ -334,7 +334,7 @@ def compare_regimes(reads: Sequence[FolderRead]) -> list[str]:
         if (why := union_refusal(reads)) is not None:
             raise NormbenchError(why)
         return compare_rows(reads, "normbench compare " + " ".join(shown_path(r.path) for r in reads),
-                            claims_rows(reads, axis="folder", regime_of=lambda r: r.path.name))
+                            claims_rows(reads, axis="folder", regime_of=lambda r: folder_name(r, reads)))
     reads = ordered(reads)
     names = " vs ".join(label(r) for r in reads)
     lines = [f"# normbench regimes: {names}", "",

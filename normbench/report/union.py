@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from normbench.report.folder import FolderRead
+from normbench.report.folder import FolderRead, folder_name
 from normbench.report.stats import REPORTS, reading, versus_baseline
 from normbench.report.style import lr_text
 from normbench.report.tables import BASELINE_VERDICTS, markdown_table, p_text
@@ -37,7 +37,7 @@ def union_refusal(reads: Sequence[FolderRead]) -> str | None:
                 "factor to compare across; compare folders that differ in one thing: epochs, embed_dim, the "
                 "optimizer, or grid against tuned")
     if len({r.suite.baseline or "layernorm" for r in reads}) > 1:
-        named = ", ".join(f"{r.path.name}: {r.suite.baseline or 'layernorm'}" for r in reads)
+        named = ", ".join(f"{folder_name(r, reads)}: {r.suite.baseline or 'layernorm'}" for r in reads)
         return f"these folders read their rows against different baselines ({named}); give their suites one baseline"
     if any(r.tuned for r in reads):
         return "a tuned folder is compared against a grid folder of its recipe, not ranked beside another tuned one"
@@ -84,12 +84,12 @@ def union_entries(reads: Sequence[FolderRead], depth: int, role: str) -> list[di
     return entries
 
 
-def folder_text(entry: dict) -> str:
-    name = entry["read"].path.name
+def folder_text(entry: dict, reads: Sequence[FolderRead]) -> str:
+    name = folder_name(entry["read"], reads)
     if not entry["also"]:
         return name
-    same = ", ".join(f"{r.path.name}: {n} of these {len(entry['cells'])} seeds" if n < len(entry["cells"])
-                     else f"{r.path.name}: the same cells" for r, n in entry["also"])
+    same = ", ".join(f"{folder_name(r, reads)}: {n} of these {len(entry['cells'])} seeds" if n < len(entry["cells"])
+                     else f"{folder_name(r, reads)}: the same cells" for r, n in entry["also"])
     return f"{name} ({same})"
 
 
@@ -112,8 +112,8 @@ def union_table(reads: Sequence[FolderRead], depth: int, baseline: str) -> tuple
                     if done and not (math.isnan(score) or math.isnan(row["low"]) or math.isnan(row["high"])) else "")
         text = "—" if math.isnan(score) else f"{score:.{DIGITS}f}"
         line = {"rank": str(int(ranks[i])),
-                "layer": e["layer"] + (f" ({e['read'].path.name})" if e["apart"] else ""),
-                "folder": folder_text(e),
+                "layer": e["layer"] + (f" ({folder_name(e['read'], reads)})" if e["apart"] else ""),
+                "folder": folder_text(e, reads),
                 "score": (f"**{text}**" if score == best else text) + interval,
                 "seeds": str(int(row["n"])) if done else "selection",
                 "lr (val-selected)": lr_text(row["lr"]) + (" e" if row.get("edge") in ("low", "high") else ""),
@@ -139,7 +139,7 @@ def compare_rows(reads: Sequence[FolderRead], regenerate: str, claims: pd.DataFr
     """The comparison as markdown lines; `regenerate`: the command that writes it; `claims`: each folder's claims
     (regimes.claims_rows by folder)."""
     baseline = reads[-1].suite.baseline or "layernorm"
-    names = " + ".join(f"`{r.path.name}`" for r in reads)
+    names = " + ".join(f"`{folder_name(r, reads)}`" for r in reads)
     lines = [f"# normbench: one regime, several folders: {names}", "",
              "Folders of one recipe (dataset, model and train sections alike: the same width, budget and "
              "optimizer), each holding its own rows under its own seeds and claims, ranked as one table. A row two"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from normbench.report.folder import FolderRead
+from normbench.report.folder import FolderRead, folder_name
 from normbench.report.stats import REPORTS, reading, versus_baseline
 from normbench.report.style import lr_text, window_text
 from normbench.report.tables import BASELINE_VERDICTS
@@ -146,7 +146,7 @@ def regime_rows(reads: list[FolderRead]) -> pd.DataFrame:
             if "role" in a.cells else []
         converged = int(a.selected["converged"].eq(True).sum())
         check = "2x check" if not a.budget.empty else "final-loss rule, unconfirmed: no 2x cells"
-        rows.append({"folder": f"`{r.path.name}`", "width": str(width_of(r)),
+        rows.append({"folder": f"`{folder_name(r, reads)}`", "width": str(width_of(r)),
                      **({"optimizer": optimizer_of(r)} if len({optimizer_of(x) for x in reads}) > 1 else {}),
                      **({"recipe": recipe_of(r)} if len({recipe_of(x) for x in reads}) > 1 else {}),
                      "depth": ", ".join(str(d) for d in sorted(a.selected["depth"].unique())),

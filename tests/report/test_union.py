@@ -111,3 +111,19 @@ def test_a_row_without_a_score_ranks_last_and_reads_as_a_dash(reference, write_s
     table, _ = union_table(reads, 1, "layernorm")
     assert list(table["layer"])[-1] == "layerscale" and table["score"].iloc[-1] == "—"
     assert list(table["rank"]) == sorted(table["rank"], key=int)  # the order is the ranks' order
+
+
+def test_folders_of_one_name_are_told_apart_by_their_parents(reference, tmp_path):
+    # an in-progress copy beside its published folder: both are `reference-out`; each table names the parent too
+    import shutil
+
+    copy = tmp_path / "in-progress" / reference.name
+    shutil.copytree(reference, copy)
+    target = tmp_path / "union.md"
+    assert main(["compare", str(reference), str(copy), "--out", str(target)]) == 0
+    text = target.read_text()
+    ours, theirs = f"{tmp_path.name}/reference-out", "in-progress/reference-out"
+    assert text.startswith(f"# normbench: one regime, several folders: `{ours}` + `{theirs}`")
+    rows = {r["layer"]: r for r in union_rows(text)}
+    assert sorted(rows) == ["layernorm", "layerscale"]  # the same cells: each row once
+    assert rows["layernorm"]["folder"] == f"{ours} ({theirs}: the same cells)"

@@ -4,8 +4,9 @@
 docs/results.md holds every table between its `<!-- results:begin -->` and `<!-- results:end -->` markers; README.md
 holds one, the largest budget's final accuracy at its deepest depth, between `<!-- headline:begin -->` and
 `<!-- headline:end -->`; docs/results.md's `<!-- modern:begin -->` block holds the modern sweep's deepest table with
-each layer's measured cost beside it, and its claims, and README.md's `<!-- modern-headline:begin -->` block a shorter
-cut of that table (a pointer to the sweep while it trains, in both). All are cut from the
+each layer's measured cost beside it, and its claims (`<!-- frontier:begin -->` the same for the 2025-2026 entries),
+and README.md's `<!-- modern-headline:begin -->` block a shorter cut of the modern table (a pointer to the sweep while
+it trains, in each). All are cut from the
 published folders' own files (each leaderboard.md, and the regimes comparison `normbench compare` writes), cell for
 cell as those files print them: every number is rounded once, where the file rounded it from full precision, and the
 rows keep the files' order (by the full-precision score, so rank 1 is the true maximum). Nothing is computed here.
@@ -38,6 +39,9 @@ MODERN_BEGIN, MODERN_END = "<!-- modern:begin -->", "<!-- modern:end -->"
 MODERN_KEPT = ["rank", "layer", "test top-1 (%)", "95% CI", "n", "lr (val-selected)", "lr window",
                "lr sensitivity (points)", "failed", "converged"]
 MODERN_HEADLINE_BEGIN, MODERN_HEADLINE_END = "<!-- modern-headline:begin -->", "<!-- modern-headline:end -->"
+# the 2025-2026 entries at depth 36 (issue 64): a block like the modern one, between its own markers
+FRONTIER = "depth-sweep-digits-frontier"
+FRONTIER_BEGIN, FRONTIER_END = "<!-- frontier:begin -->", "<!-- frontier:end -->"
 MODERN_HEADLINE_KEPT = ["rank", "layer", "test top-1 (%)", "95% CI", "lr (val-selected)", "lr window", "failed"]
 # the leaderboard's final-accuracy columns the docs keep (the rest stay in the leaderboard)
 KEPT = ["rank", "layer", "test top-1 (%)", "95% CI", "n", "lr (val-selected)", "edge", "converged", "failed"]
@@ -299,33 +303,41 @@ def modern_table(parts: dict[str, list[str]], source: Path, kept: list[str],
     return deepest, names, table
 
 
-def still_training(begin: str, end: str) -> str:
+def still_training(begin: str, end: str, name: str = MODERN) -> str:
     return "\n".join([
         begin, "",
-        f"Still training: `results/in-progress/{MODERN}` (`suites/{MODERN}.yaml`; results/in-progress/README.md "
+        f"Still training: `results/in-progress/{name}` (`suites/{name}.yaml`; results/in-progress/README.md "
         "says how to resume it). Its tables appear here when it is published.", "", end])
 
 
 def modern_block(root: Path) -> str:
-    """docs/results.md's modern block: the deepest table with each layer's measured cost beside it, and the claims;
-    while the sweep is unpublished, where it trains."""
-    source = root / "results" / MODERN / "leaderboard.md"
+    return folder_block(root, MODERN, MODERN_BEGIN, MODERN_END)
+
+
+def frontier_block(root: Path) -> str:
+    return folder_block(root, FRONTIER, FRONTIER_BEGIN, FRONTIER_END)
+
+
+def folder_block(root: Path, name: str, begin: str, end: str) -> str:
+    """A depth-36 folder's block in docs/results.md: the deepest table with each layer's measured cost beside it, and
+    the claims; while the sweep is unpublished, where it trains."""
+    source = root / "results" / name / "leaderboard.md"
     if not source.is_file():
-        return still_training(MODERN_BEGIN, MODERN_END)
+        return still_training(begin, end, name)
     parts = read(source)
     deepest, names, table = modern_table(parts, source, MODERN_KEPT)
     claims_heading, claim_lines = section(parts, "## claims", source)
     claim_header, claim_rows = parse_table(claim_lines)
     return "\n".join([
-        MODERN_BEGIN, "",
-        f"`results/{MODERN}/` ({header_item(parts, 'suite', source).split(' — ', 1)[-1]}). Regime: "
+        begin, "",
+        f"`results/{name}/` ({header_item(parts, 'suite', source).split(' — ', 1)[-1]}). Regime: "
         f"{width(parts, source)}; {header_item(parts, 'regime', source)}. "
         f"Seeds: {header_item(parts, 'seeds', source)}.", "",
         f"Depth {deepest}, final accuracy (test top-1 %, the report seeds' mean and 95% t interval; bold: the true "
         "maximum) and cost per train step against layernorm (`normbench bench SUITE`):", "",
         *render(names, table), "",
         f"Claims ({claims_heading[len('## claims'):].strip(' ()')}):", "", *render(claim_header, claim_rows), "",
-        MODERN_END])
+        end])
 
 
 def modern_headline(root: Path) -> str:
@@ -361,6 +373,7 @@ def updated(text: str, new_block: str, begin: str = BEGIN, end: str = END, name:
 def targets(root: Path) -> list[tuple[Path, str, str, Callable[[Path], str]]]:
     """(file, begin marker, end marker, what writes its block) for each file the script keeps."""
     return [(root / RESULTS_DOC, BEGIN, END, block), (root / RESULTS_DOC, MODERN_BEGIN, MODERN_END, modern_block),
+            (root / RESULTS_DOC, FRONTIER_BEGIN, FRONTIER_END, frontier_block),
             (root / README, HEADLINE_BEGIN, HEADLINE_END, headline),
             (root / README, MODERN_HEADLINE_BEGIN, MODERN_HEADLINE_END, modern_headline)]
 

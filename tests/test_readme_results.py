@@ -24,7 +24,8 @@ FINAL = """| rank     | layer   | test top-1 (%)   | 95% CI         | n   | non-
 def checkout(tmp_path, readme: str = ("<!-- headline:begin -->\n<!-- headline:end -->\n"
                                       "<!-- modern-headline:begin -->\n<!-- modern-headline:end -->\n"),
              results: str = ("<!-- results:begin -->\n<!-- results:end -->\n"
-                             "<!-- modern:begin -->\n<!-- modern:end -->\n")):
+                             "<!-- modern:begin -->\n<!-- modern:end -->\n"
+                             "<!-- frontier:begin -->\n<!-- frontier:end -->\n")):
     """A checkout with the published folders, a README and docs/results.md (both with markers unless told)."""
     shutil.copytree(REPO / "results", tmp_path / "results", ignore=shutil.ignore_patterns("*.journal", "*.db"))
     (tmp_path / "docs").mkdir()
@@ -170,3 +171,15 @@ def test_the_readme_gets_the_modern_table_with_each_layers_step_cost_and_a_link_
 def test_the_modern_blocks_point_to_the_sweep_while_it_trains(tmp_path):
     for block in (readme_results.modern_block(tmp_path), readme_results.modern_headline(tmp_path)):
         assert f"results/in-progress/{readme_results.MODERN}" in block and "| rank |" not in block
+    block = readme_results.frontier_block(tmp_path)
+    assert f"results/in-progress/{readme_results.FRONTIER}" in block and "| rank |" not in block
+
+
+def test_the_frontier_block_is_cut_from_its_own_folder(tmp_path):
+    folder = tmp_path / "results" / readme_results.FRONTIER
+    folder.mkdir(parents=True)
+    (folder / "leaderboard.md").write_text(MODERN_BOARD.replace("digits, depth 36, the modern recipes", "frontier"))
+    block = readme_results.frontier_block(tmp_path).splitlines()
+    assert block[0] == readme_results.FRONTIER_BEGIN and block[-1] == readme_results.FRONTIER_END
+    assert block[2].startswith(f"`results/{readme_results.FRONTIER}/` (frontier). Regime: width 192")
+    assert "| ngpt beats layernorm at depth 36 | +7.50 | supported |" in block

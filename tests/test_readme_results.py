@@ -53,7 +53,8 @@ def test_the_readme_gets_one_table_and_docs_every_table(tmp_path):
     assert "0 of 6 rows here converged (3 of 24 across depths)" in headline
     assert "report [" in readme and "(docs/results.md)" in readme
     assert docs.count("Regime: width 64 (4 heads, patch 2), AdamW; ") == len(readme_results.REGIMES)
-    assert docs.count("Regime: width 64 (4 heads, patch 2); AdamW, 40 epochs") == 1  # modern: its whole regime line
+    # modern and frontier: each its whole regime line
+    assert docs.count("Regime: width 64 (4 heads, patch 2); AdamW, 40 epochs") == 2
     assert docs.count("| rank |") > 1 and "lr sensitivity" in docs and "Both regimes side by side" in docs
     (root / "docs" / "results.md").write_text(docs.replace("| rank |", "| rank! |", 1))  # a hand edit
     assert readme_results.main(["--check", "--root", str(root)]) == 1

@@ -21,14 +21,18 @@ RESULTS = Path(__file__).resolve().parents[2] / "results"
 # the published folders (results/README.md; the older 10-epoch folders have no ledger), and the smoke folder a
 # fresh clone's `bash scripts/run-smoke.sh` compares with (README's `normbench leaderboard results/smoke`)
 PUBLISHED = ["depth-sweep-digits-early", "depth-sweep-digits-converged", "depth-sweep-digits-modern",
-             "depth-sweep-digits-wide", "device-effect-digits", "smoke"]
+             "depth-sweep-digits-wide", "depth-sweep-digits-frontier", "device-effect-digits", "smoke"]
 ELSEWHERE = "Asia/Kolkata"  # UTC+05:30: a reader's clock the ledger's UTC times must not leak into
 INPUTS = ("ledger.journal", "suite.yaml", "ceiling.csv")  # what `leaderboard` reads; everything else it writes
 TEXT_OUTPUTS = ("leaderboard.md", "results.csv", "history.csv")
 OPTIONAL_INPUTS = ("attention-logits.csv",)  # scripts/attention_logits.py's re-runs (the AdamW side of a comparison)
-# `normbench compare` files: one grid at two budgets (README's command), and the modern rows at widths 64 and 192
+# `normbench compare` files: one grid at two budgets (README's command), the modern rows at widths 64 and 192, and
+# the frontier's rows ranked with the modern folder's
 COMPARISONS = {"depth-sweep-digits-regimes.md": ("depth-sweep-digits-early", "depth-sweep-digits-converged"),
-               "depth-sweep-digits-width-64-vs-192.md": ("depth-sweep-digits-modern", "depth-sweep-digits-wide")}
+               "depth-sweep-digits-width-64-vs-192.md": ("depth-sweep-digits-modern", "depth-sweep-digits-wide"),
+               # one recipe, different rows: the frontier's new rows ranked beside the modern folder's (report/union.py)
+               "depth-sweep-digits-modern-and-frontier.md": ("depth-sweep-digits-modern",
+                                                             "depth-sweep-digits-frontier")}
 
 
 @pytest.fixture

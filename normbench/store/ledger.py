@@ -198,18 +198,31 @@ class Ledger:
                     continue  # another worker took it first
             except UpdateFinishedTrialError:
                 continue
-            if self.heartbeats:  # beat at once: a worker lost before its cell's heartbeat thread starts is still seen
-                self.call(self.storage.record_heartbeat, trial_id)  # type: ignore[attr-defined]
-            claim = Claim(self, study, optuna.Trial(study, trial_id), trial_id)
+            claim = None
             try:
+                if self.heartbeats:  # beat at once: a worker lost before its cell's heartbeat thread starts is seen
+                    self.call(self.storage.record_heartbeat, trial_id)  # type: ignore[attr-defined]
+                claim = Claim(self, study, optuna.Trial(study, trial_id), trial_id)
                 self._sign(claim)
                 if self._duplicate(study, frozen):
                     claim.fail("a lower-numbered copy of this cell runs")
                     continue
             except ClaimLostError:  # stalled past the grace while signing: a peer failed and re-queued it
                 continue
+            except (KeyboardInterrupt, NormbenchError):
+                # stopped (Ctrl-C, SIGTERM, the ledger or disk failing) after taking the trial, before the worker
+                # holds it: back to the queue uncounted, as sweep/cell_end.py's given_back_on_stop does for a claim
+                self._give_back_taken(claim, study, trial_id)
+                raise
             return claim
         return None
+
+    def _give_back_taken(self, claim: Claim | None, study: optuna.Study, trial_id: int) -> None:
+        try:
+            (claim or Claim(self, study, optuna.Trial(study, trial_id), trial_id)).release()
+        except Exception as e:  # the ledger that stopped the claim may refuse this too: the next run's reclaim does
+            warnings.warn(f"could not give trial {trial_id} back to the queue ({e}); the next run's reclaim does",
+                          stacklevel=2)
 
     def _check_owner(self, study: optuna.Study) -> None:
         """Raise unless the study is the served suite's and recipe's (a shared database holds others'): by its stamp,

@@ -125,3 +125,19 @@ def test_giving_back_a_claim_this_worker_recorded_writes_nothing(write_suite, tm
     claim.release()
     assert journal.read_bytes() == before
     assert [t.state for t in study.get_trials(deepcopy=False)].count(TrialState.WAITING) == 1  # the other cell only
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, LedgerWriteError])
+def test_a_stop_inside_the_claim_gives_the_trial_it_took_back(write_suite, tmp_path, monkeypatch, stop):
+    # Ctrl-C (or a refused write) while the claim signs the trial it just took: the worker never holds it, so the
+    # claim itself gives it back (seen once in the CI under load: a RUNNING trial left after a Ctrl-C)
+    suite, ledger, study = _queued(write_suite, tmp_path)
+
+    def stopped(self, claim):
+        raise stop("stopped while signing") if stop is LedgerWriteError else stop()
+
+    monkeypatch.setattr(Ledger, "_sign", stopped)
+    with pytest.raises(stop):
+        ledger.claim(study)
+    running, waiting = _queue_of(study)
+    assert running == [] and set(waiting.values()) == {1} and len(waiting) == 2  # each cell queued once

@@ -4,7 +4,8 @@
 docs/results.md holds every table between its `<!-- results:begin -->` and `<!-- results:end -->` markers; README.md
 holds one, the largest budget's final accuracy at its deepest depth, between `<!-- headline:begin -->` and
 `<!-- headline:end -->`; docs/results.md's `<!-- modern:begin -->` block holds the modern sweep's deepest table with
-each layer's measured cost beside it, and its claims (`<!-- frontier:begin -->` the same for the 2025-2026 entries),
+each layer's measured cost beside it, and its claims (`<!-- frontier:begin -->` the same for the 2025-2026 entries,
+`<!-- muon:begin -->` for the rows trained under Muon),
 and README.md's `<!-- modern-headline:begin -->` block a shorter cut of the modern table (a pointer to the sweep while
 it trains, in each). All are cut from the
 published folders' own files (each leaderboard.md, and the regimes comparison `normbench compare` writes), cell for
@@ -42,6 +43,8 @@ MODERN_HEADLINE_BEGIN, MODERN_HEADLINE_END = "<!-- modern-headline:begin -->", "
 # the 2025-2026 entries at depth 36 (issue 64): a block like the modern one, between its own markers
 FRONTIER = "depth-sweep-digits-frontier"
 FRONTIER_BEGIN, FRONTIER_END = "<!-- frontier:begin -->", "<!-- frontier:end -->"
+MUON = "depth-sweep-digits-muon"
+MUON_BEGIN, MUON_END = "<!-- muon:begin -->", "<!-- muon:end -->"
 MODERN_HEADLINE_KEPT = ["rank", "layer", "test top-1 (%)", "95% CI", "lr (val-selected)", "lr window", "failed"]
 # the leaderboard's final-accuracy columns the docs keep (the rest stay in the leaderboard)
 KEPT = ["rank", "layer", "test top-1 (%)", "95% CI", "n", "lr (val-selected)", "edge", "converged", "failed"]
@@ -318,6 +321,10 @@ def frontier_block(root: Path) -> str:
     return folder_block(root, FRONTIER, FRONTIER_BEGIN, FRONTIER_END)
 
 
+def muon_block(root: Path) -> str:
+    return folder_block(root, MUON, MUON_BEGIN, MUON_END)
+
+
 def folder_block(root: Path, name: str, begin: str, end: str) -> str:
     """A depth-36 folder's block in docs/results.md: the deepest table with each layer's measured cost beside it, and
     the claims; while the sweep is unpublished, where it trains."""
@@ -374,6 +381,7 @@ def targets(root: Path) -> list[tuple[Path, str, str, Callable[[Path], str]]]:
     """(file, begin marker, end marker, what writes its block) for each file the script keeps."""
     return [(root / RESULTS_DOC, BEGIN, END, block), (root / RESULTS_DOC, MODERN_BEGIN, MODERN_END, modern_block),
             (root / RESULTS_DOC, FRONTIER_BEGIN, FRONTIER_END, frontier_block),
+            (root / RESULTS_DOC, MUON_BEGIN, MUON_END, muon_block),
             (root / README, HEADLINE_BEGIN, HEADLINE_END, headline),
             (root / README, MODERN_HEADLINE_BEGIN, MODERN_HEADLINE_END, modern_headline)]
 

@@ -25,7 +25,8 @@ def checkout(tmp_path, readme: str = ("<!-- headline:begin -->\n<!-- headline:en
                                       "<!-- modern-headline:begin -->\n<!-- modern-headline:end -->\n"),
              results: str = ("<!-- results:begin -->\n<!-- results:end -->\n"
                              "<!-- modern:begin -->\n<!-- modern:end -->\n"
-                             "<!-- frontier:begin -->\n<!-- frontier:end -->\n")):
+                             "<!-- frontier:begin -->\n<!-- frontier:end -->\n"
+                             "<!-- muon:begin -->\n<!-- muon:end -->\n")):
     """A checkout with the published folders, a README and docs/results.md (both with markers unless told)."""
     shutil.copytree(REPO / "results", tmp_path / "results", ignore=shutil.ignore_patterns("*.journal", "*.db"))
     (tmp_path / "docs").mkdir()
@@ -172,8 +173,9 @@ def test_the_readme_gets_the_modern_table_with_each_layers_step_cost_and_a_link_
 def test_the_modern_blocks_point_to_the_sweep_while_it_trains(tmp_path):
     for block in (readme_results.modern_block(tmp_path), readme_results.modern_headline(tmp_path)):
         assert f"results/in-progress/{readme_results.MODERN}" in block and "| rank |" not in block
-    block = readme_results.frontier_block(tmp_path)
-    assert f"results/in-progress/{readme_results.FRONTIER}" in block and "| rank |" not in block
+    for name, block in ((readme_results.FRONTIER, readme_results.frontier_block(tmp_path)),
+                        (readme_results.MUON, readme_results.muon_block(tmp_path))):
+        assert f"results/in-progress/{name}" in block and "| rank |" not in block
 
 
 def test_the_frontier_block_is_cut_from_its_own_folder(tmp_path):

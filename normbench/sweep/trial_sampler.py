@@ -7,6 +7,10 @@ every trial its own draw wherever it runs, and the same draw again for the same 
 trials are sampled one after another). TPE's model part still reads the study's history as it stands then; its
 `constant_liar` makes a trial running on another worker count as a bad result, so two workers do not explore the
 same point (Optuna's advice for parallel TPE).
+
+A `stream` shared by several studies (a tune suite's rows) gives their trial n the same seed: every row's random
+startup trials draw the same values of the keys they share (common random numbers), so rows differ by what they
+train, not by a luckier draw; a row's own `layer.*` keys are drawn after those and do not shift them.
 """
 
 from __future__ import annotations
@@ -28,16 +32,17 @@ def trial_seed(study_name: str, number: int) -> int:
 
 
 class TrialSeededSampler(BaseSampler):
-    """Delegates each trial to its own sampler, `make(trial_seed(study, number))`."""
+    """Delegates each trial to its own sampler, `make(trial_seed(stream or study name, number))`."""
 
-    def __init__(self, make: Callable[[int], BaseSampler]) -> None:
+    def __init__(self, make: Callable[[int], BaseSampler], stream: str | None = None) -> None:
         self._make = make
+        self._stream = stream
         self._by_trial: dict[tuple[str, int], BaseSampler] = {}
 
     def _for(self, study: optuna.Study, trial: FrozenTrial) -> BaseSampler:
         key = (study.study_name, trial.number)
         if key not in self._by_trial:
-            self._by_trial[key] = self._make(trial_seed(*key))
+            self._by_trial[key] = self._make(trial_seed(self._stream or study.study_name, trial.number))
         return self._by_trial[key]
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:

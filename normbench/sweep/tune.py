@@ -57,8 +57,9 @@ def suggest(trial: optuna.Trial, key: str, dist: dict[str, Any]) -> Any:
                                step=dist.get("step"))
 
 
-def _sampler_and_pruner(tune: TuneConfig) -> dict[str, Any]:
-    """Each trial its own seeded sampler (sweep/trial_sampler.py: workers and restarts draw different trials); the
+def _sampler_and_pruner(tune: TuneConfig, stream: str) -> dict[str, Any]:
+    """Each trial its own seeded sampler, trial n of every row seeded alike (`stream`: sweep/trial_sampler.py; workers
+    and restarts draw different trials, rows the same random startup draws); the
     pruner's warm-up is `tune.prune_after` of a trial's epochs (Job.may_prune), not Optuna's `n_warmup_steps`: the
     steps reported are optimizer steps (~16 an epoch here), and a trial judged after its first epoch loses slow
     starters (a small lr, a long warmup): in the modern folder the lr best at epoch 40 sat below its row's median
@@ -70,7 +71,7 @@ def _sampler_and_pruner(tune: TuneConfig) -> dict[str, Any]:
 
     pruner = (optuna.pruners.MedianPruner(n_startup_trials=tune.startup_trials, n_warmup_steps=0)
               if tune.pruner == "median" else optuna.pruners.NopPruner())
-    return {"sampler": TrialSeededSampler(make), "pruner": pruner}
+    return {"sampler": TrialSeededSampler(make, stream), "pruner": pruner}
 
 
 SEARCH_ATTR = "search"  # a search study's user attr: the terms its trials were drawn under (search_terms)
@@ -114,9 +115,9 @@ def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
     for key in keys:
         if searches[cell_id(key)] in existing:
             check_search(ledger, suite, ledger.study(searches[cell_id(key)]), search_terms(tune, row_layer(key)))
-    studies = []
+    studies, sampling = [], _sampler_and_pruner(tune, stream=names.tune(""))  # one stream: the rows' draws alike
     for key in keys:
-        study = open_study_of_recipe(ledger, suite, searches[cell_id(key)], **_sampler_and_pruner(tune))
+        study = open_study_of_recipe(ledger, suite, searches[cell_id(key)], **sampling)
         if SEARCH_ATTR not in study.user_attrs:
             ledger.call(study.set_user_attr, SEARCH_ATTR, search_terms(tune, row_layer(key)))
         ledger.enqueue(study, {f"slot-{i}": {} for i in range(tune.trials)})

@@ -31,12 +31,24 @@ def test_two_workers_with_their_own_sampler_draw_different_trials():
     assert len({tuple(d.values()) for d in drawn}) == 4, drawn
 
 
-def test_a_trial_draws_the_same_values_wherever_it_is_sampled_and_studies_differ():
-    def trial_zero(name: str) -> dict[str, float]:
-        study = optuna.create_study(study_name=name, storage=optuna.storages.InMemoryStorage(),
-                                    sampler=TrialSeededSampler(tpe))
-        return draw(study)
+def first_draws(name: str, stream: str | None = None, n: int = 3) -> list[dict[str, float]]:
+    study = optuna.create_study(study_name=name, storage=optuna.storages.InMemoryStorage(),
+                                sampler=TrialSeededSampler(tpe, stream))
+    drawn = []
+    for _ in range(n):
+        trial = study.ask()
+        drawn.append({name: trial._suggest(name, dist) for name, dist in SPACE.items()})
+        study.tell(trial, 0.5)
+    return drawn
 
-    assert trial_zero("tune:s:layer=a") == trial_zero("tune:s:layer=a")  # a restart's trial 0: the same draw
-    assert trial_zero("tune:s:layer=a") != trial_zero("tune:s:layer=b")  # each row its own stream
+
+def test_a_trial_draws_the_same_values_wherever_it_is_sampled_and_studies_differ():
+    assert first_draws("tune:s:layer=a") == first_draws("tune:s:layer=a")  # a restart's trials: the same draws
+    assert first_draws("tune:s:layer=a") != first_draws("tune:s:layer=b")  # without a stream, each study its own
     assert trial_seed("tune:s:layer=a", 0) != trial_seed("tune:s:layer=a", 1)
+
+
+def test_rows_sharing_a_stream_draw_the_same_startup_trials_and_a_new_value_each_trial():
+    a, b = first_draws("tune:s:layer=a", stream="tune:s:"), first_draws("tune:s:layer=b", stream="tune:s:")
+    assert a == b  # common random numbers: the rows' random startup trials alike
+    assert len({tuple(d.values()) for d in a}) == 3, a

@@ -179,6 +179,23 @@ def test_confirmed_trials_whose_means_tie_go_to_the_smaller_lr_as_the_leaderboar
     assert best_trial(search, confirmed).params["lr"] == chosen_lrs(frame, ["layer"])["lr"].item() == 1e-3
 
 
+def test_every_rows_random_startup_trials_draw_the_same_shared_values(write_suite, tmp_path):
+    """Common random numbers: trial n of each row draws the same lr and weight decay (the row's own keys come
+    after them), so two rows differ by what they train, not by a luckier draw."""
+    path = write_suite(name="cr", matrix={"depth": [1], "layer": ["layernorm", "layerscale"], "seed": [0]},
+                       tune={"trials": 2, "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True},
+                                                    "weight_decay": {"low": 0.0, "high": 0.2},
+                                                    "layer.init_values": "source"}})
+    out = tmp_path / "out"
+    assert main(["tune", str(path), "--out", str(out), "--quiet"]) == 0
+    ledger = Ledger(None, out)
+    rows = [sorted(ledger.study(f"tune:cr:depth=1,layer={layer}").get_trials(deepcopy=False), key=lambda t: t.number)
+            for layer in ("layernorm", "layerscale")]
+    shared = [[(t.params["lr"], t.params["weight_decay"]) for t in row] for row in rows]
+    assert shared[0] == shared[1] and len(set(shared[0])) == 2, shared
+    assert all("layer.init_values" in t.params for t in rows[1])
+
+
 def test_a_restarted_tune_queues_no_search_slot_twice(write_suite, tmp_path):
     path = write_suite(name="rs", matrix={"depth": [1], "layer": ["layernorm"], "seed": [0]},
                        tune={"trials": 2, "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}}})

@@ -214,7 +214,10 @@ def tuning_budget_section(ledger: Ledger, names: StudyNames) -> list[str]:
         rows.append({"study": names.tune_point(name), "trials": len(spent),
                      "pruned": sum(t.state == TrialState.PRUNED for t in spent),
                      "diverged": sum(t.user_attrs.get("result", {}).get("status") == "diverged" for t in spent),
-                     "lost workers (re-run)": sum(t.state == TrialState.FAIL for t in trials),
+                     # a FAIL is given back (a stop, a lost worker) or raised, and each is queued again: not spent
+                     "stopped or lost (re-run)": sum(t.state == TrialState.FAIL and "error" not in t.user_attrs
+                                                     for t in trials),
+                     "raised (re-run)": sum(t.state == TrialState.FAIL and "error" in t.user_attrs for t in trials),
                      "best val top-1 (%, final epoch)": f"{best:.2f}"})
     if not rows:
         return []

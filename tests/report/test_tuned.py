@@ -11,7 +11,7 @@ import pytest
 
 from normbench.contracts.names import StudyNames
 from normbench.contracts.suite import parse_suite
-from normbench.report.leaderboard import importance_section, search_importances, tuned_section
+from normbench.report.leaderboard import importance_section, search_importances, tuned_section, tuning_budget_section
 from normbench.report.tables import tuned_table
 from normbench.store.ledger import Ledger
 
@@ -65,6 +65,28 @@ def moved_column(lines: list[str]) -> dict[str, str]:
             if line.startswith("|")]
     at = rows[0].index("moved from the grid's recipe")
     return {row[0]: row[at] for row in rows[2:]}
+
+
+def test_the_budget_counts_spent_trials_and_tells_a_stop_from_an_error(tmp_path):
+    """Spent: finished or pruned (diverged among the finished). A FAIL is queued again, so it is not spent, and a
+    stopped run's give-back is not an error: both a SIGTERM and a cell that raised are FAIL records."""
+    ledger, names = Ledger(None, tmp_path), StudyNames("t")
+    study = ledger.study(names.tune("depth=2,layer=dyt"))
+    create = optuna.trial.create_trial
+    study.add_trial(create(state=optuna.trial.TrialState.COMPLETE, value=91.0, user_attrs={"result": {"status": "ok"}}))
+    study.add_trial(create(state=optuna.trial.TrialState.COMPLETE, value=0.0,
+                           user_attrs={"result": {"status": "diverged"}}))
+    study.add_trial(create(state=optuna.trial.TrialState.PRUNED))
+    study.add_trial(create(state=optuna.trial.TrialState.FAIL))  # given back by a SIGTERM
+    study.add_trial(create(state=optuna.trial.TrialState.FAIL))
+    study.add_trial(create(state=optuna.trial.TrialState.FAIL, user_attrs={"error": "RuntimeError: boom"}))
+    header, _, row = tuning_budget_section(ledger, names)[2].splitlines()[:3]
+    def split(line: str) -> list[str]:
+        return [c.strip() for c in line.strip("|").split("|")]
+
+    assert dict(zip(split(header), split(row), strict=True)) == {
+        "study": "depth=2,layer=dyt", "trials": "3", "pruned": "1", "diverged": "1", "stopped or lost (re-run)": "2",
+        "raised (re-run)": "1", "best val top-1 (%, final epoch)": "91.00"}
 
 
 def test_importances_are_optunas_own_and_name_the_value_that_mattered(tmp_path):

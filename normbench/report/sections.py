@@ -48,8 +48,12 @@ def _rows_of(frame: pd.DataFrame, where: dict[str, Any]) -> pd.DataFrame:
     return frame
 
 
-def table_sections(analysis: Analysis) -> list[str]:
-    """Per table: final accuracy (with convergence and robustness columns), then learning speed."""
+GRID_ONLY = ["edge", "lr window", "lr sensitivity (points)"]  # read a grid's lrs; a tune's trials vary more than lr
+
+
+def table_sections(analysis: Analysis, *, tuned: bool = False) -> list[str]:
+    """Per table: final accuracy (with convergence and robustness columns), then learning speed. `tuned`: the lr is
+    a search's winner among trials that differ in more than the lr, so the columns that read a grid's lrs go."""
     a = analysis
     params = a.cells.groupby(a.keys)["params"].first().to_dict() if "params" in a.cells else {}
     lines = []
@@ -59,9 +63,11 @@ def table_sections(analysis: Analysis) -> list[str]:
         by_row = {tuple(r[k] for k in a.row_keys): params.get(tuple(r[k] for k in a.keys))
                   for r in rows.to_dict("records")}
         by_row = {k: v for k, v in by_row.items() if v is not None}
+        table = layer_table(rows, a.row_keys, by_row or None, bool(separated.iloc[0]) if len(separated) else None)
         lines += [f"## {title(where)}: final accuracy ({budget_text(a, where)})", "",
-                  markdown_table(layer_table(rows, a.row_keys, by_row or None,
-                                             bool(separated.iloc[0]) if len(separated) else None)), ""]
+                  *([f"Each lr is its search's winner (the tuned section gives the whole configuration); "
+                     f"{', '.join(GRID_ONLY)} describe a grid's lrs and are left out.", ""] if tuned else []),
+                  markdown_table(table.drop(columns=GRID_ONLY) if tuned else table), ""]
         speed = _rows_of(a.speed, where)
         if not speed.empty:
             lines += [f"## {title(where)}: learning speed (median optimizer steps to reach each val top-1 at the "
@@ -184,7 +190,7 @@ def figure_references(analysis: Analysis, out_dir: Path) -> dict[str, float]:
 def run_sections(analysis: Analysis, suite: Suite | None, out_dir: Path, *, tuned: bool = False) -> list[str]:
     """Every section of a run's leaderboard, and its figures; `tuned`: `normbench tune` wrote the folder."""
     a = analysis
-    lines = [*failed_section(a.cells.attrs.get(FAILED, [])), *table_sections(a),
+    lines = [*failed_section(a.cells.attrs.get(FAILED, [])), *table_sections(a, tuned=tuned),
              *comparison_sections(a, suite, tuned=tuned),
              *blowup_section(a)]
     lines += ["## throughput (median training images/s over each row's cells)", "",

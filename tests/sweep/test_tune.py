@@ -71,6 +71,8 @@ def test_tune_alone_writes_results_tables_and_figures_and_its_lines_show_the_sam
     assert "No finished cells yet" not in board
     row = next(line for line in board.splitlines() if line.startswith("| 1") and "| layernorm " in line)
     assert "| 2 report " in row  # the selection picked tune's lr, so the two re-runs on fresh seeds score it
+    header = next(line for line in board.splitlines() if line.startswith("| rank "))
+    assert "| edge " not in header and "| lr window " not in header and "lr sensitivity" not in header  # grid's
 
 
 def test_tune_exits_1_and_names_the_cells_failed_for_good_like_run(monkeypatch, capsys):

@@ -185,11 +185,16 @@ def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
 
 def _confirmations_queued(ledger: Ledger, name: str, studies: list[tuple[dict[str, Any], optuna.Study]],
                           top: int, suite: Suite) -> bool:
-    """Queue each search's `top` best trials on the confirmation seed (once: queued cells are not queued again);
-    True once they are queued (then the caller waits for them to finish)."""
+    """Queue each search's `top` best trials on the confirmation seed, once per search: a search trial that finishes
+    later (a crashed slot run again by a later start) cannot add a confirmation beside the chosen ones, which would
+    move the winner away from the re-runs already queued. True once they are queued (then the caller waits)."""
     confirm = open_study_of_recipe(ledger, suite, name)
+    chosen = {cell_id({k: v for k, v in t.user_attrs["axes"].items() if k not in ("seed", SEARCH_TRIAL)})
+              for t in ledger.trials(confirm)}
     items, extra = {}, {}
     for key, study in studies:
+        if cell_id(key) in chosen:
+            continue
         ranked = sorted(ledger.trials(study, (TrialState.COMPLETE,)),
                         key=lambda t: (-_value(t), t.number))[:top]  # the best val first, ties to the earlier
         for t in ranked:

@@ -170,6 +170,32 @@ def test_the_best_trials_are_confirmed_on_a_second_seed_then_the_winner_reruns_o
     assert all(t.user_attrs["overrides"] == searched[winner].params for t in tuned)
 
 
+def test_a_search_trial_finishing_after_the_confirmations_were_chosen_adds_none(write_suite, tmp_path):
+    """A crashed slot re-run by a later start can finish after the best trials were queued on the confirmation
+    seed; a third confirmation beside them could move the winner away from the re-runs already queued."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    from normbench.contracts.names import StudyNames
+    from normbench.sweep.cells import open_study_of_recipe
+    from normbench.sweep.tune import _confirmations_queued
+
+    suite = load_suite(write_suite(name="cq", matrix={"depth": [1], "layer": ["layernorm"], "seed": [0]},
+                                   tune={"trials": 4, "confirm_top": 2,
+                                         "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}}}))
+    ledger, names = Ledger(None, tmp_path), StudyNames("cq")
+    key = {"depth": 1, "layer": "layernorm"}
+    search = open_study_of_recipe(ledger, suite, names.tune("depth=1,layer=layernorm"))
+    lr = {"lr": FloatDistribution(1e-3, 1e-2, log=True)}
+    for value, rate in ((70.0, 1e-3), (80.0, 2e-3), (75.0, 4e-3)):
+        search.add_trial(create_trial(value=value, params={"lr": rate}, distributions=lr))
+    assert _confirmations_queued(ledger, names.confirm, [(key, search)], 2, suite)
+    search.add_trial(create_trial(value=99.0, params={"lr": 8e-3}, distributions=lr))  # the late slot, the best
+    _confirmations_queued(ledger, names.confirm, [(key, search)], 2, suite)
+    confirmed = ledger.study(names.confirm).get_trials(deepcopy=False)
+    assert sorted(t.user_attrs["axes"]["search_trial"] for t in confirmed) == [1, 2]
+
+
 def test_confirmed_trials_whose_means_tie_go_to_the_smaller_lr_as_the_leaderboard_chooses():
     """Two confirmed trials tie on the mean of their two seeds (val on 360 images moves in steps of 1/3.6 points):
     the re-run must be the configuration the leaderboard's rule scores, or its report cells sit at an lr it did not

@@ -23,6 +23,12 @@ def recipe_axes(axes: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in axes.items() if k != SEARCH_TRIAL}
 
 
+def search_point(axes: dict[str, Any]) -> dict[str, Any]:
+    """The matrix point (`depth`, `layer`) a confirmation or re-run cell's axes belong to: without seed and
+    SEARCH_TRIAL."""
+    return {k: v for k, v in axes.items() if k not in ("seed", SEARCH_TRIAL)}
+
+
 def tune_section(suite: Suite) -> TuneConfig:
     """The suite's `tune:` section; SuiteError (exit 2) naming what to add when it has none."""
     if suite.tune is None:

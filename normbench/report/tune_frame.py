@@ -30,12 +30,12 @@ def with_tuned_values(tuned: pd.DataFrame) -> pd.DataFrame:
 def tune_cells(ledger: Ledger, names: StudyNames, suite: Suite, tuned: pd.DataFrame) -> pd.DataFrame:
     """The search trials (role select) and `tuned`, the re-runs (role report, from with_tuned_values), in one
     frame with scores."""
-    from normbench.contracts.tuning import LABEL, SEARCH_TRIAL, recipe_axes, search_keys, search_seed
+    from normbench.contracts.tuning import LABEL, SEARCH_TRIAL, recipe_axes, search_keys, search_point, search_seed
 
     present = set(ledger.study_names())
     confirmations = ledger.trials(ledger.study(names.confirm), FINISHED) if names.confirm in present else []
-    confirmed = {(cell_id({k: v for k, v in t.user_attrs["axes"].items() if k not in ("seed", SEARCH_TRIAL)}),
-                  int(t.user_attrs["axes"][SEARCH_TRIAL])) for t in confirmations}
+    confirmed = {(cell_id(search_point(t.user_attrs["axes"])), int(t.user_attrs["axes"][SEARCH_TRIAL]))
+                 for t in confirmations}
     rows = []
     for key in search_keys(suite):
         name = names.tune(cell_id(key))

@@ -28,6 +28,7 @@ from normbench.contracts.tuning import (
     confirm_seed,
     recipe_axes,
     search_keys,
+    search_point,
     search_seed,
     seeds,
     tune_section,
@@ -189,8 +190,7 @@ def _confirmations_queued(ledger: Ledger, name: str, studies: list[tuple[dict[st
     later (a crashed slot run again by a later start) cannot add a confirmation beside the chosen ones, which would
     move the winner away from the re-runs already queued. True once they are queued (then the caller waits)."""
     confirm = open_study_of_recipe(ledger, suite, name)
-    chosen = {cell_id({k: v for k, v in t.user_attrs["axes"].items() if k not in ("seed", SEARCH_TRIAL)})
-              for t in ledger.trials(confirm)}
+    chosen = {cell_id(search_point(t.user_attrs["axes"])) for t in ledger.trials(confirm)}
     items, extra = {}, {}
     for key, study in studies:
         if cell_id(key) in chosen:
@@ -211,7 +211,7 @@ def confirmation_values(ledger: Ledger, name: str) -> dict[str, dict[int, float]
     values: dict[str, dict[int, float]] = {}
     for t in ledger.trials(ledger.study(name), (TrialState.COMPLETE, TrialState.PRUNED)):
         axes = t.user_attrs["axes"]
-        point = {k: v for k, v in axes.items() if k not in ("seed", SEARCH_TRIAL)}
+        point = search_point(axes)
         values.setdefault(cell_id(point), {})[int(axes[SEARCH_TRIAL])] = math.nan if t.value is None else t.value
     return values
 

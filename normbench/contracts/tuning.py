@@ -23,6 +23,23 @@ def recipe_axes(axes: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in axes.items() if k != SEARCH_TRIAL}
 
 
+def check_space_values(suite: Suite) -> None:
+    """Every choice and both ends of every range of a recipe key in `tune.space` pass the checks each cell gets,
+    for every search: SuiteError (exit 2) naming the key and value, before a trial is queued, not when a trial draws
+    it hours in."""
+    from normbench.contracts.cell_checks import check_cell
+
+    space = tune_section(suite).space
+    for key in search_keys(suite):
+        cell = suite.cell({**key, "seed": search_seed(suite)})
+        for name, dist in space.items():
+            if is_layer_key(name) or not isinstance(dist, dict):
+                continue
+            for value in dist["choices"] if "choices" in dist else (dist["low"], dist["high"]):
+                drawn = replace(cell, config=with_overrides(cell, {name: value}))
+                check_cell(drawn, f"{suite.path}: tune.space.{name} may draw {value!r}")
+
+
 def search_point(axes: dict[str, Any]) -> dict[str, Any]:
     """The matrix point (`depth`, `layer`) a confirmation or re-run cell's axes belong to: without seed and
     SEARCH_TRIAL."""

@@ -8,13 +8,14 @@ from pathlib import Path
 
 from normbench.contracts.names import OutputFolder, StudyNames
 from normbench.contracts.suite import Suite, cell_id
-from normbench.contracts.tuning import confirm_seed, search_keys, search_seed, seeds, tune_section
+from normbench.contracts.tuning import check_space_values, confirm_seed, search_keys, search_seed, seeds, tune_section
 
 
 def tune_dry_run_report(suite: Suite, out: Path, storage: str | None) -> str:
     """A row per search (`depth=2,layer=rezero`: finished/budget trials) and a summary line."""
     from tabulate import tabulate
 
+    check_space_values(suite)  # what the run would refuse, the dry run refuses
     tune, names = tune_section(suite), StudyNames(suite.name)
     finished: dict[str, int] = {}
     if storage or OutputFolder(out).ledger.exists():

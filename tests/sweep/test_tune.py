@@ -224,6 +224,15 @@ def test_every_rows_random_startup_trials_draw_the_same_shared_values(write_suit
     assert all("layer.init_values" in t.params for t in rows[1])
 
 
+def test_a_space_value_no_cell_accepts_is_refused_before_any_trial(write_suite, tmp_path, capsys):
+    path = write_suite(name="bs", matrix={"depth": [1], "layer": ["layernorm"], "seed": [0]},
+                       tune={"trials": 2, "space": {"adam_beta2": {"choices": [0.95, 1.5]}}})
+    for extra in (["--dry-run"], ["--quiet"]):
+        assert main(["tune", str(path), "--out", str(tmp_path / "out"), *extra]) == 2
+        assert "tune.space.adam_beta2 may draw 1.5: train.adam_beta2: must lie in (0, 1)" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "ledger.journal").exists() or not Ledger(None, tmp_path / "out").study_names()
+
+
 def test_a_restarted_tune_queues_no_search_slot_twice(write_suite, tmp_path):
     path = write_suite(name="rs", matrix={"depth": [1], "layer": ["layernorm"], "seed": [0]},
                        tune={"trials": 2, "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}}})

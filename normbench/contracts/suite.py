@@ -79,6 +79,9 @@ class Suite:
     baseline: str | None = None    # the layer every other is compared with (default layernorm when present)
     claims: list[dict[str, Any]] = field(default_factory=list)  # {layer, beats, depth, by (default: claimed)}
     reference: str | None = None   # another suite's output folder (relative to the cwd): does its ranking hold here?
+    # `reference:` as a list: the first is `reference`; a tuned row's lr is measured from the lr the first of them
+    # that has the row selected (a tuned suite's rows may come from two grids)
+    references: list[str] = field(default_factory=list)
     adopt_from: list[str] = field(default_factory=list)  # output folders whose cells of this recipe are copied, not
                                                          # trained again (sweep/adopt.py)
     report_seeds: list[int] = field(default_factory=list)  # train each row's chosen lr on these; they report
@@ -468,12 +471,8 @@ def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
     # claim, not "beats"
     suite.claims = [{**c, "by": float(c.get("by", c.get("claimed", 0))),
                      **({"claimed": float(c["claimed"])} if "claimed" in c else {})} for c in claims]
-    reference = raw.get("reference")
-    # checked for existence only by the leaderboard: the reference may finish after this suite starts
-    if reference is not None and (not isinstance(reference, str) or not reference.strip()):
-        raise SuiteError(f"{where}: reference: expected the path of another suite's output folder as a string, "
-                         f"e.g. results/depth-sweep-digits, got {reference!r}")
-    suite.reference = reference
+    suite.references = _references(raw.get("reference"), where)
+    suite.reference = suite.references[0] if suite.references else None
     suite.adopt_from = _adopt_from(raw.get("adopt_from", []), where)
     suite.report_seeds = _report_seeds(raw.get("report_seeds"), suite, where)
     suite.targets = _targets(raw.get("targets", list(DEFAULT_TARGETS)), where)
@@ -517,6 +516,18 @@ def _budget_check(raw: Any, suite: Suite, where: str) -> bool:
                          f"seeds at {BUDGET_FACTOR}x the epochs, but report_seeds is {suite.report_seeds or 'unset'}; "
                          f"add report_seeds (e.g. [100, 101, 102, 103]) or drop budget_check")
     return raw
+
+
+def _references(reference: Any, where: str) -> list[str]:
+    """`reference:` as one output folder or a list of them (checked for existence only by the leaderboard: a
+    reference may finish after this suite starts)."""
+    if reference is None:
+        return []
+    folders = reference if isinstance(reference, list) else [reference]
+    if not folders or any(not isinstance(f, str) or not f.strip() for f in folders):
+        raise SuiteError(f"{where}: reference: expected the path of another suite's output folder (or a list of "
+                         f"them), e.g. results/depth-sweep-digits, got {reference!r}")
+    return list(folders)
 
 
 def _report_seeds(raw: Any, suite: Suite, where: str) -> list[int]:

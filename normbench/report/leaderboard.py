@@ -55,7 +55,7 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     names = StudyNames(suite.name if suite else _single_suite_name(ledger))
     cells = _with_recipe_columns(cells_frame(ledger, names, scope=MatrixScope(suite) if suite else None), suite)
     tuned = with_tuned_values(cells_frame(ledger, names, tuned=True))
-    reference = reference if reference is not None else suite.reference if suite else None
+    references = [Path(reference)] if reference is not None else [Path(r) for r in suite.references] if suite else []
     tune_folder = cells.empty and not tuned.empty and suite is not None and suite.tune is not None
     if tune_folder:  # `normbench tune` alone
         cells = _with_recipe_columns(tune_cells(ledger, names, suite, tuned.copy()), suite)
@@ -70,10 +70,10 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
         lines += [*failed_section(cells.attrs.get(FAILED, [])), "No finished cells yet."]
     else:
         lines += run_sections(analysis, suite, out_dir, tuned=tune_folder)
-        if reference is not None:
-            lines += transfer_section(analysis.cells, Path(reference), out_dir)
+        if references:
+            lines += transfer_section(analysis.cells, references[0], out_dir)
     if not tuned.empty:
-        lines += tuned_section(tuned, suite, reference)
+        lines += tuned_section(tuned, suite, references)
     lines += tuning_budget_section(ledger, names)
     lines += importance_section(ledger, names)
     # further sections (e.g. telemetry figures) append to `lines` here, before it is written
@@ -146,21 +146,39 @@ TRANSFER_DEFINITION = (f"score = test top-1 (%) at each suite's own val-selected
                        "the interval lies above 0, reversed: below 0, else not settled")
 
 
-def tuned_section(tuned: pd.DataFrame, suite: Suite | None, reference: Path | None) -> list[str]:
-    """The tuned rows; with a reference grid folder, each tuned lr beside the lr that grid selected for the row."""
-    grid_lrs: dict[tuple[str, int], float] | None = None
-    note = "the lr against the recipe's `train.lr` (no reference grid folder to read a selected lr from)"
-    if reference is not None:
-        there, problem = _reference_cells(Path(reference))
-        if problem is None:
-            chosen = chosen_lrs(there, ["layer", "depth"])
-            grid_lrs = {(str(r.layer), int(r.depth)): float(r.lr) for r in chosen.itertuples() if r.depth == r.depth}
-            note = (f"the lr against the lr `{reference}` selected for the row (its selection seeds, val), or, for a "
-                    "row that folder lacks, against `train.lr`, as its cell says")
-        else:
-            note = f"the lr against the recipe's `train.lr`: {problem}"
+def tuned_section(tuned: pd.DataFrame, suite: Suite | None, references: list[Path]) -> list[str]:
+    """The tuned rows; with reference grid folders, each tuned lr beside the lr the first of them that has the row
+    selected for it (a row from a later folder says which)."""
+    grid_lrs: dict[tuple[str, int], float] = {}
+    from_later: dict[tuple[str, int], str] = {}
+    problems, read = [], []
+    for n, reference in enumerate(references):
+        there, problem = _reference_cells(reference)
+        if problem is not None:
+            problems.append(problem)
+            continue
+        read.append(f"`{reference}`")
+        for r in chosen_lrs(there, ["layer", "depth"]).itertuples():
+            key = (str(r.layer), int(r.depth)) if r.depth == r.depth else None
+            if key is not None and key not in grid_lrs:
+                grid_lrs[key] = float(r.lr)
+                if n > 0:
+                    from_later[key] = f"vs {reference.name or reference}"
+    if len(read) == 1:
+        note = (f"the lr against the lr {read[0]} selected for the row (its selection seeds, val), or, for a row "
+                "that folder lacks, against `train.lr`, as its cell says")
+    elif read:
+        note = (f"the lr against the lr the first of {', '.join(read)} that has the row selected for it (its selection "
+                "seeds, val; a row read from a later one names it), or, for a row none has, against `train.lr`, as "
+                "its cell says")
+    if read and problems:
+        note += f" ({'; '.join(problems)})"
+    if not read:
+        note = "the lr against the recipe's `train.lr`" + (f": {'; '.join(problems)}" if problems else
+                                                            " (no reference grid folder to read a selected lr from)")
+    table = tuned_table(tuned, suite, grid_lrs if read else None, from_later)
     return ["## tuned (equal Optuna budget per layer and depth, chosen on val, re-run on seeds the search "
-            "did not train on)", "", markdown_table(tuned_table(tuned, suite, grid_lrs)), "",
+            "did not train on)", "", markdown_table(table), "",
             *([f"Moved from the grid's recipe: each value against the recipe's; {note}.", ""]
               if suite is not None else [])]
 

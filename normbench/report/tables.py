@@ -280,13 +280,15 @@ def budget_table(agreement: pd.DataFrame, group_keys: list[str]) -> pd.DataFrame
 
 
 def tuned_table(tuned: pd.DataFrame, suite: Any = None,
-                grid_lrs: dict[tuple[str, int], float] | None = None) -> pd.DataFrame:
+                grid_lrs: dict[tuple[str, int], float] | None = None,
+                grid_notes: dict[tuple[str, int], str] | None = None) -> pd.DataFrame:
     """The tuned configs re-run over seeds: test score with CI and n, the winning configuration, and (with the
     `suite`) how far each tuned value moved from what the grid's recipe trains (contracts/tuning.py
     `recipe_value`): a ratio for positive values (an lr or an init lives on a log scale), else the difference.
     The lr is measured against the lr the grid selected for the row where `grid_lrs` ((layer, depth) -> lr) has
     one: a grid shares no single lr, so the recipe's `train.lr` would measure the distance from an lr no row
-    chose. Sorted by score."""
+    chose; `grid_notes` says where a row's grid lr came from when not the first grid (" (vs FOLDER)"). Sorted by
+    score."""
     from normbench.contracts.layer_tunables import distance_text
     from normbench.contracts.tuning import recipe_value
 
@@ -305,6 +307,8 @@ def tuned_table(tuned: pd.DataFrame, suite: Any = None,
                      for k, v in config.items()}
             if grid_lrs is not None and chosen is None and "lr" in moved:  # the grid lacks this row
                 moved["lr"] += " (vs train.lr: not in the grid)"
+            elif "lr" in moved and (where.get("layer"), where.get("depth")) in (grid_notes or {}):
+                moved["lr"] += f" ({(grid_notes or {})[(where.get('layer'), where.get('depth'))]})"
         rows.append({**where, "_mean": mean,
                      "test top-1 (%)": f"{mean:.2f}", "95% CI": ci_text(low, high), "n": str(len(group)),
                      "val top-1 (%)": f"{group['select'].mean():.2f}",

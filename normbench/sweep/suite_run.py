@@ -15,6 +15,7 @@ from pathlib import Path
 
 from normbench.contracts.names import OutputFolder, study_suite, suites_in
 from normbench.contracts.suite import Suite
+from normbench.contracts.tuning import check_space_values
 from normbench.errors import NormbenchError
 from normbench.store import reserve
 from normbench.store.attempts import reclaim
@@ -34,6 +35,8 @@ from normbench.tracking.tracker import Tracker
 from normbench.train.distributed import Dist
 
 MODES = {"run": open_run, "tune": open_tune}
+# what a mode refuses from the suite alone, checked before OUT or its ledger exist: a refused start writes nothing
+SUITE_CHECKS = {"run": lambda suite: None, "tune": check_space_values}
 
 
 def preflight(suite: Suite, device: str | None) -> str:
@@ -55,6 +58,7 @@ class SuiteRun:
                  quiet: bool = False, parent: bool = True, checkpoint_dir: Path | None = None,
                  fuse: int | str = 1, time_limit: TimeLimit | None = None) -> None:
         self.suite, self.storage, self.mode = suite, storage, mode
+        SUITE_CHECKS[mode](suite)
         self.time_limit = time_limit  # --time-limit: no cell starts that would end past it (sweep/time_limit.py)
         self.checkpoint_dir = checkpoint_dir  # --checkpoint-dir; None: OUT/checkpoints
         self.fuse = fuse  # --fuse: cells trained as one fused model (sweep/group_run.py)

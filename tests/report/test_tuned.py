@@ -48,15 +48,47 @@ def test_the_tuned_lr_is_measured_from_the_lr_the_reference_grid_selected_for_it
     pd.DataFrame(select + report).to_csv(grid / "results.csv", index=False)
     tuned = pd.DataFrame([{"layer": layer, "depth": 36, "seed": 100, "status": "ok", "val_top1": 90.0,
                            "test_top1": 88.0, "tuned_params": {"lr": 2e-2}} for layer in ("layerscale", "layernorm")])
-    lines = tuned_section(tuned, suite, grid)
+    lines = tuned_section(tuned, suite, [grid])
     assert moved_column(lines) == {"layerscale": "lr x2", "layernorm": "lr x20"}  # 2e-2 against 1e-2 and 1e-3
     lacking = pd.concat([tuned, tuned.iloc[:1].assign(layer="rmsnorm")], ignore_index=True)  # no grid row: said
     suite.matrix["layer"].append("rmsnorm")
-    assert moved_column(tuned_section(lacking, suite, grid))["rmsnorm"] == "lr x20 (vs train.lr: not in the grid)"
+    assert moved_column(tuned_section(lacking, suite, [grid]))["rmsnorm"] == "lr x20 (vs train.lr: not in the grid)"
     assert any(f"the lr against the lr `{grid}` selected for the row" in line for line in lines)
-    missing = tuned_section(tuned, suite, tmp_path / "nowhere")  # no grid to read: the recipe's 1e-3, and why
+    missing = tuned_section(tuned, suite, [tmp_path / "nowhere"])  # no grid to read: the recipe's 1e-3, and why
     assert moved_column(missing) == {"layerscale": "lr x20", "layernorm": "lr x20"}
     assert any("not found" in line for line in missing)
+
+
+def test_a_row_the_first_reference_lacks_is_measured_from_the_next_that_has_it(tmp_path):
+    """A tuned suite's rows may come from two grids (the tuned folder's learnable_scaler and fixup are in the
+    converged folder, not the modern one): `reference:` as a list, the first folder that has a row gives its lr."""
+    suite = parse_suite({"name": "t", "dataset": {"name": "digits"}, "train": {"lr": 1e-3},
+                         "matrix": {"depth": [36], "layer": ["layerscale", "fixup", "rmsnorm"], "seed": [0]},
+                         "reference": ["grid", "older"]}, Path("t.yaml"))
+    assert suite.reference == "grid" and suite.references == ["grid", "older"]
+    grids = {"grid": [("layerscale", 1e-2)], "older": [("layerscale", 1e-3), ("fixup", 4e-3)]}
+    for name, rows in grids.items():
+        (tmp_path / name).mkdir()
+        pd.DataFrame([{"layer": layer, "depth": 36, "lr": lr, "seed": 0, "status": "ok", "role": "select",
+                       "val_top1": 90.0, "test_top1": 90.0} for layer, lr in rows]).to_csv(
+            tmp_path / name / "results.csv", index=False)
+    tuned = pd.DataFrame([{"layer": layer, "depth": 36, "seed": 100, "status": "ok", "val_top1": 90.0,
+                           "test_top1": 88.0, "tuned_params": {"lr": 2e-2}} for layer in ("layerscale", "fixup",
+                                                                                          "rmsnorm")])
+    lines = tuned_section(tuned, suite, [tmp_path / "grid", tmp_path / "older", tmp_path / "gone"])
+    # layerscale from the first grid (not the older one's 1e-3), fixup from the older, rmsnorm from neither
+    assert moved_column(lines) == {"layerscale": "lr x2", "fixup": "lr x5 (vs older)",
+                                   "rmsnorm": "lr x20 (vs train.lr: not in the grid)"}
+    assert any("the first of" in line and "not found" in line for line in lines)
+
+
+@pytest.mark.parametrize("reference", [[], ["a", 3], ""])
+def test_a_reference_that_is_not_folder_paths_is_refused(reference):
+    from normbench.errors import SuiteError
+
+    with pytest.raises(SuiteError, match="reference: expected the path of another suite's output folder"):
+        parse_suite({"name": "t", "dataset": {"name": "digits"}, "matrix": {"depth": [1], "layer": ["layernorm"]},
+                     "reference": reference}, Path("t.yaml"))
 
 
 def moved_column(lines: list[str]) -> dict[str, str]:

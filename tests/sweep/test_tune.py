@@ -230,7 +230,14 @@ def test_a_space_value_no_cell_accepts_is_refused_before_any_trial(write_suite, 
     for extra in (["--dry-run"], ["--quiet"]):
         assert main(["tune", str(path), "--out", str(tmp_path / "out"), *extra]) == 2
         assert "tune.space.adam_beta2 may draw 1.5: train.adam_beta2: must lie in (0, 1)" in capsys.readouterr().err
-    assert not (tmp_path / "out" / "ledger.journal").exists() or not Ledger(None, tmp_path / "out").study_names()
+    assert not (tmp_path / "out").exists()  # refused before OUT or its ledger is written: nothing to clean up
+
+
+def test_a_suite_without_tune_is_refused_before_out_is_created(write_suite, tmp_path, capsys):
+    path = write_suite(name="nt", matrix={"depth": [1], "layer": ["layernorm"], "seed": [0]})
+    assert main(["tune", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert "has no `tune:` section" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # was: an empty ledger.journal that the next `run --out` had to accept
 
 
 def test_a_restarted_tune_queues_no_search_slot_twice(write_suite, tmp_path):

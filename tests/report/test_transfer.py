@@ -104,11 +104,17 @@ def test_pooled_rho_is_the_mean_of_the_depth_rhos():
     assert pooled["rho"] == 0.0 and pooled["layers"] == 6 and pooled["verdict"] == "not settled"
 
 
-def test_reference_must_be_a_string(write_suite):
-    with pytest.raises(SuiteError, match="reference"):
-        load_suite(write_suite(reference=["results/a"]))
+@pytest.mark.parametrize("reference", [3, [], ["results/a", 3], ""])
+def test_reference_must_be_a_folder_or_a_list_of_folders(write_suite, reference):
+    with pytest.raises(SuiteError, match="reference: expected the path of another suite's output folder"):
+        load_suite(write_suite(reference=reference))
+
+
+def test_the_first_reference_is_the_ranking_transfers(write_suite):
     assert load_suite(write_suite(reference="results/a")).reference == "results/a"
-    assert load_suite(write_suite()).reference is None
+    listed = load_suite(write_suite(reference=["results/a", "results/b"]))
+    assert listed.reference == "results/a" and listed.references == ["results/a", "results/b"]
+    assert load_suite(write_suite()).reference is None and load_suite(write_suite()).references == []
 
 
 def reference_folder(path: Path, scores: dict[str, float]) -> Path:

@@ -65,7 +65,6 @@ def test_a_row_the_first_reference_lacks_is_measured_from_the_next_that_has_it(t
     suite = parse_suite({"name": "t", "dataset": {"name": "digits"}, "train": {"lr": 1e-3},
                          "matrix": {"depth": [36], "layer": ["layerscale", "fixup", "rmsnorm"], "seed": [0]},
                          "reference": ["grid", "older"]}, Path("t.yaml"))
-    assert suite.reference == "grid" and suite.references == ["grid", "older"]
     grids = {"grid": [("layerscale", 1e-2)], "older": [("layerscale", 1e-3), ("fixup", 4e-3)]}
     for name, rows in grids.items():
         (tmp_path / name).mkdir()
@@ -80,15 +79,6 @@ def test_a_row_the_first_reference_lacks_is_measured_from_the_next_that_has_it(t
     assert moved_column(lines) == {"layerscale": "lr x2", "fixup": "lr x5 (vs older)",
                                    "rmsnorm": "lr x20 (vs train.lr: not in the grid)"}
     assert any("the first of" in line and "not found" in line for line in lines)
-
-
-@pytest.mark.parametrize("reference", [[], ["a", 3], ""])
-def test_a_reference_that_is_not_folder_paths_is_refused(reference):
-    from normbench.errors import SuiteError
-
-    with pytest.raises(SuiteError, match="reference: expected the path of another suite's output folder"):
-        parse_suite({"name": "t", "dataset": {"name": "digits"}, "matrix": {"depth": [1], "layer": ["layernorm"]},
-                     "reference": reference}, Path("t.yaml"))
 
 
 def moved_column(lines: list[str]) -> dict[str, str]:

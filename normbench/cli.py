@@ -36,6 +36,10 @@ def _suite_args(p: argparse.ArgumentParser) -> None:
                    "says would end later than DURATION from now (e.g. 2h30m, 90m, HH:MM:SS: a SLURM job's --time less "
                    "a margin for the leaderboard); the rest wait in the ledger, and the run exits 75 "
                    "(docs/faults.md)")
+    p.add_argument("--select-only", action="store_true", help="train only the cells that choose (the matrix, its "
+                   "bracketing rounds, tune's searches and confirmations), none that score the folder (report "
+                   "seeds, the 2x check, claim rounds, tune's re-runs): a lent GPU helps a CPU folder choose while "
+                   "the cells compared across folders stay on one device class (docs/protocol.md \"Devices\")")
     p.add_argument("--stop-by", type=float, help=argparse.SUPPRESS)  # a local worker's copy of its parent's limit
 
 
@@ -285,7 +289,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"normbench: retrying {len(retried)} cell(s) failed for good" if retried else
                   "normbench: no cell has failed for good; --retry-failed has nothing to add", file=sys.stderr)
     summary = run_suite(suite, out, mode="run", storage=args.storage, device=args.device, workers=args.workers,
-                        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, fuse=args.fuse, time_limit=limit)
+                        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, fuse=args.fuse, time_limit=limit,
+                        select_only=args.select_only)
     if summary.failed_for_good:  # the run ends without them (it would loop on them otherwise): say so, always
         print(f"normbench: {summary.failed_line()}", file=sys.stderr)
     return _run_exit(summary, args, out)
@@ -302,7 +307,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from normbench.sweep.suite_run import run_suite
 
     summary = run_suite(suite, out, mode="tune", storage=args.storage, device=args.device, workers=args.workers,
-                        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, fuse=args.fuse, time_limit=limit)
+                        quiet=args.quiet, checkpoint_dir=args.checkpoint_dir, fuse=args.fuse, time_limit=limit,
+                        select_only=args.select_only)
     if summary.failed_for_good:  # as `run`: the search ends without them, and says so
         print(f"normbench: {summary.failed_line()}", file=sys.stderr)
     return _run_exit(summary, args, out)
@@ -338,7 +344,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     try:
         summary = join_suite(suite, out, mode=args.mode, storage=args.storage, device=args.device,
                              quiet=args.quiet, dist=dist, checkpoint_dir=args.checkpoint_dir, fuse=args.fuse,
-                             time_limit=limit)
+                             time_limit=limit, select_only=args.select_only)
     finally:
         shutdown(dist)
     if summary.failed_for_good and not args.quiet:  # quiet: the workers of `run --workers`, whose parent says it

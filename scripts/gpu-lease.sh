@@ -8,7 +8,8 @@
 #      measured; `--fuse auto` in stage 3 reads it (sweep/fuse_plan.py)
 #   3. sweep (what is left of WALL): the pending cells of each folder results/in-progress/queue.txt lists ("SUITE
 #      OUT [FLAGS]"; '#' comments; a `tune` line runs `normbench tune`), in order, fused (`--fuse auto`, its workers per GPU), each run stopped by
-#      SIGINT when the wall time runs out (its cells in flight go back to the queue, checkpointed)
+#      SIGINT when the wall time runs out (its cells in flight go back to the queue, checkpointed); `--select-only`
+#      but on a `gpu-only` line: a CPU folder's report, 2x and claim cells (tune's re-runs) stay the CPU's
 # After each stage its files are packed into $OUT (figures and log: gpu-lease-figures.tgz; every folder's ledger,
 # suite and cost files: gpu-lease-ledgers.tgz), so what was done comes back even when the lease's own limit cuts a
 # later stage. Back here, with the local sweep stopped (scripts/resume-in-progress.sh), unpack both over the checkout
@@ -53,7 +54,11 @@ while read -r suite folder flags; do
     case " ${flags:-} " in *" cpu-only "*) echo "=== $suite: cpu-only, left to the CPU"; continue ;; esac
     command=run
     case " ${flags:-} " in *" tune "*) command=tune ;; esac  # a `tune` line tunes (its trials), as here
-    folders+=("$suite $folder $command")
+    # a CPU folder gets the cells that choose (matrix, bracketing, searches); those that score it, compared with
+    # other folders' CPU cells, wait for the CPU (docs/protocol.md "Devices"); a gpu-only folder is the GPU's whole
+    scope=--select-only
+    case " ${flags:-} " in *" gpu-only "*) scope= ;; esac
+    folders+=("$suite $folder $command $scope")
 done < <(cat "$queue" 2>/dev/null)
 
 pack() {  # figures, log and ledgers so far into $OUT, where the device tool brings them back
@@ -92,16 +97,16 @@ if [[ -z "${STAGES:-}" || " $STAGES " == *" sweep "* ]]; then
         nvidia-cuda-mps-control -d && mps=1
     fi
     for entry in "${folders[@]}"; do
-        read -r suite folder command <<<"$entry"
+        read -r suite folder command scope <<<"$entry"
         if (($(left) < 30)); then
             echo "=== sweep: $(left)s left, $folder and those after it wait for the next lease"
             break
         fi
-        echo "=== sweep: $command $suite into $folder, $(left)s left ($(date -u +%T))"
+        echo "=== sweep: $command $suite into $folder${scope:+ ($scope)}, $(left)s left ($(date -u +%T))"
         t1=$SECONDS
         # shellcheck disable=SC2086
         timeout -s INT -k 30 $(($(left) - 15)) "$python" -m normbench "$command" "$suite" --out "$folder" \
-            --device "$device" --fuse "${FUSE:-auto}" ${SWEEP_ARGS:-} --quiet
+            --device "$device" --fuse "${FUSE:-auto}" ${scope:-} ${SWEEP_ARGS:-} --quiet
         rc=$?
         echo "=== sweep: $folder: exit $rc after $((SECONDS - t1)) s"
         pack

@@ -35,7 +35,8 @@ def test_refuses_without_cuda_and_writes_nothing(tmp_path: Path) -> None:
 
 def test_the_lease_rehearsed_on_a_cpu_packs_each_stage_and_its_ledgers_resume_here(write_suite, tmp_path: Path):
     suite = write_suite(train={"epochs": 2, "batch_size": 256, "warmup_epochs": 0, "telemetry_every": 0},
-                        matrix={"depth": [1], "layer": ["layernorm"], "lr": [1e-3, 3e-3], "seed": [0]})
+                        matrix={"depth": [1], "layer": ["layernorm"], "lr": [1e-3, 3e-3], "seed": [0]},
+                        report_seeds=[100])
     folder = tmp_path / "in-progress" / "tiny"
     queue = tmp_path / "queue.txt"
     tuned = write_suite("tuned", train={"epochs": 1, "batch_size": 256, "warmup_epochs": 0, "telemetry_every": 0},
@@ -52,7 +53,7 @@ def test_the_lease_rehearsed_on_a_cpu_packs_each_stage_and_its_ledgers_resume_he
     done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=600)
     log = done.stdout + done.stderr
     assert done.returncode == 0, log
-    assert "=== tests" in log and "=== bench" in log and f"=== sweep: run {suite} into {folder}" in log
+    assert "=== tests" in log and "=== bench" in log and f"=== sweep: run {suite} into {folder} (--select-only)" in log
     with tarfile.open(out / "gpu-lease-figures.tgz") as tar:
         names = tar.getnames()
         [csv] = [n for n in names if n.endswith(".csv") and "/fuse/fuse-cpu-" in n]
@@ -68,7 +69,10 @@ def test_the_lease_rehearsed_on_a_cpu_packs_each_stage_and_its_ledgers_resume_he
     ledger = Ledger(None, copy)  # the ledger as it came back: both cells finished, fused, ready to resume here
     trials = [t for name in ledger.study_names() for t in ledger.trials(ledger.study(name), (TrialState.COMPLETE,))]
     assert len(trials) == 2 and {t.user_attrs["result"]["fused_group"] for t in trials} == {2}
-    assert (tmp_path / "second").exists()  # a gpu-only line is the lease's to train too
+    # its report cell scores the folder beside CPU cells: queued for the CPU, not trained on the lease
+    assert [t.state for t in ledger.trials(ledger.study("report:tiny"))] == [TrialState.WAITING]
+    second = Ledger(None, tmp_path / "second")  # a gpu-only line is the lease's to train too, report cells and all
+    assert [t.state for t in second.trials(second.study("report:tiny"))] == [TrialState.COMPLETE]
     assert f"=== sweep: tune {tuned} into {tmp_path / 'tuned'}" in log  # a `tune` line tunes, as here
     assert (tmp_path / "tuned" / "ledger.journal").exists()
     assert not (tmp_path / "cpu").exists() and f"=== {suite}: cpu-only, left to the CPU" in log  # the CPU's

@@ -20,6 +20,8 @@ from typing import Any
 
 RUN, BRACKET, REPORT, BUDGET, CLAIMS = "run", "bracket", "report", "budget", "claims"
 TUNE, CONFIRM, TUNED = "tune", "confirm", "tuned"
+# the studies whose cells score a folder (and are compared across folders); the others choose what they train
+SCORING = (REPORT, BUDGET, CLAIMS, TUNED)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ def visible_gpus(device: str) -> int:
 
 def worker_command(suite: Suite, out_dir: Path, *, storage: str | None, device: str, mode: str,
                    checkpoint_dir: Path | None = None, fuse: int | str = "auto",
-                   stop_by: float | None = None) -> list[str]:
+                   stop_by: float | None = None, select_only: bool = False) -> list[str]:
     """The `normbench worker` command line. Refuses (NormbenchError, before any worker starts) a suite whose layer
     was registered where a worker cannot import it; worker_env hands the importable ones on."""
     from normbench.layers.plugins import worker_modules
@@ -42,7 +42,7 @@ def worker_command(suite: Suite, out_dir: Path, *, storage: str | None, device: 
     worker_modules([*suite.layers(), *tuned])
     args = [sys.executable, "-m", "normbench", "worker", str(suite.path), "--out", str(out_dir),
             "--device", device, "--mode", mode, "--quiet", "--fuse", str(fuse),
-            *(["--bracket"] if suite.bracket else [])]
+            *(["--bracket"] if suite.bracket else []), *(["--select-only"] if select_only else [])]
     if checkpoint_dir is not None:
         args += ["--checkpoint-dir", str(checkpoint_dir)]
     if stop_by is not None:  # the parent's limit as a wall-clock time: a worker started later stops as it does
@@ -65,12 +65,12 @@ def worker_env(index: int, workers: int, device: str, gpus: int) -> dict[str, st
 
 def start_workers(suite: Suite, out_dir: Path, *, storage: str | None, device: str, workers: int,
                   mode: str, checkpoint_dir: Path | None = None, fuse: int | str = "auto",
-                  stop_by: float | None = None) -> list[subprocess.Popen]:
+                  stop_by: float | None = None, select_only: bool = False) -> list[subprocess.Popen]:
     from normbench.sweep.worker_exits import WorkerProcess  # keeps the last stderr lines of a worker that dies
 
     gpus = visible_gpus(device)
     command = worker_command(suite, out_dir, storage=storage, device=device, mode=mode, checkpoint_dir=checkpoint_dir,
-                             fuse=fuse, stop_by=stop_by)
+                             fuse=fuse, stop_by=stop_by, select_only=select_only)
     return [WorkerProcess(command, env={**worker_env(i, workers, device, gpus), LOCAL_WORKER: "1"})
             for i in range(workers)]
 

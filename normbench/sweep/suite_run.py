@@ -13,17 +13,18 @@ import shutil
 import sys
 from pathlib import Path
 
-from normbench.contracts.names import OutputFolder, study_suite, suites_in
+from normbench.contracts.names import SCORING, OutputFolder, study_kind, study_suite, suites_in
 from normbench.contracts.suite import Suite
 from normbench.contracts.tuning import check_space_values
 from normbench.errors import NormbenchError
 from normbench.store import reserve
 from normbench.store.attempts import reclaim
 from normbench.store.journal import ledger_identity, repair_tail
-from normbench.store.ledger import Ledger, max_attempts_from_env
+from normbench.store.ledger import UNFINISHED, Ledger, max_attempts_from_env
 from normbench.store.locks import journal_lock_grace
 from normbench.sweep.checkpoints import CheckpointFolder
 from normbench.sweep.launch import start_workers, worker_command
+from normbench.sweep.plan import choosing_only
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import open_run
 from normbench.sweep.suite_snapshot import changed_since, take_snapshot
@@ -56,12 +57,13 @@ class SuiteRun:
 
     def __init__(self, suite: Suite, out_dir: Path, *, storage: str | None = None, mode: str = "run",
                  quiet: bool = False, parent: bool = True, checkpoint_dir: Path | None = None,
-                 fuse: int | str = 1, time_limit: TimeLimit | None = None) -> None:
+                 fuse: int | str = 1, time_limit: TimeLimit | None = None, select_only: bool = False) -> None:
         self.suite, self.storage, self.mode = suite, storage, mode
         SUITE_CHECKS[mode](suite)
         self.time_limit = time_limit  # --time-limit: no cell starts that would end past it (sweep/time_limit.py)
         self.checkpoint_dir = checkpoint_dir  # --checkpoint-dir; None: OUT/checkpoints
         self.fuse = fuse  # --fuse: cells trained as one fused model (sweep/group_run.py)
+        self.select_only = select_only  # --select-only: no cell that scores the folder (sweep/plan.py choosing_only)
         self.folder = OutputFolder(out_dir)
         self.snapshot = take_snapshot(suite) if parent else None  # before anything is written
         max_attempts = max_attempts_from_env()  # a bad setting is refused before the folder is created
@@ -71,6 +73,8 @@ class SuiteRun:
         self.ledger = Ledger(storage, self.folder.path, max_attempts=max_attempts)
         check_folder_suite(suite, self.folder, self.ledger if storage is None else None)
         self.jobs, self.study_names, self.progress = MODES[mode](suite, self.ledger, self.folder.path, quiet=quiet)
+        if select_only:
+            self.jobs = choosing_only(self.jobs)
         # past the refusals (the recipe check is in MODES): repair, which a refused run must not do
         repair_tail(self.ledger.journal)
         self.tracker = Tracker(self.folder.path, suite.name, parent_tags={
@@ -99,7 +103,8 @@ class SuiteRun:
             procs = start_workers(dataclasses.replace(self.suite, path=self.snapshot), self.folder.path,
                                   storage=self.storage, device=device, workers=workers, mode=self.mode,
                                   checkpoint_dir=self.checkpoint_dir, fuse=self.fuse,
-                                  stop_by=self.time_limit.stop_by if self.time_limit else None)
+                                  stop_by=self.time_limit.stop_by if self.time_limit else None,
+                                  select_only=self.select_only)
             try:
                 summary = wait_for_workers(procs, watch)
             except KeyboardInterrupt:
@@ -130,6 +135,8 @@ class SuiteRun:
         synced(self.folder.path, self.storage, self.tracker.uri, self.progress)
         if summary.bookkeeping():
             self.progress.note(summary.bookkeeping())
+        if self.select_only and (left := scoring_cells_left(self.ledger, self.suite)):
+            self.progress.note(f"--select-only: {left} cell(s) that score the folder wait for a run without it")
         self.progress.note(f"leaderboard: {self.folder.leaderboard}")
 
 
@@ -147,14 +154,14 @@ def synced(out_dir: Path, storage: str | None, uri: str, progress: Progress) -> 
 def run_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | None = None,
               device: str | None = None, workers: int | None = None, quiet: bool = False,
               checkpoint_dir: Path | None = None, fuse: int | str = "auto",
-              time_limit: TimeLimit | None = None) -> WorkSummary:
+              time_limit: TimeLimit | None = None, select_only: bool = False) -> WorkSummary:
     """`normbench run` (mode "run") or `normbench tune` ("tune"): train every unfinished cell (those that fit before
-    `time_limit`), write the leaderboard."""
+    `time_limit`; with `select_only`, those that choose), write the leaderboard."""
     device = preflight(suite, device)
     if (workers or local_workers(device, fuse)) > 1:  # a layer no worker could import is refused before any file exists
         worker_command(suite, out_dir, storage=storage, device=device, mode=mode)
     suite_run = SuiteRun(suite, out_dir, storage=storage, mode=mode, quiet=quiet, checkpoint_dir=checkpoint_dir,
-                         fuse=fuse, time_limit=time_limit)
+                         fuse=fuse, time_limit=time_limit, select_only=select_only)
     summary = suite_run.work(device, workers)
     suite_run.finish(summary)
     return summary
@@ -163,7 +170,7 @@ def run_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | 
 def join_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str | None = None,
                device: str | None = None, quiet: bool = False, dist: Dist | None = None,
                checkpoint_dir: Path | None = None, fuse: int | str = "auto",
-               time_limit: TimeLimit | None = None) -> WorkSummary:
+               time_limit: TimeLimit | None = None, select_only: bool = False) -> WorkSummary:
     """`normbench worker`: train the suite's cells until none is left (or none fits before `time_limit`). Under
     torchrun rank 0 claims, the rest follow."""
     from normbench.sweep.worker import follow
@@ -173,11 +180,17 @@ def join_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str |
         follow(device, dist)
         return WorkSummary()
     suite_run = SuiteRun(suite, out_dir, storage=storage, mode=mode, quiet=quiet, parent=False,
-                         checkpoint_dir=checkpoint_dir, fuse=fuse, time_limit=time_limit)
+                         checkpoint_dir=checkpoint_dir, fuse=fuse, time_limit=time_limit, select_only=select_only)
     summary = suite_run.work(device, workers=1, dist=dist)
     if summary.bookkeeping():
         suite_run.progress.note(summary.bookkeeping())
     return summary
+
+
+def scoring_cells_left(ledger: Ledger, suite: Suite) -> int:
+    """The suite's queued cells that score the folder (report, 2x, claim rounds, tune's re-runs), not trained yet."""
+    return sum(len(ledger.trials(ledger.study(name), UNFINISHED)) for name in ledger.study_names()
+               if study_suite(name) == suite.name and study_kind(name) in SCORING)
 
 
 def check_output_folder(folder: OutputFolder) -> None:

@@ -44,6 +44,7 @@ from normbench.report.tables import (
 )
 from normbench.report.union import compare_rows, union_refusal
 from normbench.report.width import (
+    VAL,
     converged_word,
     epochs_of,
     finished,
@@ -298,8 +299,10 @@ def rank_correlation_lines(reads: Sequence[FolderRead], labels: list[str]) -> li
         return []
     rows = []
     first, last = reads[0].analysis.selected, reads[-1].analysis.selected
+    both = finished(first) and finished(last)  # else the selection seeds' val, as the table above reads
+    column = "mean" if both else "select_mean"
     for depth in sorted(set(first["depth"]) & set(last["depth"])):
-        a, b = (f[f["depth"] == depth].set_index("layer")["mean"] for f in (first, last))
+        a, b = (f[f["depth"] == depth].set_index("layer")[column] for f in (first, last))
         layers = sorted(set(a.index) & set(b.index))
         x, y = a[layers].to_numpy(float), b[layers].to_numpy(float)
         enough = len(layers) >= MIN_LAYERS
@@ -310,7 +313,8 @@ def rank_correlation_lines(reads: Sequence[FolderRead], labels: list[str]) -> li
                                                                        swapped_pairs(layers, x, y)) or "none"})
     if not rows:
         return []
-    return [f"## does the ranking hold from {labels[0]} to {labels[-1]}? (Spearman's rho of the row scores; "
+    scores = "the row scores" if both else f"the rows' {VAL}"
+    return [f"## does the ranking hold from {labels[0]} to {labels[-1]}? (Spearman's rho of {scores}; "
             f"one-sided exact permutation p; holds: rho > 0 and p < {ALPHA:g})", "", markdown_table(pd.DataFrame(rows)),
             ""]
 

@@ -102,3 +102,21 @@ def test_two_folders_of_one_budget_are_compared_across_the_one_thing_they_differ
     label, order = FACTORS["recipe"]
     assert differing([tuned, grid]) == ["recipe"]
     assert [label(r) for r in sorted([tuned, grid], key=order)] == ["grid", "tuned"]
+
+
+def test_the_rank_correlation_reads_what_the_table_reads_finished_or_not():
+    """An unfinished side is ranked on the selection val means, as the row table reads it (was: the selection seeds'
+    test means beside a table of val means, which listed swaps the table above did not show)."""
+    from normbench.report.regimes import rank_correlation_lines
+
+    def read(frame: pd.DataFrame) -> SimpleNamespace:
+        return SimpleNamespace(analysis=SimpleNamespace(selected=frame))
+
+    # test means order ngpt last; val means order it first, as the unfinished table does
+    unfinished = selected({"layernorm": (85.0, 75.0), "ngpt": (60.0, 91.0), "peri_ln": (90.0, 88.0),
+                           "dyt": (84.0, 80.0)}, seeds="select")
+    lines = "\n".join(rank_correlation_lines([read(NARROW), read(unfinished)], ["adamw", "muon"]))
+    assert f"Spearman's rho of the rows' {VAL}" in lines
+    assert "ngpt >" not in lines  # narrow's val order: ngpt 90 first, as unfinished's 91: no swap with ngpt
+    finished_lines = "\n".join(rank_correlation_lines([read(NARROW), read(WIDE)], ["adamw", "muon"]))
+    assert "Spearman's rho of the row scores" in finished_lines

@@ -29,8 +29,8 @@ def logit_summary(read: FolderRead, seeds: set[int] | None = None) -> pd.DataFra
     """Per (depth, layer): `final` and `peak` (seed means, see above) and `n` cells, from the folder's own telemetry
     (only its cells of `seeds` when given: the seeds another folder's re-runs trained), else from its re-runs
     (attrs["source"] says which); empty when neither has any."""
-    frame = telemetry_frame(read.cells)
-    if not frame.empty and QUANTITY in frame and not frame[QUANTITY].isna().all():
+    if recorded(read):
+        frame = telemetry_frame(read.cells)
         cells = scoring_cells(at_selected_lrs(frame, read.analysis.selected, read.analysis.keys))
         if seeds and "seed" in cells:
             cells = cells[cells["seed"].isin(seeds)]
@@ -71,6 +71,12 @@ def _per_row(cells: pd.DataFrame, source: str) -> pd.DataFrame:
     return summary
 
 
+def recorded(read: FolderRead) -> bool:
+    """Whether any of the folder's cells recorded the largest attention logit."""
+    frame = telemetry_frame(read.cells)
+    return not frame.empty and QUANTITY in frame and not frame[QUANTITY].isna().all()
+
+
 def scoring_cells(at_best: pd.DataFrame) -> pd.DataFrame:
     """Per layer, its report cells where it has any, else its selection cells (a folder whose report stage has not
     reached the row yet); 2x cells never."""
@@ -105,7 +111,9 @@ def logit_lines(reads: Sequence[FolderRead], labels: Sequence[str]) -> list[str]
                            if len(row) else ("—", "—"))
             line |= {f"{label}: at the end": final, f"{label}: peak in training": peak}
         table.append(line)
-    silent = [f"`{folder_name(r, reads)}`" for r, s in zip(reads, summaries, strict=True) if s.empty]
+    empty = [r for r, s in zip(reads, summaries, strict=True) if s.empty]
+    silent = [f"`{folder_name(r, reads)}`" for r in empty if not recorded(r)]
+    waiting = [f"`{folder_name(r, reads)}`" for r in empty if recorded(r)]  # unfinished: not at those seeds yet
     reran = [f"`{folder_name(r, reads)}`" for r, s in zip(reads, summaries, strict=True)
              if s.attrs.get("source") == RERUNS]
     note = ([f"{', '.join(silent)} recorded no attention telemetry (no cell holds `{QUANTITY}`: its suite's "
@@ -116,6 +124,9 @@ def logit_lines(reads: Sequence[FolderRead], labels: Sequence[str]) -> list[str]
               f"folder's columns read the re-runs' seed{'s' * (len(rerun_seeds) != 1)} "
               f"({', '.join(map(str, sorted(rerun_seeds)))}), so each row compares the same cells.", ""]
              if reran else [])
+    note += ([f"{', '.join(waiting)} recorded attention telemetry, but on no cell of the seed"
+              f"{'s' * (len(rerun_seeds) != 1)} compared ({', '.join(map(str, sorted(rerun_seeds)))}) yet: its "
+              "report stage has not trained them; its columns are empty, not zero.", ""] if waiting else [])
     return ["## largest attention logit q·k/√d_h in each folder (telemetry, max over blocks; each row at its "
             "val-selected lr, mean over its scoring cells: at the last observed step, and the peak over training)",
             "", markdown_table(pd.DataFrame(table)), "", *note]

@@ -100,3 +100,16 @@ def test_beside_reruns_the_other_folder_is_read_on_the_reruns_seeds(tmp_path):
     assert "read the re-runs' seed (100)" in text
     alone = "\n".join(logit_lines([read("muon", MUON)], ["muon"]))  # no re-runs anywhere: every scoring cell
     assert "18 (2 cells)" in alone
+
+
+def test_an_unfinished_folder_beside_reruns_says_it_has_not_reached_their_seeds(tmp_path):
+    """Muon before its report stage: telemetry on its selection seeds only, none on the re-runs' seed 100. Its empty
+    columns are said to wait for that seed, not blamed on a suite without telemetry."""
+    pd.DataFrame([{"layer": "layernorm", "depth": 36, "lr": 1e-3, "seed": 100, "step": 0, "block": 0,
+                   "attn_logit_max": 7.0}]).to_csv(tmp_path / RERUNS, index=False)
+    adamw = SimpleNamespace(path=tmp_path, cells=pd.DataFrame([{**c, "telemetry": None} for c in MUON]),
+                            analysis=SimpleNamespace(selected=SELECTED, keys=["layer", "depth"]))
+    selecting = [c for c in MUON if c["role"] == "select" and c["seed"] < 100]
+    text = "\n".join(logit_lines([adamw, read("muon", selecting)], ["adamw", "muon"]))
+    assert "`muon` recorded attention telemetry, but on no cell of the seed compared (100) yet" in text
+    assert "recorded no attention telemetry" not in text

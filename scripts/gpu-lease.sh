@@ -12,7 +12,8 @@
 #      but on a `gpu-only` line: a CPU folder's report, 2x and claim cells (tune's re-runs) stay the CPU's
 # After each stage its files are packed into $OUT (figures and log: gpu-lease-figures.tgz; every folder's ledger,
 # suite and cost files: gpu-lease-ledgers.tgz), so what was done comes back even when the lease's own limit cuts a
-# later stage. Back here, with the local sweep stopped (scripts/resume-in-progress.sh), unpack both over the checkout
+# later stage. Stop the local sweep (scripts/resume-in-progress.sh) before the lease: unpacking replaces the ledgers,
+# and a cell trained here meanwhile would be lost. Back here, unpack both over the checkout
 # (`tar -xzf gpu-lease-ledgers.tgz`) and resume: `normbench run SUITE --out OUT` trains what is left (docs/speed.md).
 # Env: WALL, LIMIT_<stage>, STAGES (e.g. "bench sweep"), QUEUE (the queue file), RESULTS (where figures and the
 # log go, default results), BENCH_SUITE / BENCH_ARGS (the bench's suite and options), MPS=1 (start NVIDIA's MPS

@@ -43,6 +43,11 @@ def _suite_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop-by", type=float, help=argparse.SUPPRESS)  # a local worker's copy of its parent's limit
 
 
+SELECT_ONLY_DRY_RUN = ("--select-only: of the cells above, a run with it trains the matrix, bracketing rounds, "
+                      "searches and confirmations; report seeds, the 2x check, claim rounds and tune's re-runs wait "
+                      "queued for a run without it")
+
+
 def _duration(text: str) -> float:
     from normbench.sweep.time_limit import parse_duration
 
@@ -107,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", type=Path, help="a suite's output folder, e.g. results/smoke")
     p.add_argument("--storage", help="ledger URL, if the suite ran on a shared database")
     p.add_argument("--reference", type=Path, help="another suite's output folder: check whether its layer ranking "
-                   "holds here (overrides the suite's `reference:`)")
+                   "holds here (replaces the first of the suite's `reference:` folders)")
 
     p = sub.add_parser("compare", help="one grid's output folders at different budgets, widths or optimizers, or "
                        "grid against tuned, side by side: which conclusions hold and which change; or folders of one "
@@ -274,6 +279,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from normbench.sweep.dry_run import dry_run_report
 
         print(dry_run_report(suite, out, args.storage))
+        if args.select_only:
+            print(SELECT_ONLY_DRY_RUN)
         from normbench.sweep.fuse_plan import dry_run_groups
 
         if groups := dry_run_groups(suite, args.fuse, args.device):  # what --fuse would group, stage by stage
@@ -303,6 +310,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         from normbench.sweep.tune_dry_run import tune_dry_run_report
 
         print(tune_dry_run_report(suite, out, args.storage))
+        if args.select_only:
+            print(SELECT_ONLY_DRY_RUN)
         return 0
     from normbench.sweep.suite_run import run_suite
 

@@ -9,7 +9,7 @@
 #   3. sweep (what is left of WALL): the pending cells of each folder results/in-progress/queue.txt lists ("SUITE
 #      OUT [FLAGS]"; '#' comments; a `tune` line runs `normbench tune`), in order, fused (`--fuse auto`, its workers per GPU), each run stopped by
 #      SIGINT when the wall time runs out (its cells in flight go back to the queue, checkpointed); `--select-only`
-#      but on a `gpu-only` line: a CPU folder's report, 2x and claim cells (tune's re-runs) stay the CPU's
+#      except on a `gpu-only` line: a CPU folder's report, 2x and claim cells (tune's re-runs) stay the CPU's
 # After each stage its files are packed into $OUT (figures and log: gpu-lease-figures.tgz; every folder's ledger,
 # suite and cost files: gpu-lease-ledgers.tgz), so what was done comes back even when the lease's own limit cuts a
 # later stage. Stop the local sweep (scripts/resume-in-progress.sh) before the lease: unpacking replaces the ledgers,

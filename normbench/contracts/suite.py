@@ -78,9 +78,8 @@ class Suite:
     lr_by_layer: dict[str, list[float]] = field(default_factory=dict)  # a layer's own lr grid (contracts/row_lrs.py)
     baseline: str | None = None    # the layer every other is compared with (default layernorm when present)
     claims: list[dict[str, Any]] = field(default_factory=list)  # {layer, beats, depth, by (default: claimed)}
-    reference: str | None = None   # another suite's output folder (relative to the cwd): does its ranking hold here?
-    # `reference:` as a list: the first is `reference`; a tuned row's lr is measured from the lr the first of them
-    # that has the row selected (a tuned suite's rows may come from two grids)
+    # `reference:`, other suites' output folders (relative to the cwd): does the first's ranking hold here? A tuned
+    # row's lr is measured from the lr the first of them that has the row selected (its rows may come from two grids)
     references: list[str] = field(default_factory=list)
     adopt_from: list[str] = field(default_factory=list)  # output folders whose cells of this recipe are copied, not
                                                          # trained again (sweep/adopt.py)
@@ -131,6 +130,11 @@ class Suite:
         train = self.cell(report_axes).config.train
         return {**report_axes, "epochs": train.epochs * BUDGET_FACTOR,
                 "warmup_epochs": train.warmup_epochs * BUDGET_FACTOR}
+
+    @property
+    def reference(self) -> str | None:
+        """The folder whose layer ranking the leaderboard tests for transfer: the first `reference:`."""
+        return self.references[0] if self.references else None
 
     def layers(self) -> list[str]:
         return list(self.matrix.get("layer", [self.model.get("layer", "layernorm")]))
@@ -472,7 +476,6 @@ def _protocol(raw: dict[str, Any], suite: Suite, where: str) -> None:
     suite.claims = [{**c, "by": float(c.get("by", c.get("claimed", 0))),
                      **({"claimed": float(c["claimed"])} if "claimed" in c else {})} for c in claims]
     suite.references = _references(raw.get("reference"), where)
-    suite.reference = suite.references[0] if suite.references else None
     suite.adopt_from = _adopt_from(raw.get("adopt_from", []), where)
     suite.report_seeds = _report_seeds(raw.get("report_seeds"), suite, where)
     suite.targets = _targets(raw.get("targets", list(DEFAULT_TARGETS)), where)

@@ -113,7 +113,7 @@ def logit_lines(reads: Sequence[FolderRead], labels: Sequence[str]) -> list[str]
         table.append(line)
     empty = [r for r, s in zip(reads, summaries, strict=True) if s.empty]
     silent = [f"`{folder_name(r, reads)}`" for r in empty if not recorded(r)]
-    waiting = [f"`{folder_name(r, reads)}`" for r in empty if recorded(r)]  # unfinished: not at those seeds yet
+    waiting = [f"`{folder_name(r, reads)}`" for r in empty if recorded(r)]  # telemetry, on none of the cells read
     reran = [f"`{folder_name(r, reads)}`" for r, s in zip(reads, summaries, strict=True)
              if s.attrs.get("source") == RERUNS]
     note = ([f"{', '.join(silent)} recorded no attention telemetry (no cell holds `{QUANTITY}`: its suite's "
@@ -124,9 +124,11 @@ def logit_lines(reads: Sequence[FolderRead], labels: Sequence[str]) -> list[str]
               f"folder's columns read the re-runs' seed{'s' * (len(rerun_seeds) != 1)} "
               f"({', '.join(map(str, sorted(rerun_seeds)))}), so each row compares the same cells.", ""]
              if reran else [])
-    note += ([f"{', '.join(waiting)} recorded attention telemetry, but on no cell of the seed"
-              f"{'s' * (len(rerun_seeds) != 1)} compared ({', '.join(map(str, sorted(rerun_seeds)))}) yet: its "
-              "report stage has not trained them; its columns are empty, not zero.", ""] if waiting else [])
+    where = (f"no cell of the seed{'s' * (len(rerun_seeds) != 1)} compared ({', '.join(map(str, sorted(rerun_seeds)))})"
+             " yet: its report stage has not trained them" if rerun_seeds
+             else "none of the cells this table reads (each row's scoring cells at its selected lr)")
+    note += ([f"{', '.join(waiting)} recorded attention telemetry, but on {where}; its columns are empty, not zero.",
+              ""] if waiting else [])
     return ["## largest attention logit q·k/√d_h in each folder (telemetry, max over blocks; each row at its "
             "val-selected lr, mean over its scoring cells: at the last observed step, and the peak over training)",
             "", markdown_table(pd.DataFrame(table)), "", *note]

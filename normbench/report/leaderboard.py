@@ -55,7 +55,10 @@ def write_leaderboard(out_dir: Path, *, suite: Suite | None, storage: str | None
     names = StudyNames(suite.name if suite else _single_suite_name(ledger))
     cells = _with_recipe_columns(cells_frame(ledger, names, scope=MatrixScope(suite) if suite else None), suite)
     tuned = with_tuned_values(cells_frame(ledger, names, tuned=True))
-    references = [Path(reference)] if reference is not None else [Path(r) for r in suite.references] if suite else []
+    # --reference replaces the first (the ranking transfer's); the later ones still give tuned rows their grid lr
+    references = [Path(r) for r in suite.references] if suite else []
+    if reference is not None:
+        references = [Path(reference), *references[1:]]
     tune_folder = cells.empty and not tuned.empty and suite is not None and suite.tune is not None
     if tune_folder:  # `normbench tune` alone
         cells = _with_recipe_columns(tune_cells(ledger, names, suite, tuned.copy()), suite)
@@ -163,7 +166,7 @@ def tuned_section(tuned: pd.DataFrame, suite: Suite | None, references: list[Pat
             if key is not None and key not in grid_lrs:
                 grid_lrs[key] = float(r.lr)
                 if n > 0:
-                    from_later[key] = f"vs {reference.name or reference}"
+                    from_later[key] = f"vs {reference}"
     if len(read) == 1:
         note = (f"the lr against the lr {read[0]} selected for the row (its selection seeds, val), or, for a row "
                 "that folder lacks, against `train.lr`, as its cell says")

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial
 
-from normbench.contracts.names import SCORING, study_kind
 from normbench.contracts.recipe import CellConfig
 from normbench.store.claim import Claim
 from normbench.sweep.pace import Pace
@@ -44,11 +43,3 @@ class Plan:
     queue_next: Callable[[], None]
     pace: Callable[[], Pace] = Pace  # this host's pace on the mode's cells so far (`--time-limit`); none known
 
-
-def choosing_only(plan: Plan) -> Plan:
-    """`--select-only`: the plan's jobs less the studies whose cells score the folder (report, 2x, claim rounds,
-    tune's re-runs). Its stages are still queued as they come due, for the run without the flag that trains them:
-    a lent GPU helps a CPU folder choose its lrs, while the cells compared across folders stay on one device class
-    (docs/protocol.md "Devices")."""
-    return Plan(jobs=lambda: [j for j in plan.jobs() if study_kind(j.study.study_name) not in SCORING],
-                queue_next=plan.queue_next, pace=plan.pace)

@@ -13,20 +13,20 @@ import shutil
 import sys
 from pathlib import Path
 
-from normbench.contracts.names import SCORING, OutputFolder, study_kind, study_suite, suites_in
+from normbench.contracts.names import OutputFolder, study_suite, suites_in
 from normbench.contracts.suite import Suite
 from normbench.contracts.tuning import check_space_values
 from normbench.errors import NormbenchError
 from normbench.store import reserve
 from normbench.store.attempts import reclaim
 from normbench.store.journal import ledger_identity, repair_tail
-from normbench.store.ledger import UNFINISHED, Ledger, max_attempts_from_env
+from normbench.store.ledger import Ledger, max_attempts_from_env
 from normbench.store.locks import journal_lock_grace
 from normbench.sweep.checkpoints import CheckpointFolder
 from normbench.sweep.launch import start_workers, worker_command
-from normbench.sweep.plan import choosing_only
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import open_run
+from normbench.sweep.select_only import check_select_only, choosing_only, scoring_cells_left
 from normbench.sweep.suite_snapshot import changed_since, take_snapshot
 from normbench.sweep.time_limit import TimeLimit
 from normbench.sweep.tune import open_tune
@@ -60,10 +60,12 @@ class SuiteRun:
                  fuse: int | str = 1, time_limit: TimeLimit | None = None, select_only: bool = False) -> None:
         self.suite, self.storage, self.mode = suite, storage, mode
         SUITE_CHECKS[mode](suite)
+        if select_only:
+            check_select_only(suite, mode)
         self.time_limit = time_limit  # --time-limit: no cell starts that would end past it (sweep/time_limit.py)
         self.checkpoint_dir = checkpoint_dir  # --checkpoint-dir; None: OUT/checkpoints
         self.fuse = fuse  # --fuse: cells trained as one fused model (sweep/group_run.py)
-        self.select_only = select_only  # --select-only: no cell that scores the folder (sweep/plan.py choosing_only)
+        self.select_only = select_only  # --select-only: no cell that scores the folder (sweep/select_only.py)
         self.folder = OutputFolder(out_dir)
         self.snapshot = take_snapshot(suite) if parent else None  # before anything is written
         max_attempts = max_attempts_from_env()  # a bad setting is refused before the folder is created
@@ -135,8 +137,9 @@ class SuiteRun:
         synced(self.folder.path, self.storage, self.tracker.uri, self.progress)
         if summary.bookkeeping():
             self.progress.note(summary.bookkeeping())
-        if self.select_only and (left := scoring_cells_left(self.ledger, self.suite)):
-            self.progress.note(f"--select-only: {left} cell(s) that score the folder wait for a run without it")
+        if self.select_only and (left := scoring_cells_left(self.ledger, self.suite)):  # said even with --quiet
+            print(f"normbench: --select-only: {left} cell(s) that score the folder (report seeds, 2x, claim rounds, "
+                  "tune's re-runs) wait queued for a run without it", file=sys.stderr)
         self.progress.note(f"leaderboard: {self.folder.leaderboard}")
 
 
@@ -185,12 +188,6 @@ def join_suite(suite: Suite, out_dir: Path, *, mode: str = "run", storage: str |
     if summary.bookkeeping():
         suite_run.progress.note(summary.bookkeeping())
     return summary
-
-
-def scoring_cells_left(ledger: Ledger, suite: Suite) -> int:
-    """The suite's queued cells that score the folder (report, 2x, claim rounds, tune's re-runs), not trained yet."""
-    return sum(len(ledger.trials(ledger.study(name), UNFINISHED)) for name in ledger.study_names()
-               if study_suite(name) == suite.name and study_kind(name) in SCORING)
 
 
 def check_output_folder(folder: OutputFolder) -> None:

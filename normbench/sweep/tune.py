@@ -25,7 +25,6 @@ from normbench.contracts.tuning import (
     LABEL,
     SEARCH_TRIAL,
     apply_sampled,
-    check_space_values,
     confirm_seed,
     recipe_axes,
     search_keys,
@@ -111,7 +110,6 @@ def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
     def row_layer(key: dict[str, Any]) -> str:
         return str(key.get("layer", suite.model.get("layer", "layernorm")))
 
-    check_space_values(suite)
     for name in [*searches.values(), names.confirm, names.tuned]:  # every check before any write: a refused tune
         if name in existing:                                         # changes nothing
             check_recipe(ledger, suite, ledger.study(name))

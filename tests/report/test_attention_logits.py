@@ -113,3 +113,10 @@ def test_an_unfinished_folder_beside_reruns_says_it_has_not_reached_their_seeds(
     text = "\n".join(logit_lines([adamw, read("muon", selecting)], ["adamw", "muon"]))
     assert "`muon` recorded attention telemetry, but on no cell of the seed compared (100) yet" in text
     assert "recorded no attention telemetry" not in text
+
+
+def test_telemetry_on_none_of_the_cells_read_is_said_so_without_reruns():
+    """Telemetry at an lr the analysis did not select, and no re-runs anywhere: not "recorded no telemetry"."""
+    elsewhere = [c for c in MUON if c["lr"] == 1e-2]  # the lr not selected
+    text = "\n".join(logit_lines([read("adamw", elsewhere), read("muon", MUON)], ["adamw", "muon"]))
+    assert "`adamw` recorded attention telemetry, but on none of the cells this table reads" in text

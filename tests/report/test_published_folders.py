@@ -56,10 +56,12 @@ def regenerate(published: Path, workdir: Path, monkeypatch) -> Path:
     for extra in OPTIONAL_INPUTS:  # re-runs a script wrote beside the ledger, which `compare` reads where present
         if (published / extra).is_file():
             shutil.copy2(published / extra, copy / extra)
-    reference = yaml.safe_load((published / "suite.yaml").read_text()).get("reference")
-    if reference and not (workdir / reference / "results.csv").exists():  # what the ranking-transfer section reads
-        (workdir / reference).mkdir(parents=True, exist_ok=True)
-        shutil.copy2(RESULTS.parent / reference / "results.csv", workdir / reference / "results.csv")
+    references = yaml.safe_load((published / "suite.yaml").read_text()).get("reference") or []
+    # what the ranking transfer (the first) and a tuned row's grid lr (the first that has the row) read
+    for reference in [references] if isinstance(references, str) else references:
+        if not (workdir / reference / "results.csv").exists():
+            (workdir / reference).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(RESULTS.parent / reference / "results.csv", workdir / reference / "results.csv")
     monkeypatch.chdir(workdir)  # the leaderboard names its suite by the path a reader types
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     assert main(["leaderboard", os.path.join("results", published.name)]) == 0

@@ -76,7 +76,7 @@ def test_a_row_the_first_reference_lacks_is_measured_from_the_next_that_has_it(t
                                                                                           "rmsnorm")])
     lines = tuned_section(tuned, suite, [tmp_path / "grid", tmp_path / "older", tmp_path / "gone"])
     # layerscale from the first grid (not the older one's 1e-3), fixup from the older, rmsnorm from neither
-    assert moved_column(lines) == {"layerscale": "lr x2", "fixup": "lr x5 (vs older)",
+    assert moved_column(lines) == {"layerscale": "lr x2", "fixup": f"lr x5 (vs {tmp_path / 'older'})",
                                    "rmsnorm": "lr x20 (vs train.lr: not in the grid)"}
     assert any("the first of" in line and "not found" in line for line in lines)
 

@@ -20,10 +20,12 @@ def states(ledger: Ledger, name: str) -> list[TrialState]:
     return [t.state for t in ledger.study(name).get_trials(deepcopy=False)]
 
 
-def test_a_select_only_run_leaves_every_scoring_cell_queued_for_the_next_run(write_suite, tmp_path, one_torch_thread):
+def test_a_select_only_run_leaves_every_scoring_cell_queued_for_the_next_run(write_suite, tmp_path, capsys):
     path = write_suite(name="so", **STAGES)
     out, names = tmp_path / "out", StudyNames("so")
-    assert main(["run", str(path), "--out", str(out), "--quiet", "--select-only"]) == 0
+    # two local workers, as a lease's fused workers per GPU: each worker process is given the flag too
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--select-only", "--workers", "2"]) == 0
+    assert "--select-only: 8 cell(s) that score the folder" in capsys.readouterr().err  # said even with --quiet
     ledger = Ledger(None, out)
     assert states(ledger, names.run) == [TrialState.COMPLETE] * 4
     # the report stage was queued when it came due (as the run without the flag queues it), and none of it trained
@@ -47,6 +49,14 @@ def test_a_select_only_tune_searches_and_confirms_but_leaves_the_re_runs(write_s
     assert states(ledger, names.tune("depth=1,layer=layernorm")) == [TrialState.COMPLETE] * 2
     assert states(ledger, names.confirm) == [TrialState.COMPLETE]
     assert set(states(ledger, names.tuned)) == {TrialState.WAITING}
+
+
+def test_a_suite_whose_selection_cells_score_it_is_refused(write_suite, tmp_path, capsys):
+    """Without report seeds the matrix's cells are the scores: --select-only would train them, not leave them."""
+    path = write_suite(name="nr", matrix=STAGES["matrix"])
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet", "--select-only"]) == 2
+    assert "has no `report_seeds`: its selection cells score it" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_local_workers_inherit_select_only(write_suite, tmp_path):

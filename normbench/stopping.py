@@ -11,8 +11,10 @@ ignored when the process started (`nohup`) stays ignored: the user asked the run
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from normbench.errors import Terminated
@@ -70,3 +72,25 @@ def wait(seconds: float) -> None:
     """Sleep up to `seconds`, waking at once when a stop is requested (then `check`)."""
     _requested.wait(seconds)
     check()
+
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[list[int]]:
+    """Hold a Ctrl-C pressed inside the block: a write whose effect the caller must know (the ledger's claim of a
+    trial: RUNNING for this worker, or taken by a peer) completes, and the caller, told by the yielded list being
+    non-empty, gives back what it took and raises KeyboardInterrupt itself. An exception leaving the block with a
+    Ctrl-C held becomes KeyboardInterrupt. Off the main thread (no handler can be set there) nothing is held."""
+    pressed: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield pressed
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        yield pressed
+    except BaseException as e:
+        if pressed:
+            raise KeyboardInterrupt from e
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)

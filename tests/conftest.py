@@ -50,6 +50,9 @@ SERIAL = (
     "tests/faults/test_clock_skew.py",  # heartbeats against a 6 s grace, on skewed clocks
     "tests/faults/test_repeated_kills.py",  # kills at random moments; a 3 s journal lock grace
     "tests/faults/test_two_journal_workers.py",  # two workers racing for cells, seen training side by side
+    # Ctrl-C gives the workers 5 s to hand their cells back before they are terminated (a loaded CI run once left a
+    # claim RUNNING unsigned: a Ctrl-C inside the claim's write, now held until it returns, store/ledger.py `_take`)
+    "tests/faults/test_third_round.py::test_ctrl_c_to_a_run_with_two_workers_exits_143_like_sigterm",
 )
 
 

@@ -21,7 +21,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
-from normbench import settings
+from normbench import settings, stopping
 from normbench.contracts.names import OutputFolder, StudyNames
 from normbench.errors import ClaimLostError, NormbenchError, ServerUnreachableError
 from normbench.store.claim import Claim
@@ -192,12 +192,20 @@ class Ledger:
         for i, frozen in enumerate(t for t in waiting if wanted is None or wanted(t)):
             if i == 0:  # once per claim that finds work, not on every idle poll
                 self._check_owner(study)
+            trial_id = taken = None
             try:
                 trial_id = self.call(self.ids.of, study, frozen.number)
-                if not self.call(self.storage.set_trial_state_values, trial_id, state=TrialState.RUNNING):
+                taken, pressed = self.call(self._take, trial_id)
+                if pressed:
+                    raise KeyboardInterrupt
+                if not taken:
                     continue  # another worker took it first
             except UpdateFinishedTrialError:
                 continue
+            except KeyboardInterrupt:
+                if taken and trial_id is not None:  # taken, not yet held: back to the queue uncounted
+                    self._give_back_taken(None, study, trial_id)
+                raise
             claim = None
             try:
                 if self.heartbeats:  # beat at once: a worker lost before its cell's heartbeat thread starts is seen
@@ -216,6 +224,14 @@ class Ledger:
                 raise
             return claim
         return None
+
+    def _take(self, trial_id: int) -> tuple[bool, bool]:
+        """One try at WAITING -> RUNNING: whether it landed for this worker, and whether a Ctrl-C came during the
+        write (held until it returned, so `claim` knows whether it holds the trial it gives back; between the outage
+        retries of `call` a Ctrl-C lands at once)."""
+        with stopping.interrupts_held() as pressed:
+            taken = bool(self.storage.set_trial_state_values(trial_id, state=TrialState.RUNNING))
+        return taken, bool(pressed)
 
     def _give_back_taken(self, claim: Claim | None, study: optuna.Study, trial_id: int) -> None:
         try:

@@ -139,3 +139,33 @@ def test_a_withdrawn_cell_can_be_queued_again(tmp_path):
     assert ledger.withdraw(study, study.get_trials()[0], "not asked for")
     assert ledger.enqueue(study, {"c": AXES}) == 1  # a failed-for-good record would keep it out
     assert [t.state for t in study.get_trials()] == [TrialState.FAIL, TrialState.WAITING]
+
+
+def test_a_ctrl_c_while_the_claim_is_written_gives_the_trial_back(tmp_path, monkeypatch):
+    """Ctrl-C reaches every worker of a run at once, one of them mid-claim: its WAITING -> RUNNING write lands, the
+    KeyboardInterrupt is held until the write returns, and the trial goes back to the queue instead of staying
+    RUNNING unsigned until the journal's grace (seen once on a loaded CI, tests/faults/test_third_round.py)."""
+    import os
+    import signal
+
+    ledger = Ledger(None, tmp_path)
+    study = ledger.study("run:ctrl-c")
+    add_waiting_trial(study, AXES, axis_distributions([AXES]), user_attrs={"cell_id": "c", "axes": AXES})
+    write = ledger.storage.set_trial_state_values
+
+    presses = [signal.SIGINT]  # one Ctrl-C, during the claim's write (not again during the give-back's)
+
+    def pressed_mid_write(*args, **kwargs):
+        landed = write(*args, **kwargs)
+        if presses:
+            os.kill(os.getpid(), presses.pop())  # Python runs the handler at the next bytecode: inside this write
+        return landed
+
+    monkeypatch.setattr(ledger.storage, "set_trial_state_values", pressed_mid_write)
+    with pytest.raises(KeyboardInterrupt):
+        ledger.claim(study)
+    monkeypatch.undo()
+    # given back: its FAIL (uncounted) and a WAITING copy, as any stop before the worker holds a cell
+    assert [t.state for t in study.get_trials(deepcopy=False)] == [TrialState.FAIL, TrialState.WAITING]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler put back
+    assert ledger.claim(study) is not None  # and the next worker takes it

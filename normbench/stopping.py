@@ -80,9 +80,11 @@ def interrupts_held() -> Iterator[list[int]]:
     """Hold a Ctrl-C pressed inside the block: a write whose effect the caller must know (the ledger's claim of a
     trial: RUNNING for this worker, or taken by a peer) completes, and the caller, told by the yielded list being
     non-empty, gives back what it took and raises KeyboardInterrupt itself. An exception leaving the block with a
-    Ctrl-C held becomes KeyboardInterrupt. Off the main thread (no handler can be set there) nothing is held."""
+    Ctrl-C held becomes KeyboardInterrupt. Nothing is held off the main thread (no handler can be set there) or where
+    SIGINT is not Python's KeyboardInterrupt (ignored, as in a shell's background job, or handled otherwise)."""
     pressed: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
         yield pressed
         return
     previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))

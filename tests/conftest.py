@@ -89,3 +89,14 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT as Python's KeyboardInterrupt for the test, whatever the runner started with (a shell's background
+    job, as some CI runners start pytest, has it ignored)."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

@@ -141,7 +141,7 @@ def test_a_withdrawn_cell_can_be_queued_again(tmp_path):
     assert [t.state for t in study.get_trials()] == [TrialState.FAIL, TrialState.WAITING]
 
 
-def test_a_ctrl_c_while_the_claim_is_written_gives_the_trial_back(tmp_path, monkeypatch):
+def test_a_ctrl_c_while_the_claim_is_written_gives_the_trial_back(tmp_path, monkeypatch, ctrl_c_raises):
     """Ctrl-C reaches every worker of a run at once, one of them mid-claim: its WAITING -> RUNNING write lands, the
     KeyboardInterrupt is held until the write returns, and the trial goes back to the queue instead of staying
     RUNNING unsigned until the journal's grace (seen once on a loaded CI, tests/faults/test_third_round.py)."""

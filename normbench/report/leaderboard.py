@@ -167,23 +167,26 @@ def tuned_section(tuned: pd.DataFrame, suite: Suite | None, references: list[Pat
                 grid_lrs[key] = float(r.lr)
                 if n > 0:
                     from_later[key] = f"vs {reference}"
-    if len(read) == 1:
-        note = (f"the lr against the lr {read[0]} selected for the row (its selection seeds, val), or, for a row "
-                "that folder lacks, against `train.lr`, as its cell says")
-    elif read:
-        note = (f"the lr against the lr the first of {', '.join(read)} that has the row selected for it (its selection "
-                "seeds, val; a row read from a later one names it), or, for a row none has, against `train.lr`, as "
-                "its cell says")
-    if read and problems:
-        note += f" ({'; '.join(problems)})"
-    if not read:
-        note = "the lr against the recipe's `train.lr`" + (f": {'; '.join(problems)}" if problems else
-                                                            " (no reference grid folder to read a selected lr from)")
     table = tuned_table(tuned, suite, grid_lrs if read else None, from_later)
     return ["## tuned (equal Optuna budget per layer and depth, chosen on val, re-run on seeds the search "
             "did not train on)", "", markdown_table(table), "",
-            *([f"Moved from the grid's recipe: each value against the recipe's; {note}.", ""]
+            *([f"Moved from the grid's recipe: each value against the recipe's; {_grid_lr_note(read, problems)}.", ""]
               if suite is not None else [])]
+
+
+def _grid_lr_note(read: list[str], problems: list[str]) -> str:
+    """What a tuned row's lr was measured against: the reference folders read (`read`), and why any could not be."""
+    if not read:
+        return "the lr against the recipe's `train.lr`" + (f": {'; '.join(problems)}" if problems else
+                                                           " (no reference grid folder to read a selected lr from)")
+    if len(read) == 1:
+        note = (f"the lr against the lr {read[0]} selected for the row (its selection seeds, val), or, for a row "
+                "that folder lacks, against `train.lr`, as its cell says")
+    else:
+        note = (f"the lr against the lr the first of {', '.join(read)} that has the row selected for it (its selection "
+                "seeds, val; a row read from a later one names it), or, for a row none has, against `train.lr`, as "
+                "its cell says")
+    return note + (f" ({'; '.join(problems)})" if problems else "")
 
 
 def transfer_section(cells: pd.DataFrame, reference: Path, out_dir: Path) -> list[str]:

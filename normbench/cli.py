@@ -29,7 +29,8 @@ def _suite_args(p: argparse.ArgumentParser) -> None:
                    "filesystem every worker shares, so a cell preempted on one machine resumes on another (default: "
                    "OUT/checkpoints; docs/faults.md)")
     p.add_argument("--fuse", type=_fuse_size, default="auto", metavar="K|auto", help="train up to K cells of a row "
-                   "that differ only in lr, seed, epochs and warmup as one fused model (each keeps its own trial, "
+                   "that differ only in lr, seed, epochs and warmup (a tune trial's weight decay, beta2 and "
+                   "init-only layer tunables too) as one fused model (each keeps its own trial, "
                    "run and result; docs/speed.md); auto (default): on CUDA as this GPU's fuse bench measured "
                    "(else up to 16), 1 (unfused) on a CPU")
     p.add_argument("--time-limit", type=_duration, metavar="DURATION", help="start no cell that this host's pace "

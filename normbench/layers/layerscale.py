@@ -23,6 +23,7 @@ def cait_init_values(depth: int) -> float:
 
 
 CAIT_EPSILON = Tunable("init_values", "init_values", low=1e-6, high=0.1, log=True, default=cait_init_values,
+                       init_only=True,
                        source="CaiT Sec. 2: ε = 0.1 up to depth 18, 1e-5 at depth 24, 1e-6 deeper")
 
 

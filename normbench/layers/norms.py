@@ -19,9 +19,11 @@ from normbench.layers.registry import Tunable, register_layer
 
 # α's init as `normbench tune` may search it (`layer.alpha_init`), where each source says which values it trained
 DYT_ALPHA = Tunable("alpha_init", "norm_kwargs.alpha_init", low=0.5, high=1.2, default=lambda depth: 0.5,
+                    init_only=True,
                     source="DyT Sec. 7.1 (Fig. 9): on non-LLM models α0 from 0.5 to 1.2 generally trains well (ViT-L "
                            "diverges above 0.6); Table 13: ViT-B 82.5 at 0.5, 82.6 at 1.0")
 DERF_ALPHA = Tunable("alpha_init", "norm_kwargs.alpha_init", choices=(0.5, 1.0), default=lambda depth: 0.5,
+                     init_only=True,
                      source="zlab-princeton/Derf's own values: ViT 0.5 (ViT/dynamic_erf.py), DiT-XL 1.0 "
                             "(DiT/train.py); no ablation of α's init is published")
 

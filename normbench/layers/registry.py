@@ -72,6 +72,8 @@ class Tunable:
         source: where the range comes from (the paper's table or rule).
         default: the value the entry takes at a model depth when the recipe sets none (CaiT's ε rule), so a tuned
             value's distance from it can be said.
+        init_only: the value sets a parameter's initial value and nothing else (LayerScale's ε, DyT's α0): cells
+            that differ in it build the same modules, so a fused group may hold them (train/fusion_rules.py).
     """
 
     name: str
@@ -82,6 +84,7 @@ class Tunable:
     log: bool = False
     choices: tuple[Any, ...] = ()
     default: Callable[[int], Any] | None = None  # the entry's own value at a depth, when the suite sets none
+    init_only: bool = False
 
     def space(self) -> dict[str, Any]:
         """The range as a `tune.space` entry."""

@@ -20,7 +20,9 @@ from typing import Any
 
 from normbench.contracts.suite import BUDGET_FACTOR, BUDGET_SEEDS, Suite
 
-FUSED_AXES = frozenset({"lr", "seed", "epochs", "warmup_epochs"})  # train/fusion_rules.py FUSABLE_KEYS' axes
+# the axes members of a fused group may differ in: train/fusion_rules.py FUSABLE_KEYS' axes, and a tune
+# confirmation's search trial (its recipe is the trial's sampled values, which the fusion rules check)
+FUSED_AXES = frozenset({"lr", "seed", "epochs", "warmup_epochs", "search_trial"})
 WAIT_SECONDS = 3.0  # at a stage's start, how long a worker waits for its group to fill (peers queue it meanwhile)
 MEASURED = "results"  # where `auto` looks for fuse-<device>-*.csv, relative to the working directory
 

@@ -1,8 +1,8 @@
 """A worker's fused turn (`--fuse K`): claim up to K queued cells of one row that differ only in lr, seed, epochs and
 warmup (the row's selection cells, a bracketing round's, or its report seeds with the convergence check's 2x cells:
-from every study the worker has jobs in), train them as one model (train/fused.py), and end each one's attempt as
-`run_cell` ends a cell's: its own trial (claimed, heart-beaten, reported per epoch, finished, failed or given back
-alone), its own MLflow run, telemetry and checkpoint.
+from every study the worker has jobs in), or a tune search's trials (within its Job.max_in_flight), train them as
+one model (train/fused.py), and end each one's attempt as `run_cell` ends a cell's: its own trial (claimed,
+heart-beaten, reported per epoch, finished, failed or given back alone), its own MLflow run, telemetry and checkpoint.
 
 A worker claims only cells whose checkpoints stand at one point, and never holds a claim it is not training: a group
 the fusion rules refuse (train/fusion_rules.py) trains its first cell alone and gives the others back to the queue at
@@ -54,8 +54,8 @@ def auto_group_size(device: str) -> int:
 
 
 def row_key(axes: Mapping[str, Any]) -> str:
-    """What a cell shares with the cells it may be fused with: its axes but lr, seed, epochs and warmup (FUSED_AXES,
-    train/fusion_rules.py FUSABLE_KEYS)."""
+    """What a cell shares with the cells it may be fused with: its axes but lr, seed, epochs, warmup and a tune
+    confirmation's search trial (FUSED_AXES; train/fusion_rules.py checks the recipes)."""
     return json.dumps({k: v for k, v in axes.items() if k not in FUSED_AXES}, sort_keys=True, default=str)
 
 

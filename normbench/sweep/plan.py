@@ -26,6 +26,10 @@ class Job:
     # the share of a cell's epochs after which the study's pruner may stop it (tune's searches); None: never asked
     prune_after: float | None = None
     listed: Callable[[FrozenTrial], bool] = lambda trial: True  # the suite's own (contracts/matrix_scope.py)
+    # the most of its cells in training at once, over every worker and fused group (None: no bound): a TPE search's
+    # trials drawn together see one another only as running (constant liar), so a search keeps to the batch size of
+    # its random startup draws wherever it trains (sweep/tune.py)
+    max_in_flight: int | None = None
 
     def may_prune(self, epoch: int, epochs: int) -> bool:
         """Whether the pruner is asked after (0-based) `epoch` of a cell of `epochs`: once `prune_after` of them

@@ -9,8 +9,10 @@ on, is failed for good (store/attempts.py: an attempt preempted while progressin
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from optuna.trial import TrialState
 
 from normbench import settings, stopping
 from normbench.contracts.recipe import CellConfig
@@ -107,7 +109,8 @@ def work(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progress: Pr
          checkpoints: CheckpointFolder | None = None, fuse: int | str | FusePlan = 1) -> WorkSummary:
     """Run cells until every study of `plan` (the next stage queued when they run dry) is finished, or the next would
     not end before `time_limit` (sweep/time_limit.py); under torchrun, as rank 0. `fuse`: up to that many cells of a
-    row that differ only in lr, seed, epochs and warmup train as one fused model (sweep/group_run.py); "auto" as
+    row that differ only in what train/fusion_rules.py allows (lr, seed, epochs, warmup; a tune trial's weight decay,
+    beta2 and init-only layer tunables) train as one fused model (sweep/group_run.py); "auto" as
     the device's fuse bench says, else sweep/fuse_plan.py's constants (on CUDA only); or a FusePlan."""
     fuse = fuse if isinstance(fuse, FusePlan) else fuse_plan(fuse, device)
     try:
@@ -181,7 +184,8 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
         turn_started = time.perf_counter()
         for job in current:
             reclaim(ledger, job.study)  # dead workers' cells back to the queue (their runs: the next sync's)
-        claimed = next(((job, c) for job in current if (c := ledger.claim(job.study, job.listed)) is not None), None)
+        claimed = next(((job, c) for job in current if room(job, ledger) != 0
+                        and (c := ledger.claim(job.study, job.listed)) is not None), None)
         if claimed is not None:
             finished_stages = 0
             job, first = claimed
@@ -190,7 +194,9 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
                     share.apply()  # the cores' share now: another run may have started or ended since the last cell
                 claims = [first]
                 if fuse.k > 1 and dist is None and row_key(first.trial.user_attrs.get("axes", {})) not in unfusable:
-                    claims = fill_group(ledger, job, first, fuse, current, wait=stage_start)
+                    left = room(job, ledger)  # counts `first`, RUNNING now
+                    capped = fuse if left is None else replace(fuse, k=min(fuse.k, 1 + max(0, left)))
+                    claims = fill_group(ledger, job, first, capped, current, wait=stage_start)
                     held.extend(claims[1:])
                     stage_start = False
                 estimate = turn_seconds(plan.pace(), job, claims, checkpoints) if time_limit is not None else None
@@ -236,6 +242,14 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
             summary.failed_for_good = failed_cells(current, ledger)  # nothing left to run: what will never finish
             return summary
 
+
+
+def room(job: Job, ledger: Ledger) -> int | None:
+    """How many more of the job's cells may start now (Job.max_in_flight less those RUNNING); None: no bound. Two
+    workers claiming at one instant may pass the bound by one: it keeps a search's batches small, not exact."""
+    if job.max_in_flight is None:
+        return None
+    return max(0, job.max_in_flight - len(ledger.trials(job.study, (TrialState.RUNNING,))))
 
 
 def unfinished(jobs: list[Job], ledger: Ledger) -> bool:

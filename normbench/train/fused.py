@@ -1,5 +1,5 @@
-"""Many cells, one model: a group of cells of one row (they differ in lr, seed, epochs and warmup only) trains as one
-vmapped model.
+"""Many cells, one model: a group of cells of one row (they differ in lr, seed, epochs and warmup only, or as a tune
+search's trials do: train/fusion_rules.py) trains as one vmapped model.
 
 Each member is built exactly as `train_cell` builds a cell (train/loop.py `build_fit`: its own seed's init and data
 order, its own optimizer and schedule). Its parameters then move into one flat (K, P) buffer and stay aliased to their

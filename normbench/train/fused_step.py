@@ -89,7 +89,7 @@ def make_kit(base: nn.Module, loss_fn: nn.Module, hooks: Sequence[Hook], compile
 
     def step_update(flat: torch.Tensor, grad: torch.Tensor, losses: torch.Tensor, acc: dict[str, torch.Tensor],
                     opt: dict[str, torch.Tensor], spans: dict[str, tuple[int, int, tuple[int, ...]]],
-                    hyper: tuple[float, float, float]) -> None:
+                    hyper: tuple[float, float | None, float]) -> None:
         update(flat, grad, losses, acc, opt, spans, hyper, base, hooks)
 
     loss, logits = vmap(member_loss), vmap(member_logits, in_dims=(0, 0, None))
@@ -102,7 +102,7 @@ def make_kit(base: nn.Module, loss_fn: nn.Module, hooks: Sequence[Hook], compile
 
 def update(flat: torch.Tensor, grad: torch.Tensor, losses: torch.Tensor, acc: dict[str, torch.Tensor],
            opt: dict[str, torch.Tensor], spans: dict[str, tuple[int, int, tuple[int, ...]]],
-           hyper: tuple[float, float, float], base: nn.Module, hooks: Sequence[Hook]) -> None:
+           hyper: tuple[float, float | None, float], base: nn.Module, hooks: Sequence[Hook]) -> None:
     """After the backward: the losses into the sums and the divergence mask, per-member clipping, AdamW over the
     members still finite, the after-step hooks over the stack, the gradients zeroed. All on the device."""
     losses = losses.detach().float()

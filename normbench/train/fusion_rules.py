@@ -1,8 +1,11 @@
 """Which cells may train as one fused model (train/fused.py), and why not when they may not.
 
-Members may differ in `train.lr`, `train.seed`, `train.epochs` and `train.warmup_epochs` only: everything else
-(model, data, the rest of the recipe) is the group's. A recipe whose randomness or hooks would be shared by the
-members, or escape `vmap`, is refused with the reason; the worker then trains those cells one by one, as always.
+Members may differ in `train.lr`, `train.seed`, `train.epochs`, `train.warmup_epochs`, `train.weight_decay`,
+`train.adam_beta2` and a layer's init-only tunables (LayerScale's ε, DyT's α0: layers/registry.py `Tunable.init_only`,
+which set a parameter's first value and build the same modules) only: everything else (model, data, the rest of the
+recipe) is the group's. So a row's lrs and seeds fuse, and so do a tune search's trials. A recipe whose randomness
+or hooks would be shared by the members, or escape `vmap`, is refused with the reason; the worker then trains those
+cells one by one, as always.
 """
 
 from __future__ import annotations
@@ -12,11 +15,14 @@ from typing import Any
 
 import torch
 
+from normbench.contracts.layer_tunables import declared
 from normbench.contracts.recipe import CellConfig
 
-# what members may differ in: a row's lrs and seeds, and its convergence check's stretched schedule (2x epochs and
-# warmup), which the fused step computes per member (train/stacked_adamw.py)
-FUSABLE_KEYS = frozenset({"train.lr", "train.seed", "train.epochs", "train.warmup_epochs"})
+# what members may differ in: a row's lrs and seeds, its convergence check's stretched schedule (2x epochs and
+# warmup), and a tune trial's weight decay and beta2, which the fused step computes per member
+# (train/stacked_adamw.py, train/stacked_muon.py; Muon's own momentum is the group's)
+FUSABLE_KEYS = frozenset({"train.lr", "train.seed", "train.epochs", "train.warmup_epochs", "train.weight_decay",
+                          "train.adam_beta2"})
 
 
 class FusionRefused(Exception):
@@ -28,10 +34,11 @@ def refusal(cells: Sequence[CellConfig], dev: torch.device,
     """Why `cells` cannot train as one fused model on `dev`, or None when they can."""
     if not cells:
         return "no cells"
-    flats = [c.flat() for c in cells]
+    flats = [_shared_part(c) for c in cells]
     differ = sorted({key for f in flats for key in f if f.get(key) != flats[0].get(key)} - FUSABLE_KEYS)
     if differ:
-        return f"the cells differ in {', '.join(differ)}, not only in lr, seed, epochs and warmup"
+        return (f"the cells differ in {', '.join(differ)}, not only in lr, seed, epochs, warmup, weight decay, beta2 "
+                "and init-only layer tunables")
     model, tc = cells[0].model, cells[0].train
     if tc.mixup > 0 or tc.cutmix > 0:
         return "mixup/cutmix draw from the process's global generators, which the members would share"
@@ -50,6 +57,22 @@ def refusal(cells: Sequence[CellConfig], dev: torch.device,
     if len(points) > 1:
         return "the members' checkpoints stand at different points (or some have none)"
     return None
+
+
+def _shared_part(cell: CellConfig) -> dict[str, Any]:
+    """The cell's flat recipe without its layer's init-only tunables (`init_values`, `norm_kwargs.alpha_init`): what
+    every member must share, FUSABLE_KEYS aside."""
+    flat = cell.flat()
+    for tunable in declared(cell.model.layer).values():
+        if not tunable.init_only:
+            continue
+        field, _, item = tunable.target.partition(".")
+        key = f"model.{field}"
+        if item and isinstance(flat.get(key), dict):
+            flat[key] = {k: v for k, v in flat[key].items() if k != item}
+        elif not item:
+            flat.pop(key, None)
+    return flat
 
 
 def same_point(resumes: Sequence[dict[str, Any] | None]) -> list[int]:

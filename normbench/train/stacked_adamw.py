@@ -4,9 +4,10 @@ Each member trained alone steps torch's AdamW over its ~440 tensors (a kernel or
 step); K members stepped one by one launch K times as many. Here the members' parameters, gradients and moments are
 (K, P) tensors (train/stacked.py), and one step is a dozen kernels over all of them: per-member lr from the
 schedule (warmup + cosine, train/schedule.py's `warmup_cosine`, computed on the device from a (K,) step counter, with
-each param group's `lr_scale` and `warmup` flag, train/optim_groups.py), weight decay per param group, bias
-corrections per member, and a (K,) mask: a member whose loss went non-finite is not updated (its rows are left as
-they are) without the host ever reading the mask. The arithmetic per member is torch's AdamW (`_single_tensor_adamw`:
+each param group's `lr_scale` and `warmup` flag, train/optim_groups.py), weight decay per member and param group,
+beta2 and bias corrections per member (a tune search's trials differ in weight decay and beta2 as well as the lr),
+and a (K,) mask: a member whose loss went non-finite is not updated (its rows are left as they are) without the host
+ever reading the mask. The arithmetic per member is torch's AdamW (`_single_tensor_adamw`:
 decay, moments, bias corrections, update) in the param dtype, so each member trains as it does alone to float
 rounding (tests/train/test_stacked_adamw.py).
 
@@ -41,13 +42,14 @@ def refusal(fits: Sequence[Fit]) -> str | None:
                 return f"AdamW with {', '.join(on)}"
     first = [_settings(g) for g in fits[0].optimizer.param_groups]
     if any([_settings(g) for g in fit.optimizer.param_groups] != first for fit in fits[1:]):
-        return "the members' AdamW settings differ beyond the lr"
+        return "the members' AdamW settings differ beyond the lr, weight decay and beta2"
     return None
 
 
 def _settings(group: dict[str, Any]) -> tuple:
-    return (len(group["params"]), tuple(group["betas"]), group["eps"], group["weight_decay"],
-            group.get("lr_scale", 1.0), group.get("warmup", True))
+    """What every member's param group must share: the rest (lr, weight decay, beta2) the step takes per member."""
+    return (len(group["params"]), group["betas"][0], group["eps"], group.get("lr_scale", 1.0),
+            group.get("warmup", True))
 
 
 def schedule_dtype(device: torch.device) -> torch.dtype:
@@ -63,10 +65,15 @@ class StackedAdamW:
         flat = stacked.flat
         dev, sdt = flat.device, schedule_dtype(flat.device)
         groups = fits[0].optimizer.param_groups
-        self.beta1, self.beta2 = (float(b) for b in groups[0]["betas"])
-        self.eps = float(groups[0]["eps"])
-        if any(tuple(g["betas"]) != (self.beta1, self.beta2) or g["eps"] != self.eps for g in groups):
+        self.beta1, self.eps = float(groups[0]["betas"][0]), float(groups[0]["eps"])
+        beta2s = [float(fit.optimizer.param_groups[0]["betas"][1]) for fit in fits]
+        if any(tuple(g["betas"]) != (self.beta1, b2) or g["eps"] != self.eps
+               for fit, b2 in zip(fits, beta2s, strict=True) for g in fit.optimizer.param_groups):
             raise ValueError("param groups with different betas or eps")  # no recipe builds them (optim_groups.py)
+        # one beta2 for all (a row's lrs and seeds) keeps torch's own arithmetic; members that differ (tune trials)
+        # each step with theirs, a (K, 1) column (adamw_step)
+        self.beta2 = beta2s[0] if len(set(beta2s)) == 1 else None
+        self.member_beta2 = torch.tensor(beta2s, dtype=sdt, device=dev)[:, None]
         names = {id(p): name for name, p in fits[0].model.named_parameters()}
         self.names_by_group = [[names[id(p)] for p in g["params"]] for g in groups]
         col_group = torch.empty(flat.shape[1], dtype=torch.long)
@@ -75,7 +82,8 @@ class StackedAdamW:
                 a, b = stacked.spans[name]
                 col_group[a:b] = g
         self.col_group = col_group.to(dev)
-        self.group_decay = torch.tensor([float(g["weight_decay"]) for g in groups], dtype=sdt, device=dev)
+        self.group_decay = torch.tensor([[float(g["weight_decay"]) for g in fit.optimizer.param_groups]
+                                         for fit in fits], dtype=sdt, device=dev)  # (K, G): a member's own decay
         self.group_scale = torch.tensor([float(g.get("lr_scale", 1.0)) for g in groups], dtype=sdt, device=dev)
         self.group_warmup = torch.tensor([float(g.get("warmup", True)) for g in groups], dtype=sdt, device=dev)
         tcs = [f.tc for f in fits]  # members may differ in lr, epochs and warmup (the convergence check's 2x)
@@ -98,9 +106,11 @@ class StackedAdamW:
         return {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "steps": self.steps,
                 "col_group": self.col_group, "group_decay": self.group_decay, "group_scale": self.group_scale,
                 "group_warmup": self.group_warmup, "base_lr": self.base_lr, "warmup_lr": self.warmup_lr,
-                "min_lr": self.min_lr, "total_steps": self.total_steps, "warmup_steps": self.warmup_steps}
+                "min_lr": self.min_lr, "total_steps": self.total_steps, "warmup_steps": self.warmup_steps,
+                "beta2": self.member_beta2}
 
-    def hyper(self) -> tuple[float, float, float]:
+    def hyper(self) -> tuple[float, float | None, float]:
+        """(beta1, beta2, eps) as Python numbers; beta2 None when the members' differ (then `tensors()["beta2"]`)."""
         return self.beta1, self.beta2, self.eps
 
     def step(self, alive: torch.Tensor) -> None:
@@ -171,18 +181,23 @@ def device_lrs(t: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def adamw_step(flat: torch.Tensor, grad: torch.Tensor, alive: torch.Tensor, t: dict[str, torch.Tensor],
-               beta1: float, beta2: float, eps: float) -> None:
+               beta1: float, beta2: float | None, eps: float) -> None:
     """torch's AdamW (decoupled decay, bias-corrected moments) on every member's row at once; rows where `alive` is
-    False keep their parameters, moments and step count. No host sync: written for torch.compile and CUDA graphs."""
+    False keep their parameters, moments and step count. `beta2` None: each member's own, `t["beta2"]` (K, 1).
+    No host sync: written for torch.compile and CUDA graphs."""
     lr = device_lrs(t)                                   # at the step count before this step, as the loop sets it
     t["steps"].add_(alive.to(t["steps"].dtype))
     n = t["steps"].to(lr.dtype)[:, None]
     bias1 = 1.0 - beta1 ** n
-    bias2_sqrt = torch.sqrt(1.0 - beta2 ** n)
+    b2 = t["beta2"] if beta2 is None else beta2
+    bias2_sqrt = torch.sqrt(1.0 - b2 ** n)
     step_size = (lr / bias1).to(flat.dtype).index_select(1, t["col_group"])           # (K, P)
-    decay = (1.0 - lr * t["group_decay"][None, :]).to(flat.dtype).index_select(1, t["col_group"])
+    decay = (1.0 - lr * t["group_decay"]).to(flat.dtype).index_select(1, t["col_group"])
     m = t["exp_avg"].lerp(grad, 1.0 - beta1)
-    v = torch.addcmul(t["exp_avg_sq"] * beta2, grad, grad, value=1.0 - beta2)  # torch's order, so its rounding
+    if beta2 is None:  # torch's value * grad * grad, with a (K, 1) value in the param dtype as torch casts its scalar
+        v = torch.addcmul(t["exp_avg_sq"] * b2.to(flat.dtype), (1.0 - b2).to(flat.dtype) * grad, grad)
+    else:
+        v = torch.addcmul(t["exp_avg_sq"] * beta2, grad, grad, value=1.0 - beta2)  # torch's order, so its rounding
     denom = v.sqrt() / bias2_sqrt.to(flat.dtype) + eps
     updated = flat * decay - step_size * (m / denom)
     keep = alive[:, None]

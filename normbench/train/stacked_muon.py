@@ -4,7 +4,8 @@ Muon's step on a matrix is a chain of small matmuls (5 Newton-Schulz iterations 
 by one launch K times as many: on a GPU, what fusing saves. Here each member's momentum buffer of a hidden matrix is
 its slice of one (K, m, n) tensor, as its parameter is of the stacked one (train/stacked.py), and one step sends the
 Nesterov updates of every member and every matrix of a shape through timm's `zeropower_via_newtonschulz` at once, a
-(K·L, m, n) batch, each member at its own lr (a fused qkv as its three (C, C) blocks, as train/muon.py steps it).
+(K·L, m, n) batch, each member at its own lr and weight decay (a fused qkv as its three (C, C) blocks, as
+train/muon.py steps it).
 The arithmetic per member is the single cell's (timm's `_single_tensor_muon`: decay, momentum, Nesterov,
 Newton-Schulz, scale, update), so each member trains as it does alone (tests/train/test_stacked_muon.py); the
 members' AdamW part steps through their own optimizers as before, with the hidden matrices' gradients held back.
@@ -58,15 +59,14 @@ class StackedMuon:
             return
         every = len(stepping) == self.k
         idx = torch.tensor(list(stepping), device=next(iter(self.momentum.values())).device)
-        hp = self.groups[stepping[0]][self.names[0]]  # the members share every setting but the lr (fusion_rules)
+        hp = self.groups[stepping[0]][self.names[0]]  # the members share every setting but lr and decay (fusion_rules)
         coefficients = resolve_ns_coefficients(hp["ns_coefficients"], {})
         updates: dict[tuple[int, ...], list[tuple[str, torch.Tensor, torch.Tensor]]] = {}
         for name in self.names:
             param, grad, momentum = self.stacked.params[name], self.stacked.grads[name], self.momentum[name]
             p, g, m = (param.data, grad, momentum) if every else (param.data[idx], grad[idx], momentum[idx])
-            lrs = [self.groups[k][name]["lr"] for k in stepping]
-            wd = self.groups[stepping[0]][name]["weight_decay"]
-            p.mul_(torch.tensor([1 - lr * wd for lr in lrs], dtype=p.dtype, device=p.device).view(-1, 1, 1))
+            decays = [1 - self.groups[k][name]["lr"] * self.groups[k][name]["weight_decay"] for k in stepping]
+            p.mul_(torch.tensor(decays, dtype=p.dtype, device=p.device).view(-1, 1, 1))
             m.lerp_(g, 1.0 - hp["momentum"])
             update = g.lerp(m, hp["momentum"]) if hp["nesterov"] else m.clone()
             rows, cols = update.shape[1:]

@@ -287,3 +287,24 @@ def test_a_tune_resumed_with_another_search_space_is_refused_and_the_ledger_kept
     more = {**tune, "trials": 2}  # a larger budget extends every row's search alike
     assert main(["tune", str(write_suite(name="ts", matrix=matrix, tune=more)), "--out", str(out), "--quiet"]) == 0
     assert len(Ledger(None, out).study("tune:ts:depth=1,layer=layernorm").get_trials(deepcopy=False)) == 2
+
+
+def test_fused_search_trials_differ_in_decay_beta2_and_init_and_stay_within_the_startup_batch(write_suite, tmp_path):
+    """`tune --fuse 4`: a search's trials (their lr, weight decay, beta2 and LayerScale ε apart) train fused, never
+    more of them at once than TPE's random startup draws (2 here), and the top 2 confirmations fuse as well."""
+    path = write_suite(name="tf", matrix={"depth": [1], "layer": ["layerscale"], "seed": [0]},
+                       report_seeds=[100],
+                       tune={"trials": 5, "confirm_top": 2, "sampler": "tpe", "startup_trials": 2,
+                             "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True},
+                                       "weight_decay": {"low": 0.0, "high": 0.2},
+                                       "adam_beta2": {"choices": [0.95, 0.999]},
+                                       "layer.init_values": "source"}})
+    out = tmp_path / "out"
+    assert main(["tune", str(path), "--out", str(out), "--quiet", "--fuse", "4"]) == 0
+    searched = Ledger(None, out).study("tune:tf:depth=1,layer=layerscale").get_trials(deepcopy=False)
+    assert len({(t.params["weight_decay"], t.params["layer.init_values"]) for t in searched}) == 5  # five draws
+    groups = [t.user_attrs["result"]["fused_group"] for t in searched]
+    assert sorted(groups) == [1, 2, 2, 2, 2], groups  # 2 + 2 + 1: batches no larger than the startup's
+    cells = pd.read_csv(out / "results.csv")
+    confirmations = cells[cells["seed"] == 102]  # confirm_seed: the search's seed + 1
+    assert len(confirmations) == 2 and set(confirmations["fused_group"]) == {2}

@@ -3,12 +3,15 @@ family, per-epoch train losses within 1e-4 relative over 3 epochs, through the s
 and, for another optimizer, each member's own; members of one row that differ in epochs and warmup (the convergence
 check's 2x cells) each end at their own last epoch; per-block telemetry per member, as alone; each member's seconds
 its share of the group's; a member that diverges, is pruned or loses its claim stops alone and leaves the others'
-numbers bit for bit as a group without it; a member's checkpoint is an unfused cell's, optimizer state included."""
+numbers bit for bit as a group without it; a member's checkpoint is an unfused cell's, optimizer state included; a
+tune search's trials (weight decay, beta2, an init-only layer tunable apart) fuse, a tunable that builds other modules
+does not."""
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -142,6 +145,32 @@ def test_what_cannot_be_fused_is_refused_with_its_reason_before_training(change,
     other = CellConfig(**{"model": other.model, "train": other.train, "data": other.data, **change})
     cells = [cell(), other] if "model" in change else [other, other]
     with pytest.raises(FusionRefused, match=reason):
+        train_group(cells, "cpu")
+
+
+@pytest.mark.parametrize(("layer", "inits"), [
+    ("layerscale", [{"init_values": 1e-6}, {"init_values": 0.1}]),          # CaiT's ε range (layer.init_values)
+    ("dyt", [{"norm_kwargs": {"alpha_init": 0.5}}, {"norm_kwargs": {"alpha_init": 1.2}}]),  # DyT's α0 range
+])
+def test_a_tune_searchs_trials_differing_in_decay_beta2_and_an_init_only_tunable_fuse_and_train_each_as_alone(
+        layer, inits):
+    trials = [(1e-3, 0.0, 0.95), (3e-3, 0.2, 0.999)]  # lr, weight decay, beta2: two draws of the tuned suite's space
+    cells = []
+    for (lr, decay, beta2), init in zip(trials, inits, strict=True):
+        base = cell(layer, lr, 0, weight_decay=decay, adam_beta2=beta2)
+        cells.append(replace(base, model=replace(base.model, **init)))
+    fused = train_group(cells, "cpu")
+    for config, member in zip(cells, fused, strict=True):
+        alone = train_cell(config, "cpu")
+        assert member.result is not None and member.result.fused_group == 2
+        assert_close(losses(alone), losses(member.result), 1e-4)
+
+
+def test_a_tunable_that_builds_other_modules_is_refused():
+    """Hyper-connections' expansion rate sets how many residual streams the blocks carry: not one model."""
+    cells = [replace(c, model=replace(c.model, block_kwargs={"expansion_rate": n}))
+             for c, n in ((cell("hc", seed=0), 2), (cell("hc", seed=1), 4))]
+    with pytest.raises(FusionRefused, match="model.block_kwargs"):
         train_group(cells, "cpu")
 
 

@@ -29,12 +29,14 @@ def model() -> nn.Module:
     return net
 
 
-def member(seed: int, lr: float, epochs: int, warmup: float) -> SimpleNamespace:
+def member(seed: int, lr: float, epochs: int, warmup: float, decay: float = 0.1,
+           beta2: float = 0.999) -> SimpleNamespace:
     """What StackedAdamW reads of a fit (train/loop.py `Fit`): model, torch AdamW over param_groups, recipe."""
     torch.manual_seed(seed)
     net = model()
-    tc = TrainConfig(lr=lr, epochs=epochs, warmup_epochs=warmup, weight_decay=0.1, warmup_lr=1e-5, min_lr=1e-4)
-    opt = torch.optim.AdamW(param_groups(net, lr, tc.weight_decay), lr=lr, weight_decay=tc.weight_decay)
+    tc = TrainConfig(lr=lr, epochs=epochs, warmup_epochs=warmup, weight_decay=decay, warmup_lr=1e-5, min_lr=1e-4)
+    opt = torch.optim.AdamW(param_groups(net, lr, tc.weight_decay), lr=lr, weight_decay=tc.weight_decay,
+                            betas=(0.9, beta2))
     return SimpleNamespace(model=net, optimizer=opt, tc=tc, steps_per_epoch=STEPS_PER_EPOCH, step=0)
 
 
@@ -48,16 +50,20 @@ def scheduled(fit: SimpleNamespace) -> None:
         group["lr"] = lr * group.get("lr_scale", 1.0)
 
 
-def group_and_references(recipes):  # noqa: ANN001, ANN201 - a list of (seed, lr, epochs, warmup)
+def group_and_references(recipes):  # noqa: ANN001, ANN201 - a list of (seed, lr, epochs, warmup[, decay, beta2])
     fits = [member(*r) for r in recipes]
     references = [copy.deepcopy(f) for f in fits]  # stepped by torch's own AdamW
     stacked = Stacked([f.model for f in fits])
     return fits, references, stacked, StackedAdamW(fits, stacked)
 
 
-def test_each_members_rows_follow_its_own_torch_adamw_step_for_step():
-    recipes = [(0, 1e-2, 3, 1.0), (1, 3e-3, 6, 2.0), (2, 3e-2, 3, 0.5)]  # lrs, epochs and warmups differ
+@pytest.mark.parametrize("recipes", [
+    [(0, 1e-2, 3, 1.0), (1, 3e-3, 6, 2.0), (2, 3e-2, 3, 0.5)],  # a row's: lrs, epochs and warmups differ
+    [(0, 1e-2, 3, 1.0, 0.0, 0.95), (1, 3e-3, 3, 2.0, 0.2, 0.999), (2, 3e-2, 3, 0.5, 0.05, 0.98)],  # a search's trials
+])
+def test_each_members_rows_follow_its_own_torch_adamw_step_for_step(recipes):
     fits, references, stacked, adamw = group_and_references(recipes)
+    assert (adamw.hyper()[1] is None) == (len({r[5:] for r in recipes}) > 1)  # per-member beta2 only where they differ
     gen = torch.Generator().manual_seed(7)
     alive = torch.ones(3, dtype=torch.bool)
     for _ in range(STEPS_PER_EPOCH * 4):  # through warmup, the cosine, and past the shortest member's end
@@ -154,3 +160,7 @@ def test_optimizers_it_does_not_cover_are_named():
     fits[1] = member(1, 1e-3, 3, 1.0)
     fits[1].optimizer.param_groups[0]["amsgrad"] = True
     assert "amsgrad" in refusal(fits)
+    fits[1] = member(1, 1e-3, 3, 1.0, decay=0.2, beta2=0.95)  # a tune trial's: stepped per member
+    assert refusal(fits) is None
+    fits[1].optimizer.param_groups[0]["eps"] = 1e-6
+    assert "differ beyond the lr, weight decay and beta2" in refusal(fits)

@@ -90,11 +90,12 @@ def test_adamuon_is_not_fused_and_says_why():
 
 def test_the_batched_step_is_each_members_own_step(one_torch_thread):
     """Two members stepped by StackedMuon, against each stepped alone by timm's Muon (train/muon.py): same weights
-    to bfloat16's rounding of the update, and the members' momentum buffers are slices of one stacked tensor."""
+    to bfloat16's rounding of the update, and the members' momentum buffers are slices of one stacked tensor. The
+    members differ in lr and weight decay, as a tune search's trials do."""
     from normbench.train.loop import build_fit
     from normbench.train.stacked import Stacked
 
-    cells = [muon_cell(lr=lr, seed=0) for lr in (1e-2, 3e-2)]
+    cells = [muon_cell(lr=lr, seed=0, weight_decay=decay) for lr, decay in ((1e-2, 0.0), (3e-2, 0.2))]
     fits = [build_fit(c, "cpu", None, None) for c in cells]
     twins = [build_fit(c, "cpu", None, None) for c in cells]
     start = [{n: p.detach().clone() for n, p in f.model.named_parameters()} for f in fits]

@@ -313,6 +313,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(tune_dry_run_report(suite, out, args.storage))
         if args.select_only:
             print(SELECT_ONLY_DRY_RUN)
+        from normbench.sweep.fuse_plan import dry_run_groups
+
+        if groups := dry_run_groups(suite, args.fuse, args.device, tune=True):  # what --fuse would group
+            print(groups)
         return 0
     from normbench.sweep.suite_run import run_suite
 

@@ -65,6 +65,14 @@ def search_keys(suite: Suite) -> list[dict[str, Any]]:
     return list(keys.values())
 
 
+def search_in_flight(tune: TuneConfig) -> int | None:
+    """The most trials of one search training at once, on every device and however they are fused (sweep/plan.py
+    Job.max_in_flight): TPE's are its startup draws' number, so a batch drawn together (seeing its peers only as
+    running: constant liar) is no larger than the random design it starts from; a random search's draws are
+    independent, unbounded (None)."""
+    return max(1, tune.startup_trials) if tune.sampler == "tpe" else None
+
+
 def seeds(suite: Suite) -> list[int]:
     """The re-run seeds: the suite's report seeds (fresh: no search trained on them), else the matrix's."""
     return list(suite.report_seeds) or list(suite.matrix.get("seed", [suite.train.get("seed", 0)]))

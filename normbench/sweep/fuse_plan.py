@@ -169,10 +169,34 @@ def stage_groups(suite: Suite, plan: FusePlan) -> dict[str, list[int]]:
     return stages
 
 
-def groups_line(suite: Suite, plan: FusePlan, device: str) -> str:
-    """The dry run's line: the groups each stage forms under `--fuse` on `device`."""
+def tune_stage_groups(suite: Suite, plan: FusePlan) -> dict[str, list[int]]:
+    """The groups `normbench tune` forms under `plan`: each search's trials in batches of at most its in-flight bound
+    (contracts/tuning.py `search_in_flight`), each row's confirmations together, each winner's re-runs together. A
+    row whose search draws a tunable that builds other modules (train/fusion_rules.py) trains its trials alone."""
+    from normbench.contracts.layer_tunables import declared, is_layer_key, space_for
+    from normbench.contracts.tuning import confirm_seed, search_in_flight, search_keys, search_seed, seeds
+
+    tune = suite.tune
+    assert tune is not None
+    cap = search_in_flight(tune)
+    search_plan = plan if cap is None else dataclasses.replace(plan, k=min(plan.k, cap))
+    stages: dict[str, list[int]] = {"searches": [], "confirmations": [], "re-runs": []}
+    for key in search_keys(suite):
+        layer = str(key.get("layer", suite.model.get("layer", "layernorm")))
+        own = declared(layer)
+        fusable = all(own[k[len("layer."):]].init_only for k in space_for(tune.space, layer) if is_layer_key(k))
+        row = {**key, "seed": search_seed(suite)}
+        stages["searches"] += chunks([row] * tune.trials, search_plan) if fusable else [1] * tune.trials
+        picked = [{**key, "seed": confirm_seed(suite), "search_trial": i} for i in range(tune.confirm_top)]
+        stages["confirmations"] += chunks(picked, plan) if fusable else [1] * len(picked)
+        stages["re-runs"] += chunks([{**key, "seed": s} for s in seeds(suite)], plan)
+    return {stage: sizes for stage, sizes in stages.items() if sizes}
+
+
+def groups_line(suite: Suite, plan: FusePlan, device: str, stages: dict[str, list[int]] | None = None) -> str:
+    """The dry run's line: the groups each stage forms under `--fuse` on `device` (`stages`: tune's, else run's)."""
     parts = []
-    for stage, sizes in stage_groups(suite, plan).items():
+    for stage, sizes in (stages or stage_groups(suite, plan)).items():
         fused = [s for s in sizes if s > 1]
         counts = {s: fused.count(s) for s in sorted(set(fused), reverse=True)}
         shown = ", ".join(f"{n} of {s}" for s, n in counts.items()) or "none"
@@ -181,13 +205,16 @@ def groups_line(suite: Suite, plan: FusePlan, device: str) -> str:
     return f"fused groups on {device}, {plan.words()}: " + "; ".join(parts)
 
 
-def dry_run_groups(suite: Suite, fuse: int | str, device: str | None) -> str:
+def dry_run_groups(suite: Suite, fuse: int | str, device: str | None, tune: bool = False) -> str:
     """The dry run's groups line for `--fuse` on `device` as typed (`--device cuda` on a machine without one shows
-    what a CUDA machine would form: the dry run trains nothing); '' when nothing would fuse."""
+    what a CUDA machine would form: the dry run trains nothing), of `run`'s stages or (`tune`) tune's; '' when
+    nothing would fuse."""
     kind = (device or suite.device or "auto").split(":")[0]
     if kind == "auto":
         import torch
 
         kind = "cuda" if torch.cuda.is_available() else "cpu"
     plan = plan_for(fuse, kind)
-    return groups_line(suite, plan, kind) if plan.k > 1 else ""
+    if plan.k <= 1:
+        return ""
+    return groups_line(suite, plan, kind, tune_stage_groups(suite, plan) if tune else None)

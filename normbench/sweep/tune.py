@@ -27,6 +27,7 @@ from normbench.contracts.tuning import (
     apply_sampled,
     confirm_seed,
     recipe_axes,
+    search_in_flight,
     search_keys,
     search_point,
     search_seed,
@@ -73,13 +74,6 @@ def _sampler_and_pruner(tune: TuneConfig, stream: str) -> dict[str, Any]:
     pruner = (optuna.pruners.MedianPruner(n_startup_trials=tune.startup_trials, n_warmup_steps=0)
               if tune.pruner == "median" else optuna.pruners.NopPruner())
     return {"sampler": TrialSeededSampler(make, stream), "pruner": pruner}
-
-
-def in_flight(tune: TuneConfig) -> int | None:
-    """The most trials of one search training at once, on every device and however they are fused (Job): TPE's are
-    its startup draws' number, so a batch drawn together (seeing its peers only as running: constant liar) is no
-    larger than the random design it starts from; a random search's draws are independent, unbounded."""
-    return max(1, tune.startup_trials) if tune.sampler == "tpe" else None
 
 
 SEARCH_ATTR = "search"  # a search study's user attr: the terms its trials were drawn under (search_terms)
@@ -143,7 +137,7 @@ def open_tune(suite: Suite, ledger: Ledger, out_dir: Path, *,
                 claim.set_attr(LABEL, label)  # for the parent of local workers, which prints it
             return label, cell_run(suite, claim), config
 
-        return Job(study=study, cell_for=cell_for, prune_after=tune.prune_after, max_in_flight=in_flight(tune))
+        return Job(study=study, cell_for=cell_for, prune_after=tune.prune_after, max_in_flight=search_in_flight(tune))
 
     def overrides_job(study: optuna.Study) -> Job:
         """The confirmations and the re-runs: a cell at its axes with a search trial's sampled values."""

@@ -30,3 +30,21 @@ def test_tune_dry_run_of_a_suite_without_tune_names_what_to_add(write_suite, tmp
     assert main(["tune", str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
     assert "has no `tune:` section; add one with `trials:` and `space:`" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_tune_dry_run_shows_the_groups_fuse_would_form_within_each_searchs_in_flight_bound(write_suite, tmp_path,
+                                                                                            capsys):
+    """TPE with 2 startup trials: a search trains at most 2 trials at once, so 5 trials fuse as 2 + 2 + 1; a row
+    whose search draws a tunable that builds other modules (hyper-connections' expansion rate) trains alone."""
+    tune = {"trials": 5, "confirm_top": 2, "sampler": "tpe", "startup_trials": 2,
+            "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}, "layer.init_values": "source",
+                      "layer.expansion_rate": "source"}}
+    path = write_suite(matrix={"depth": [1], "layer": ["layerscale", "hc"], "seed": [0]}, report_seeds=[100, 101],
+                       tune=tune)
+    assert main(["tune", str(path), "--out", str(tmp_path / "out"), "--dry-run", "--device", "cuda",
+                 "--fuse", "4"]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith("fused groups on cuda, groups of 2 to 4 cells"), line
+    assert line.endswith("searches: 2 of 2 (+6 alone); confirmations: 1 of 2 (+2 alone); re-runs: 2 of 2"), line
+    assert main(["tune", str(path), "--out", str(tmp_path / "out"), "--dry-run", "--device", "cpu"]) == 0
+    assert "fused groups" not in capsys.readouterr().out  # auto on a CPU: unfused

@@ -16,6 +16,14 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.normbench-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  # an editable install rewrites where the environment imports normbench from: in a .venv linked from another
+  # checkout it would silently point that checkout's commands (and any sweep it runs) at this one's code
+  linked=$(cd .venv/bin && pwd -P)
+  if [ "$linked" != "$(pwd -P)/.venv/bin" ]; then
+    echo "setup-env.sh: .venv/bin is $linked, another checkout's environment; installing normbench here would" \
+      "point it at this checkout's code. Make this checkout its own: rm .venv && bash scripts/setup-env.sh" >&2
+    exit 1
+  fi
   .venv/bin/python -m pip install -q --upgrade pip
   # The registry's regular torch build (it runs on CPU too); torchvision must match it, so neither is pinned.
   .venv/bin/python -m pip install -q -e '.[test]'

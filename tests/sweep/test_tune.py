@@ -308,3 +308,37 @@ def test_fused_search_trials_differ_in_decay_beta2_and_init_and_stay_within_the_
     cells = pd.read_csv(out / "results.csv")
     confirmations = cells[cells["seed"] == 102]  # confirm_seed: the search's seed + 1
     assert len(confirmations) == 2 and set(confirmations["fused_group"]) == {2}
+
+
+def test_a_search_at_its_in_flight_bound_starts_no_trial_until_its_running_one_ends(write_suite, tmp_path):
+    """TPE with 1 startup trial: while a peer trains one of the search's trials, this worker starts none of the
+    others (unfused, too), and takes the search up once the peer's trial is back."""
+    import threading
+    from datetime import datetime, timedelta
+
+    from normbench.sweep.cell_end import give_back
+    from normbench.sweep.tune import open_tune
+    from normbench.sweep.worker import work
+    from normbench.tracking.tracker import Tracker
+
+    suite = load_suite(write_suite(name="tb", matrix={"depth": [1], "layer": ["layernorm"], "seed": [0]},
+                                   tune={"trials": 2, "sampler": "tpe", "startup_trials": 1,
+                                         "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}}}))
+    ledger = Ledger(None, tmp_path)
+    plan, _, progress = open_tune(suite, ledger, tmp_path, quiet=True)
+    [search] = plan.jobs()
+    assert search.max_in_flight == 1
+    peer = ledger.claim(search.study)  # a peer's trial, training: the search stands at its bound
+    released = datetime.now() + timedelta(seconds=2)
+    timer = threading.Timer(2.0, give_back, [peer])  # the peer stops and gives it back
+    timer.start()
+    tracker = Tracker(tmp_path, suite.name)
+    try:
+        work(plan, ledger, tracker, "cpu", progress, suite.name)
+    finally:
+        timer.cancel()
+        tracker.finish()
+    trained = ledger.study(search.study.study_name).get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    assert len(trained) == 2  # the peer's slot, given back (its copy queued again), and the other
+    assert min(t.datetime_start for t in trained) >= released - timedelta(seconds=0.5), [t.datetime_start
+                                                                                           for t in trained]

@@ -28,7 +28,7 @@ class Job:
     listed: Callable[[FrozenTrial], bool] = lambda trial: True  # the suite's own (contracts/matrix_scope.py)
     # the most of its cells in training at once, over every worker and fused group (None: no bound): a TPE search's
     # trials drawn together see one another only as running (constant liar), so a search keeps to the batch size of
-    # its random startup draws wherever it trains (sweep/tune.py)
+    # its random startup draws wherever it trains (sweep/tune.py; counted and claimed under a lock: turn_claims.py)
     max_in_flight: int | None = None
 
     def may_prune(self, epoch: int, epochs: int) -> bool:

@@ -9,10 +9,8 @@ on, is failed for good (store/attempts.py: an attempt preempted while progressin
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
-
-from optuna.trial import TrialState
 
 from normbench import settings, stopping
 from normbench.contracts.recipe import CellConfig
@@ -36,10 +34,11 @@ from normbench.sweep.cell_end import (
 )
 from normbench.sweep.checkpoints import CellCheckpoints, CheckpointFolder
 from normbench.sweep.fuse_plan import FusePlan, plan_for, slug_of
-from normbench.sweep.group_run import fill_group, row_key, run_group
+from normbench.sweep.group_run import row_key, run_group
 from normbench.sweep.plan import Job, Plan
 from normbench.sweep.progress import Progress
 from normbench.sweep.time_limit import TimeLimit, leave_queued, turn_seconds
+from normbench.sweep.turn_claims import claim_turn
 from normbench.tracking.tracker import Tracker
 from normbench.train.cpu_share import CpuShare
 from normbench.train.device import resolve_device
@@ -184,21 +183,16 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
         turn_started = time.perf_counter()
         for job in current:
             reclaim(ledger, job.study)  # dead workers' cells back to the queue (their runs: the next sync's)
-        claimed = next(((job, c) for job in current if room(job, ledger) != 0
-                        and (c := ledger.claim(job.study, job.listed)) is not None), None)
-        if claimed is not None:
+        turn = claim_turn(ledger, current, fuse, wait=stage_start, fusable=lambda c: dist is None and row_key(
+            c.trial.user_attrs.get("axes", {})) not in unfusable)
+        if turn is not None:
             finished_stages = 0
-            job, first = claimed
-            with given_back_on_stop([first]) as held:  # the turn's claims: none stays RUNNING after a stop
+            stage_start = stage_start and fuse.k <= 1  # a stage's first group only waits to fill
+            job, claims = turn
+            first = claims[0]
+            with given_back_on_stop(list(claims)):  # the turn's claims: none stays RUNNING after a stop
                 if share is not None:
                     share.apply()  # the cores' share now: another run may have started or ended since the last cell
-                claims = [first]
-                if fuse.k > 1 and dist is None and row_key(first.trial.user_attrs.get("axes", {})) not in unfusable:
-                    left = room(job, ledger)  # counts `first`, RUNNING now
-                    capped = fuse if left is None else replace(fuse, k=min(fuse.k, 1 + max(0, left)))
-                    claims = fill_group(ledger, job, first, capped, current, wait=stage_start)
-                    held.extend(claims[1:])
-                    stage_start = False
                 estimate = turn_seconds(plan.pace(), job, claims, checkpoints) if time_limit is not None else None
                 if time_limit is not None and (why := time_limit.refusal(estimate)):
                     summary.time_limited = leave_queued(job, claims, why, progress)
@@ -242,14 +236,6 @@ def _work_loop(plan: Plan, ledger: Ledger, tracker: Tracker, device: str, progre
             summary.failed_for_good = failed_cells(current, ledger)  # nothing left to run: what will never finish
             return summary
 
-
-
-def room(job: Job, ledger: Ledger) -> int | None:
-    """How many more of the job's cells may start now (Job.max_in_flight less those RUNNING); None: no bound. Two
-    workers claiming at one instant may pass the bound by one: it keeps a search's batches small, not exact."""
-    if job.max_in_flight is None:
-        return None
-    return max(0, job.max_in_flight - len(ledger.trials(job.study, (TrialState.RUNNING,))))
 
 
 def unfinished(jobs: list[Job], ledger: Ledger) -> bool:

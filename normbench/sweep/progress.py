@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from normbench.contracts.names import StudyNames
+from normbench.contracts.names import StudyNames, study_kind
 from normbench.contracts.results import CellResult
 from normbench.contracts.selection import select_value
 from normbench.contracts.suite import Suite
@@ -54,6 +54,7 @@ class Progress:
         self.in_flight: dict[str, float] = {}  # cells other processes are training: the fraction done (`running`)
         self._trained_before: dict[str, float] = {}  # ... and the fraction each had when first seen
         self.unit: float | None = None  # seconds per unit of the costs (sweep/pace.py), once known
+        self.uncounted: frozenset[str] = frozenset()  # study kinds whose cells this run leaves (--select-only)
         self.log_every, self._last_line = log_every, float("-inf")
         self._clear = "\r\033[K" if self.tty else ""  # return to the line's start and erase it
 
@@ -77,6 +78,15 @@ class Progress:
             self.cost_left += sum(costs.values())
         else:
             self.cost_left += len(costs)
+
+    def leave_out(self, count: int, cell_ids: Sequence[str] = ()) -> None:
+        """`count` queued cells (those of `cell_ids` weighed at their costs) this run will not train
+        (--select-only's scoring cells): out of the total and the time left."""
+        self.total -= count
+        if self.costs:
+            self.cost_left -= sum(self.costs.pop(cell, 0.0) for cell in cell_ids)
+        else:
+            self.cost_left -= count
 
     def _cost(self, cell_id: str) -> float:
         return self.costs.get(cell_id, 1.0) if self.costs else 1.0
@@ -161,7 +171,12 @@ class Progress:
 def note_new_cells(progress: Progress, suite: Suite, study_name: str, cells: dict[str, dict[str, Any]],
                    pace: Pace) -> None:
     """Count a bracketing round's or the report stage's new cells (`{cell_id: axes}`) in the progress line, each
-    weighed at `pace` (this host's, sweep/run.py `pace_of`) in the unit of the costs queued so far."""
+    weighed at `pace` (this host's, sweep/run.py `pace_of`) in the unit of the costs queued so far; a stage this run
+    leaves (`progress.uncounted`) is only said."""
+    if study_kind(study_name) in progress.uncounted:
+        progress.note(f"{study_kind(study_name)} stage queued ({len(cells)} cells), left for a run without "
+                      "--select-only")
+        return
     progress.unit = progress.unit or pace.per_depth_epoch  # the unit of the costs queued so far, kept from then on
     progress.add(cell_costs(suite, cells, dataclasses.replace(pace, per_depth_epoch=progress.unit)))
     names = StudyNames(suite.name)

@@ -10,9 +10,11 @@ from optuna.trial import TrialState
 
 from normbench.contracts.names import SCORING, study_kind, study_suite
 from normbench.contracts.suite import Suite
+from normbench.contracts.tuning import search_keys, seeds
 from normbench.errors import SuiteError
 from normbench.store.ledger import Ledger
 from normbench.sweep.plan import Plan
+from normbench.sweep.progress import Progress
 from normbench.sweep.rounds import listed_in
 
 
@@ -34,5 +36,23 @@ def choosing_only(plan: Plan) -> Plan:
 
 def scoring_cells_left(ledger: Ledger, suite: Suite) -> int:
     """The suite's queued cells that score the folder, waiting for a run without the flag (those its matrix lists)."""
-    return sum(1 for name in ledger.study_names() if study_suite(name) == suite.name and study_kind(name) in SCORING
-               for trial in ledger.trials(ledger.study(name), (TrialState.WAITING,)) if listed_in(suite, name)(trial))
+    return len(scoring_cells_waiting(ledger, suite))
+
+
+def scoring_cells_waiting(ledger: Ledger, suite: Suite) -> list[str]:
+    """The cell ids of `scoring_cells_left`."""
+    return [trial.user_attrs.get("cell_id", f"trial {trial.number}")
+            for name in ledger.study_names() if study_suite(name) == suite.name and study_kind(name) in SCORING
+            for trial in ledger.trials(ledger.study(name), (TrialState.WAITING,)) if listed_in(suite, name)(trial)]
+
+
+def leave_out_scoring(progress: Progress, ledger: Ledger, suite: Suite, mode: str) -> None:
+    """The progress line and its ETA count only the cells a `--select-only` run trains: the scoring cells queued
+    now are taken out, and a scoring stage queued later is only said. `tune` counts its re-runs up front (one per
+    search and re-run seed, queued or not), so those are taken out whole."""
+    progress.uncounted = frozenset(SCORING)
+    if mode == "tune":
+        progress.leave_out(len(search_keys(suite)) * len(seeds(suite)))
+    else:
+        waiting = scoring_cells_waiting(ledger, suite)
+        progress.leave_out(len(waiting), waiting)

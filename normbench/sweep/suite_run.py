@@ -26,7 +26,7 @@ from normbench.sweep.checkpoints import CheckpointFolder
 from normbench.sweep.launch import start_workers, worker_command
 from normbench.sweep.progress import Progress
 from normbench.sweep.run import open_run
-from normbench.sweep.select_only import check_select_only, choosing_only, scoring_cells_left
+from normbench.sweep.select_only import check_select_only, choosing_only, leave_out_scoring, scoring_cells_left
 from normbench.sweep.suite_snapshot import changed_since, take_snapshot
 from normbench.sweep.time_limit import TimeLimit
 from normbench.sweep.tune import open_tune
@@ -77,6 +77,7 @@ class SuiteRun:
         self.jobs, self.study_names, self.progress = MODES[mode](suite, self.ledger, self.folder.path, quiet=quiet)
         if select_only:
             self.jobs = choosing_only(self.jobs)
+            leave_out_scoring(self.progress, self.ledger, suite, mode)
         # past the refusals (the recipe check is in MODES): repair, which a refused run must not do
         repair_tail(self.ledger.journal)
         self.tracker = Tracker(self.folder.path, suite.name, parent_tags={

@@ -64,3 +64,34 @@ def test_local_workers_inherit_select_only(write_suite, tmp_path):
     with_flag = worker_command(suite, tmp_path, storage=None, device="cpu", mode="run", select_only=True)
     assert "--select-only" in with_flag
     assert "--select-only" not in worker_command(suite, tmp_path, storage=None, device="cpu", mode="run")
+
+
+def test_a_select_only_runs_progress_counts_only_the_cells_it_trains(write_suite, tmp_path, capsys, one_torch_thread):
+    import re
+
+    from normbench.sweep.suite_run import SuiteRun
+
+    path = write_suite(name="sp", **STAGES)
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--select-only", "--workers", "1"]) == 0
+    err = capsys.readouterr().err
+    assert {int(n) for n in re.findall(r"\[\d+/(\d+)\]", err)} == {4}, err  # the 4 selection cells, not 4 + 8
+    assert "report stage queued (4 cells), left for a run without --select-only" in err
+    # a later select-only run: the scoring cells queued by then are out of its total (and its ETA) from the start
+    suite = load_suite(path)
+    assert SuiteRun(suite, out, quiet=True, select_only=True).progress.total == 4
+    assert SuiteRun(suite, out, quiet=True).progress.total == 12
+
+
+def test_a_select_only_tunes_progress_leaves_out_its_re_runs(write_suite, tmp_path):
+    from normbench.sweep.suite_run import SuiteRun
+
+    path = write_suite(name="sq", matrix={"depth": [1], "layer": ["layernorm", "layerscale"], "seed": [0]},
+                       report_seeds=[100, 101],
+                       tune={"trials": 3, "confirm_top": 1, "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}}})
+    suite = load_suite(path)
+    searches_and_confirmations = 2 * 3 + 2 * 1
+    assert SuiteRun(suite, tmp_path / "a", mode="tune", quiet=True, select_only=True).progress.total \
+        == searches_and_confirmations
+    assert SuiteRun(suite, tmp_path / "b", mode="tune", quiet=True).progress.total \
+        == searches_and_confirmations + 2 * 2  # the re-runs: 2 searches x 2 report seeds

@@ -9,7 +9,7 @@ from optuna.trial import FrozenTrial, TrialState
 from normbench import stopping
 from normbench.contracts.results import CellResult
 from normbench.contracts.suite import Suite
-from normbench.contracts.tuning import LABEL
+from normbench.contracts.tuning import LABEL, recipe_axes
 from normbench.store.ledger import Ledger
 from normbench.sweep.adopt import donors_of
 from normbench.sweep.launch import stop_workers
@@ -79,7 +79,8 @@ class WorkerWatch:
         for name in (n for n in study_names if n in existing):
             for t in self.ledger.trials(self.ledger.study(name), (TrialState.RUNNING,)):
                 if "axes" in t.user_attrs and "cell_id" in t.user_attrs and LABEL not in t.user_attrs:  # not tune's
-                    epochs = self.suite.cell(t.user_attrs["axes"]).config.train.epochs
+                    # a tune confirmation's axes name its search trial, which is no recipe key
+                    epochs = self.suite.cell(recipe_axes(t.user_attrs["axes"])).config.train.epochs
                     fractions[t.user_attrs["cell_id"]] = min(1.0, len(t.intermediate_values) / max(1, epochs))
         return fractions
 

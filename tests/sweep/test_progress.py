@@ -267,3 +267,30 @@ def test_cells_a_peer_queued_after_this_process_counted_join_the_total(monkeypat
     progress.record("report4", None)  # finished by another process, never seen in flight
     assert progress.total == 6 and progress.done == 3
     assert "[3/6] report4  finished" in stream.getvalue()
+
+
+def test_the_parent_follows_a_tune_confirmation_its_workers_train(write_suite, tmp_path):
+    """A confirmation's axes name its search trial (`search_trial`), which is no recipe key: the parent of `tune
+    --workers 2` crashed reading one in flight, as the tuned folder would have at its first confirmation."""
+    from normbench.contracts.names import StudyNames
+    from normbench.contracts.suite import load_suite
+    from normbench.store.ledger import Ledger
+    from normbench.sweep.cells import open_study_of_recipe
+    from normbench.sweep.tune import open_tune
+    from normbench.sweep.watch import WorkerWatch
+
+    suite = load_suite(write_suite(name="wc", matrix={"depth": [1], "layer": ["layernorm"], "seed": [0]},
+                                   tune={"trials": 1, "confirm_top": 1,
+                                         "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}}}))
+    ledger = Ledger(None, tmp_path)
+    _, studies, progress = open_tune(suite, ledger, tmp_path, quiet=True)
+    confirm = open_study_of_recipe(ledger, suite, StudyNames("wc").confirm)
+    axes = {"depth": 1, "layer": "layernorm", "seed": 2, "search_trial": 0}
+    ledger.enqueue(confirm, {"depth=1,layer=layernorm,search_trial=0,seed=2": axes}, {
+        "depth=1,layer=layernorm,search_trial=0,seed=2": {"overrides": {"lr": 3e-3}}})
+    watch = WorkerWatch(suite, ledger, progress, studies)
+    claim = ledger.claim(confirm)  # a worker trains it, one of its epochs reported
+    claim.report(50.0, step=0)
+    watch.report()
+    epochs = suite.cell({}).config.train.epochs
+    assert progress.in_flight == {"depth=1,layer=layernorm,search_trial=0,seed=2": 1 / epochs}

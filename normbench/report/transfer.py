@@ -69,6 +69,10 @@ def transfer_verdict(low: float, high: float, p: float) -> str:
     return word
 
 
+RANK_COLUMNS = ["depth", "layer", "score_here", "score_there", "rank_here", "rank_there", "lr_here", "lr_there",
+                "n_here", "n_there"]
+
+
 def ranking_transfer(here: pd.DataFrame, there: pd.DataFrame, *, resamples: int = RESAMPLES,
                      seed: int = 0) -> Transfer:
     """Spearman's rho of the layer scores of `here` against `there`, per common depth and pooled.
@@ -132,4 +136,5 @@ def ranking_transfer(here: pd.DataFrame, there: pd.DataFrame, *, resamples: int 
                      "verdict": transfer_verdict(low, high, p)})
     if not rows:
         notes.append("no depth is in both suites")
-    return Transfer(summary=pd.DataFrame(rows), rankings=pd.DataFrame(rank_rows), notes=notes)
+    # with the columns even when empty: no depth in both suites is a note, and the tables below read `depth`
+    return Transfer(summary=pd.DataFrame(rows), rankings=pd.DataFrame(rank_rows, columns=RANK_COLUMNS), notes=notes)

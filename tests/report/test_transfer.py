@@ -117,9 +117,9 @@ def test_the_first_reference_is_the_ranking_transfers(write_suite):
     assert load_suite(write_suite()).reference is None and load_suite(write_suite()).references == []
 
 
-def reference_folder(path: Path, scores: dict[str, float]) -> Path:
+def reference_folder(path: Path, scores: dict[str, float], depth: int = 1) -> Path:
     path.mkdir()
-    suite_cells(scores, spread=0.5, depth=1).to_csv(path / "results.csv", index=False)
+    suite_cells(scores, spread=0.5, depth=depth).to_csv(path / "results.csv", index=False)
     return path
 
 
@@ -149,6 +149,11 @@ def test_leaderboard_section_from_the_suite_key_and_the_cli_override(write_suite
     write_leaderboard(out, suite=load, reference=tmp_path / "missing")  # a missing folder is a note, not a crash
     board = (out / "leaderboard.md").read_text()
     assert "## Ranking transfer from missing" in board and "not found" in board
+
+    elsewhere = reference_folder(tmp_path / "deeper-ref", {"layernorm": 70, "layerscale": 80, "rezero": 60}, depth=36)
+    write_leaderboard(out, suite=load, reference=elsewhere)  # no depth in both: a note, not a crash (it was a KeyError)
+    assert "NOTE: no depth is in both suites" in (out / "leaderboard.md").read_text()
+    assert pd.read_csv(out / "transfer_rankings.csv").empty
 
     legacy = tmp_path / "legacy"
     legacy.mkdir()

@@ -68,6 +68,13 @@ def space_for(space: dict[str, Any], layer: str) -> dict[str, Any]:
     return row
 
 
+def only_inits(space: dict[str, Any], layer: str) -> bool:
+    """Whether every `layer.<name>` key of a row's search space (`space_for`) only sets a parameter's first value
+    (layers/registry.py `Tunable.init_only`): its trials build the same modules, so they may fuse."""
+    own = declared(layer)
+    return all(own[key[len(PREFIX):]].init_only for key in space if is_layer_key(key))
+
+
 def distance_text(value: Any, reference: Any) -> str:
     """How far a tuned value moved from the grid recipe's: 'x3.16' for positive numbers (a ratio: lrs and inits live
     on a log scale), '+0.10' for others, '=' when unchanged."""

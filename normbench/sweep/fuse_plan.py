@@ -173,7 +173,7 @@ def tune_stage_groups(suite: Suite, plan: FusePlan) -> dict[str, list[int]]:
     """The groups `normbench tune` forms under `plan`: each search's trials in batches of at most its in-flight bound
     (contracts/tuning.py `search_in_flight`), each row's confirmations together, each winner's re-runs together. A
     row whose search draws a tunable that builds other modules (train/fusion_rules.py) trains its trials alone."""
-    from normbench.contracts.layer_tunables import declared, is_layer_key, space_for
+    from normbench.contracts.layer_tunables import only_inits, space_for
     from normbench.contracts.tuning import confirm_seed, search_in_flight, search_keys, search_seed, seeds
 
     tune = suite.tune
@@ -183,8 +183,7 @@ def tune_stage_groups(suite: Suite, plan: FusePlan) -> dict[str, list[int]]:
     stages: dict[str, list[int]] = {"searches": [], "confirmations": [], "re-runs": []}
     for key in search_keys(suite):
         layer = str(key.get("layer", suite.model.get("layer", "layernorm")))
-        own = declared(layer)
-        fusable = all(own[k[len("layer."):]].init_only for k in space_for(tune.space, layer) if is_layer_key(k))
+        fusable = only_inits(space_for(tune.space, layer), layer)
         row = {**key, "seed": search_seed(suite)}
         stages["searches"] += chunks([row] * tune.trials, search_plan) if fusable else [1] * tune.trials
         picked = [{**key, "seed": confirm_seed(suite), "search_trial": i} for i in range(tune.confirm_top)]
